@@ -1,0 +1,43 @@
+"""The `kgrag` command: one sub-command per module in kgrag_lib.commands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import KgragError
+
+COMMANDS = ("run", "study", "sweep", "score", "data", "kg")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kgrag",
+        description="Reproduce KG-augmented RAG papers: run methods, score predictions, inspect data and KGs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        mod = importlib.import_module(f"kgrag_lib.commands.{name}")
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.func(args) or 0)
+    except KgragError as exc:
+        print(f"kgrag: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kgrag: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""`kgrag study`: execute the study's notebooks in order (the README's main job).
+
+Executed copies go to results/<profile>/executed/, figures to figures/<profile>/, and one
+results table gathering every notebook's summary rows to results/<profile>/results.{csv,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("study", help="execute all study notebooks with papermill", description=__doc__)
+    p.add_argument("--profile", default="cpu-smoke", help="cpu-smoke (default) or gpu-paper or a YAML path")
+    p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 11")
+    p.add_argument("--out", default=None, help="results folder (default results/<profile>)")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from ..notebooks import run_study
+    from ..paths import REPO_ROOT
+
+    out_root = Path(args.out or REPO_ROOT / "results" / Path(args.profile).stem)
+    report = run_study(args.profile, out_root, only=args.only)
+    rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
+    table = pd.DataFrame(rows)
+    table.to_csv(out_root / "results.csv", index=False)
+    lines = [f"# kgrag study results ({report['profile']})", ""]
+    lines += [f"- {nb['notebook']}: {nb['seconds']} s" for nb in report["notebooks"]]
+    lines += ["", table.to_string(index=False) if len(table) else "(no result rows)"]
+    (out_root / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out_root / "study.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+    print("\n".join(lines))
+    print(f"\nexecuted notebooks: {out_root / 'executed'}\nresults table: {out_root / 'results.md'}")
+    return 0

@@ -1,0 +1,343 @@
+"""The one interface every generator backend implements, with caching and cost counting.
+
+Methods talk to an `LLM` only through `generate` / `generate_batch`, so a paper's pipeline
+runs unchanged on the embedded CPU model, a GPU transformers model or a vLLM server. The
+base class owns everything that must behave identically across backends: argument checks,
+the persistent call cache, stop-string truncation and the usage counters.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field, fields, replace as dc_replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..errors import ConfigError, KgragError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cache import LLMCache
+
+Messages = list[dict[str, str]]
+_ROLES = ("system", "user", "assistant")
+
+
+class PromptTooLongError(KgragError, ValueError):
+    """The prompt does not fit the model's context window (shorten it or raise n_ctx)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Every knob that changes a completion; all of them are part of the cache key.
+
+    `temperature=0` means greedy decoding; `top_k=0` and `min_p=0` switch those filters off.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        stop = self.stop
+        if isinstance(stop, str):
+            stop = (stop,)
+        stop = tuple(stop)
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ConfigError(f"SamplingParams.stop: expected non-empty strings, got {stop!r}")
+        object.__setattr__(self, "stop", stop)
+        checks = [
+            ("max_tokens", isinstance(self.max_tokens, int) and self.max_tokens > 0, "an int > 0"),
+            ("temperature", _num(self.temperature) and self.temperature >= 0, "a number >= 0"),
+            ("top_p", _num(self.top_p) and 0 < self.top_p <= 1, "a number in (0, 1]"),
+            ("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "an int >= 0 (0 = off)"),
+            ("min_p", _num(self.min_p) and 0 <= self.min_p <= 1, "a number in [0, 1]"),
+            ("repeat_penalty", _num(self.repeat_penalty) and self.repeat_penalty > 0, "a number > 0"),
+            ("seed", isinstance(self.seed, int) and not isinstance(self.seed, bool), "an int"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ConfigError(
+                    f"SamplingParams.{name}: expected {expected}, got {getattr(self, name)!r}"
+                )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def replace(self, **kw: Any) -> "SamplingParams":
+        """A copy with some fields changed; an unknown field name is a ConfigError."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(kw) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown sampling parameter(s) {unknown}; accepted: {sorted(known)}"
+            )
+        return dc_replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass
+class Usage:
+    """Cost counters. Fresh work and the work a cache hit replays are kept apart.
+
+    `calls`, `prompt_tokens`, `completion_tokens`, `seconds` count real backend work in this
+    process. `cached_*` add up what the cache hits stood for when they were first computed,
+    so the cost of a method per question can be reported even from a warm cache.
+    """
+
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    cached_prompt_tokens: int = 0
+    cached_completion_tokens: int = 0
+    cached_seconds: float = 0.0
+
+    @property
+    def requests(self) -> int:
+        """Every generate request served, fresh or from the cache."""
+        return self.calls + self.cache_hits
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        return self.prompt_tokens + self.cached_prompt_tokens
+
+    @property
+    def total_completion_tokens(self) -> int:
+        return self.completion_tokens + self.cached_completion_tokens
+
+    def snapshot(self) -> "Usage":
+        return Usage(**asdict(self))
+
+    def since(self, snapshot: "Usage") -> "Usage":
+        """The counts accumulated after `snapshot` was taken (per-question cost)."""
+        return Usage(**{k: v - getattr(snapshot, k) for k, v in asdict(self).items()})
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
+
+    def to_dict(self) -> dict[str, float]:
+        d: dict[str, float] = asdict(self)
+        d["requests"] = self.requests
+        d["total_prompt_tokens"] = self.total_prompt_tokens
+        d["total_completion_tokens"] = self.total_completion_tokens
+        return d
+
+
+@dataclass
+class Completion:
+    """What a backend returns for one request, before the base class post-processes it."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float = 0.0
+    finish_reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
+    """Cut `text` at the earliest stop string (backends differ in whether they strip it)."""
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if i != -1 and i < cut:
+            cut = i
+    return text[:cut]
+
+
+def check_messages(messages: Any) -> Messages:
+    """Validate chat messages early, with a message that says what was expected."""
+    expected = "a non-empty list of {'role': 'system'|'user'|'assistant', 'content': str} dicts"
+    if isinstance(messages, str) or not isinstance(messages, (list, tuple)) or not messages:
+        raise ConfigError(f"messages: expected {expected}; got {type(messages).__name__}")
+    out: Messages = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) - {"role", "content"} or "role" not in m or "content" not in m:
+            raise ConfigError(f"messages[{i}]: expected {expected}; got {m!r:.120}")
+        if m["role"] not in _ROLES or not isinstance(m["content"], str):
+            raise ConfigError(f"messages[{i}]: expected {expected}; got {m!r:.120}")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def fold_system(messages: Messages) -> Messages:
+    """Merge system messages into the first user turn, for templates that reject a system role
+    (Mistral-7B-Instruct-v0.2)."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return rest
+    for m in rest:
+        if m["role"] == "user":
+            m["content"] = "\n\n".join(system + [m["content"]])
+            return rest
+    return [{"role": "user", "content": "\n\n".join(system)}] + rest
+
+
+def flatten_messages(messages: Messages) -> str:
+    """A plain-text prompt for base (non-chat) models: the turns' contents, blank-line separated."""
+    return "\n\n".join(m["content"] for m in messages)
+
+
+class LLM:
+    """Base class for every backend.
+
+    Subclasses set `backend`, call `super().__init__` with the model's exact identity and
+    implement `_complete` (and optionally `_complete_batch`). Everything else is shared.
+    `name` is the preset or spec the user asked for; `identity` pins the exact weights.
+    """
+
+    backend: str = "base"
+
+    def __init__(
+        self,
+        name: str,
+        identity: str,
+        *,
+        cache: "LLMCache | None" = None,
+        default_params: SamplingParams | None = None,
+        fold_system_prompt: bool = False,
+        n_ctx: int | None = None,
+    ) -> None:
+        self.name = name
+        self.identity = identity
+        self.cache = cache
+        self.default_params = default_params or SamplingParams()
+        self.fold_system_prompt = fold_system_prompt
+        self.n_ctx = n_ctx
+        self.usage = Usage()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, identity={self.identity!r})"
+
+    # ---- public API -------------------------------------------------------------------
+    def generate(
+        self, messages: Messages, params: SamplingParams | None = None, **overrides: Any
+    ) -> str:
+        """One chat completion (served from the cache when this exact request was seen)."""
+        return self.generate_batch([messages], params, **overrides)[0]
+
+    def generate_batch(
+        self,
+        list_of_messages: Sequence[Messages],
+        params: SamplingParams | None = None,
+        **overrides: Any,
+    ) -> list[str]:
+        """Several completions with the same sampling parameters; cache misses go to the
+        backend together so batching backends (HF, vLLM) can use the GPU well."""
+        p = self._resolve(params, overrides)
+        prepared = [self._prepare(m) for m in list_of_messages]
+        results: list[str | None] = [None] * len(prepared)
+        keys: list[str | None] = [None] * len(prepared)
+        todo: list[int] = []
+        for i, msgs in enumerate(prepared):
+            if self.cache is not None:
+                keys[i] = self.cache.make_key(self.backend, self.identity, msgs, p)
+                hit = self.cache.get(keys[i])
+                if hit is not None:
+                    results[i] = hit.text
+                    with self._lock:
+                        self.usage.cache_hits += 1
+                        self.usage.cached_prompt_tokens += hit.prompt_tokens
+                        self.usage.cached_completion_tokens += hit.completion_tokens
+                        self.usage.cached_seconds += hit.seconds
+                    continue
+            todo.append(i)
+        if todo:
+            # Requests identical within one batch are computed once.
+            unique: dict[str, int] = {}
+            order: list[int] = []
+            for i in todo:
+                k = keys[i] or _request_fingerprint(prepared[i])
+                if k not in unique:
+                    unique[k] = i
+                    order.append(i)
+            start = time.perf_counter()
+            completions = self._complete_batch([prepared[i] for i in order], p)
+            elapsed = time.perf_counter() - start
+            if len(completions) != len(order):
+                raise RuntimeError(
+                    f"{type(self).__name__}._complete_batch returned {len(completions)} "
+                    f"completions for {len(order)} requests"
+                )
+            by_key: dict[str, str] = {}
+            for i, c in zip(order, completions):
+                text = truncate_at_stop(c.text, p.stop)
+                secs = c.seconds if c.seconds > 0 else elapsed / len(order)
+                with self._lock:
+                    self.usage.calls += 1
+                    self.usage.prompt_tokens += c.prompt_tokens
+                    self.usage.completion_tokens += c.completion_tokens
+                    self.usage.seconds += secs
+                if self.cache is not None and keys[i] is not None:
+                    self.cache.put(
+                        keys[i], text,
+                        prompt_tokens=c.prompt_tokens,
+                        completion_tokens=c.completion_tokens,
+                        seconds=secs,
+                        backend=self.backend,
+                        identity=self.identity,
+                        messages=prepared[i],
+                        params=p,
+                    )
+                by_key[keys[i] or _request_fingerprint(prepared[i])] = text
+            for i in todo:
+                results[i] = by_key[keys[i] or _request_fingerprint(prepared[i])]
+        return [r if r is not None else "" for r in results]
+
+    def close(self) -> None:
+        """Release backend resources (model memory, connections)."""
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- backend hooks ----------------------------------------------------------------
+    def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
+        raise NotImplementedError
+
+    def _complete_batch(self, batch: list[Messages], params: SamplingParams) -> list[Completion]:
+        """Default: one request after another (llama.cpp has no useful batching on CPU)."""
+        out = []
+        for msgs in batch:
+            start = time.perf_counter()
+            c = self._complete(msgs, params)
+            if c.seconds <= 0:
+                c.seconds = time.perf_counter() - start
+            out.append(c)
+        return out
+
+    # ---- helpers ----------------------------------------------------------------------
+    def _resolve(self, params: SamplingParams | None, overrides: dict[str, Any]) -> SamplingParams:
+        if params is not None and not isinstance(params, SamplingParams):
+            raise ConfigError(f"params: expected SamplingParams or None, got {type(params).__name__}")
+        p = params or self.default_params
+        return p.replace(**overrides) if overrides else p
+
+    def _prepare(self, messages: Messages) -> Messages:
+        msgs = check_messages(messages)
+        return fold_system(msgs) if self.fold_system_prompt else msgs
+
+
+def _request_fingerprint(messages: Messages) -> str:
+    import json
+
+    return json.dumps(messages, sort_keys=True)

@@ -1,0 +1,1 @@
+"""Tables in the papers' layouts and figures, from run outputs."""

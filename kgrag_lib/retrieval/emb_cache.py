@@ -1,0 +1,154 @@
+"""On-disk embedding cache: each (model, texts, normalization) is encoded once.
+
+A corpus such as the 133k MetaQA triples takes minutes to embed on a CPU; every later
+process (a sweep, a notebook rerun) memory-maps the stored .npy instead. Files are written
+to a temporary name and renamed, under a file lock, so concurrent or interrupted runs
+never leave a half-written array under the final name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from kgrag_lib.paths import cache_dir as default_cache_dir
+
+CHUNK = 1024  # texts per encode call: bounds memory and drives the progress bar
+
+
+class SupportsEncode(Protocol):
+    identity: str
+    dim: int
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, normalize: bool | None = None,
+               show_progress: bool = False) -> np.ndarray: ...
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    """sha256 over the texts, length-prefixed so that ['ab','c'] and ['a','bc'] differ."""
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def cache_key(identity: str, texts: Sequence[str], normalize: bool) -> str:
+    h = hashlib.sha256()
+    h.update(identity.encode("utf-8"))
+    h.update(b"\0norm=1" if normalize else b"\0norm=0")
+    h.update(texts_digest(texts).encode())
+    return h.hexdigest()
+
+
+def cache_path(embedder: SupportsEncode, texts: Sequence[str], *, cache_dir: str | os.PathLike | None = None,
+               name: str | None = None, normalize: bool | None = None) -> Path:
+    """Where `embed_cached` stores (or finds) this array."""
+    norm = _effective_normalize(embedder, normalize)
+    key = cache_key(embedder.identity, texts, norm)
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name or "emb")[:60]
+    folder = Path(default_cache_dir(cache_dir)) / "embeddings"
+    return folder / f"{label}-{key[:32]}.npy"
+
+
+def _effective_normalize(embedder: SupportsEncode, normalize: bool | None) -> bool:
+    if normalize is not None:
+        return bool(normalize)
+    return bool(getattr(embedder, "normalize", True))
+
+
+def _load_valid(path: Path, n: int, dim: int) -> np.ndarray | None:
+    try:
+        arr = np.load(path, mmap_mode="r")
+    except (OSError, ValueError):
+        return None
+    if arr.shape != (n, dim) or arr.dtype != np.float32:
+        return None
+    return arr
+
+
+def embed_cached(
+    embedder: SupportsEncode,
+    texts: Sequence[str],
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    name: str | None = None,
+    show_progress: bool = True,
+    normalize: bool | None = None,
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Embeddings of `texts`, computed at most once per (model identity, texts, normalize).
+
+    Returns a read-only memory-mapped float32 (n, dim) array. `name` only labels the file.
+    `normalize=None` takes the embedder's default.
+    """
+    from filelock import FileLock
+
+    texts = list(texts)
+    if not texts:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    norm = _effective_normalize(embedder, normalize)
+    path = cache_path(embedder, texts, cache_dir=cache_dir, name=name, normalize=norm)
+    hit = _load_valid(path, len(texts), embedder.dim) if path.exists() else None
+    if hit is not None:
+        return hit
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        hit = _load_valid(path, len(texts), embedder.dim) if path.exists() else None
+        if hit is not None:
+            return hit
+        _encode_to(path, embedder, texts, norm, batch_size, show_progress)
+        meta = {"identity": embedder.identity, "n": len(texts), "dim": embedder.dim,
+                "normalize": norm, "texts_sha256": texts_digest(texts), "name": name}
+        _atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
+    arr = _load_valid(path, len(texts), embedder.dim)
+    if arr is None:  # pragma: no cover - would mean the filesystem lost our write
+        raise OSError(f"embedding cache file {path} is unreadable right after writing it")
+    return arr
+
+
+def _encode_to(path: Path, embedder: SupportsEncode, texts: list[str], normalize: bool,
+               batch_size: int, show_progress: bool) -> None:
+    """Encode chunk by chunk into a temporary .npy memmap, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=path.parent)
+    os.close(fd)
+    try:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(texts), embedder.dim))
+        bar = None
+        if show_progress and len(texts) > CHUNK:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(texts), desc=f"embedding {path.stem.rsplit('-', 1)[0]}", unit="text")
+        for start in range(0, len(texts), CHUNK):
+            part = texts[start:start + CHUNK]
+            vecs = embedder.encode(part, batch_size=batch_size, normalize=normalize, show_progress=False)
+            if vecs.shape != (len(part), embedder.dim):
+                raise ValueError(f"embedder returned shape {vecs.shape} for {len(part)} texts; expected ({len(part)}, {embedder.dim})")
+            out[start:start + len(part)] = vecs
+            if bar is not None:
+                bar.update(len(part))
+        if bar is not None:
+            bar.close()
+        out.flush()
+        del out
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
