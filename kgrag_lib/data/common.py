@@ -1,0 +1,132 @@
+"""Shared reading helpers: JSON/JSONL records that report where they came from, answer merging.
+
+Every dataset here ships either as a JSON list or as JSON Lines (and some as both); one reader
+handles both so each loader only maps fields, and every error it raises names the file and the
+line (JSONL) or record number (JSON list) together with the expected record form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..errors import DataFormatError
+from ..records import Passage
+
+log = logging.getLogger(__name__)
+
+_TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", bool: "a boolean", int: "an integer"}
+
+
+@dataclass
+class Record:
+    """One JSON object plus its position, so field errors can point at it."""
+
+    path: Path
+    pos: int  # 1-based line number (JSONL) or record number (JSON list)
+    data: dict[str, Any]
+    in_list: bool
+    form: str  # human description of the expected record, used in error messages
+
+    def error(self, expected: str, got: str = "") -> DataFormatError:
+        where = f" (record #{self.pos} of the JSON list)" if self.in_list else ""
+        return DataFormatError(self.path, self.pos, f"{expected}{where}; record form: {self.form}", got)
+
+    def need(self, key: str, kind: type | tuple[type, ...] = str) -> Any:
+        """The value of a required field, checked for type."""
+        if key not in self.data:
+            raise self.error(f"a field {key!r}", got=f"fields {sorted(self.data)}")
+        return self.get(key, kind)
+
+    def get(self, key: str, kind: type | tuple[type, ...] = str, default: Any = None) -> Any:
+        """The value of an optional field (None/absent -> default), checked for type."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+            names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+            raise self.error(f"field {key!r} to be {names}", got=repr(value)[:120])
+        return value
+
+
+def _first_char(path: Path) -> str:
+    with open(path, encoding="utf-8") as f:
+        while True:
+            chunk = f.read(4096)
+            if not chunk:
+                return ""
+            stripped = chunk.lstrip("\ufeff \t\r\n")
+            if stripped:
+                return stripped[0]
+
+
+def read_json_records(path: str | Path, form: str) -> Iterator[Record]:
+    """Yield the objects of a JSON list file or a JSON Lines file (detected from the first character)."""
+    path = Path(path)
+    if _first_char(path) == "[":
+        try:
+            with open(path, encoding="utf-8-sig") as f:
+                items = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise DataFormatError(path, exc.lineno, f"a valid JSON list of records {form}", exc.msg) from None
+        for i, item in enumerate(items, 1):
+            if not isinstance(item, dict):
+                raise DataFormatError(path, i, f"a JSON object {form} (record #{i} of the JSON list)", repr(item)[:120])
+            yield Record(path, i, item, True, form)
+        return
+    with open(path, encoding="utf-8-sig") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                raise DataFormatError(path, lineno, f"one JSON object per line (JSONL) {form}", line.strip()) from None
+            if not isinstance(item, dict):
+                raise DataFormatError(path, lineno, f"one JSON object per line (JSONL) {form}", line.strip())
+            yield Record(path, lineno, item, False, form)
+
+
+def merge_answers(gold: str, aliases: Iterable[Any] = ()) -> list[str]:
+    """Gold answer first, then aliases; empties and case-insensitive repeats dropped."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for a in [gold, *aliases]:
+        if a is None:
+            continue
+        a = str(a).strip()
+        if a and a.lower() not in seen:
+            seen.add(a.lower())
+            out.append(a)
+    return out
+
+
+def text_digest(text: str, n: int = 10) -> str:
+    """A short stable content hash, for passage ids where titles are not unique."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:n]
+
+
+def join_sentences(sentences: Iterable[str]) -> str:
+    """HotpotQA sentences carry their own leading spaces, 2Wiki's do not: normalise both."""
+    return " ".join(s.strip() for s in sentences if s and s.strip())
+
+
+def pool_passages(groups: Iterable[Iterable[Passage]]) -> list[Passage]:
+    """First-seen order, one passage per pid (a conflicting text under a seen pid is dropped and logged)."""
+    out: dict[str, Passage] = {}
+    conflicts = 0
+    for group in groups:
+        for p in group:
+            seen = out.get(p.pid)
+            if seen is None:
+                out[p.pid] = p
+            elif seen.text != p.text:
+                conflicts += 1
+    if conflicts:
+        log.warning("pooling passages: %d passages share a pid with a different text; kept the first", conflicts)
+    return list(out.values())

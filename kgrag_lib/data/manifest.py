@@ -1,0 +1,102 @@
+"""The data manifest (`data/manifests/datasets.yaml`): what each dataset's files are and how to get them.
+
+Loaders use it to turn a missing file into a message that says where to obtain it; `kgrag data
+check` compares files on disk with its sizes and sha256 sums; `refresh_manifest` recomputes
+those facts from files present (run by maintainers, never hand-edited).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+from ..paths import REPO_ROOT
+
+MANIFEST_PATH = REPO_ROOT / "data" / "manifests" / "datasets.yaml"
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str, mtime: float) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f) or {}
+    if not isinstance(doc.get("datasets"), dict):
+        raise ConfigError(f"{path}: expected a top-level 'datasets:' mapping")
+    return doc
+
+
+def load_manifest(path: str | Path | None = None) -> dict[str, Any]:
+    """The parsed manifest; an absent file (e.g. a wheel install without the repo) gives no datasets."""
+    p = Path(path) if path else MANIFEST_PATH
+    if not p.exists():
+        return {"datasets": {}}
+    return _load(str(p), p.stat().st_mtime)
+
+
+def obtain_hint(dataset: str, manifest: dict[str, Any] | None = None) -> str:
+    """How to obtain a dataset, from the manifest (source and steps)."""
+    entry = (manifest or load_manifest())["datasets"].get(dataset)
+    if not entry:
+        return f"see {MANIFEST_PATH.relative_to(REPO_ROOT)} and the data/README.md of the repository"
+    parts = [str(entry.get("obtain", "")).strip()]
+    if entry.get("source"):
+        parts.append(f"Source: {str(entry['source']).strip()}")
+    return " ".join(p for p in parts if p)
+
+
+def sha256_file(path: str | Path, block: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def count_rows(path: str | Path) -> int:
+    """Records in a data file: JSON list/object length, CSV rows, or non-blank lines (JSONL, txt, tsv)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        with open(path, encoding="utf-8-sig") as f:
+            return len(json.load(f))
+    if suffix == ".csv":
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return sum(1 for row in csv.reader(f) if any(c.strip() for c in row))
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def file_facts(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    return {"sha256": sha256_file(path), "size": path.stat().st_size, "rows": count_rows(path)}
+
+
+def refresh_manifest(root: str | Path, path: str | Path | None = None) -> list[str]:
+    """Recompute sha256/size/rows of every manifest file present under `root`; returns the paths updated."""
+    p = Path(path) if path else MANIFEST_PATH
+    with open(p, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    header = []
+    with open(p, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("#"):
+                break
+            header.append(line)
+    updated = []
+    for entry in doc["datasets"].values():
+        for spec in entry.get("files", []):
+            fp = Path(root) / spec["path"]
+            if fp.is_file():
+                spec.update(file_facts(fp))
+                updated.append(spec["path"])
+    with open(p, "w", encoding="utf-8") as f:
+        f.writelines(header)
+        yaml.safe_dump(doc, f, sort_keys=False, allow_unicode=True, width=100)
+    _load.cache_clear()
+    return updated

@@ -1,0 +1,218 @@
+"""Dataset names -> files under the data root, loaders, seeded samples and pooled corpora.
+
+Methods and notebooks ask for `load_questions("hotpotqa", n=20, seed=0)` and never spell a
+path; the data root comes from `kgrag_lib.paths.data_root` (argument, $KGRAG_DATA_ROOT, or
+../shared/data). Corpora here are what each file ships (see `load_corpus`); the papers'
+Wikipedia-2018 corpus and full Wikidata5M are read by `wikipedia` / `wikidata5m` when present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ConfigError, MissingDataError
+from ..paths import data_root
+from ..records import Passage, Question
+from .bamboogle import load_bamboogle
+from .common import pool_passages
+from .hotpotqa import load_hotpotqa
+from .manifest import obtain_hint
+from .metaqa import load_metaqa_qa
+from .musique import load_musique
+from .strategyqa import fact_passages, load_strategyqa
+from .twowiki import load_2wiki, load_2wiki_corpus
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One benchmark: its files (relative to the data root) and how its corpus is formed."""
+
+    name: str
+    manifest_key: str
+    loader: Callable[..., list[Question]]
+    splits: dict[str, str]
+    default_split: str
+    corpus: str  # "none" | "pooled" | "facts" | a relative corpus file path
+    qtypes: dict[str, str] = field(default_factory=dict)  # MetaQA: split -> aligned qtype file
+    note: str = ""
+
+
+def _metaqa(k: int) -> DatasetSpec:
+    return DatasetSpec(
+        name=f"metaqa-{k}hop", manifest_key="metaqa",
+        loader=load_metaqa_qa,
+        splits={"test": f"metaqa/{k}-hop/vanilla/qa_test.txt", "dev": f"metaqa/{k}-hop/vanilla/qa_dev.txt"},
+        default_split="test", corpus="none",
+        qtypes={"test": f"metaqa/qtype/{k}hop_qa_test_qtype.txt", "dev": f"metaqa/qtype/{k}hop_qa_dev_qtype.txt"},
+        note="KG question answering over metaqa/kb.txt (see metaqa_kb_path); no text corpus.",
+    )
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    **{f"metaqa-{k}hop": _metaqa(k) for k in (1, 2, 3)},
+    "hotpotqa": DatasetSpec(
+        "hotpotqa", "hotpotqa", load_hotpotqa,
+        {"distractor500": "hotpotqa/AMOR_test500_distractor.jsonl", "dev100": "hotpotqa/AMOR_dev100.jsonl"},
+        "distractor500", "pooled",
+        note="corpus = pooled, de-duplicated context paragraphs of the question file; in the 500-question "
+             "file 349 questions lack at least one gold page in their context (meta['gold_in_context']).",
+    ),
+    "2wiki": DatasetSpec(
+        "2wiki", "2wiki", load_2wiki,
+        {
+            "corpus354": "2wiki/DERIVED_lag_dev_questions_with_gold_titles_in_HippoRAG_corpus_354.json",
+            "dev200": "2wiki/MIGRES_200_2wiki.jsonl",
+            "dev4000": "2wiki/lag_2wiki_dev_4000_nocontext.json",
+        },
+        "corpus354", "2wiki/HippoRAG_2wiki_1000q_corpus.json",
+        note="default split = the 354 dev questions whose gold pages are all in the 6,119-passage "
+             "HippoRAG corpus, so open retrieval over that corpus can find the evidence.",
+    ),
+    "musique": DatasetSpec(
+        "musique", "musique", load_musique,
+        {"dev200": "musique/MIGRES_200_musique_ans.jsonl", "dev2417": "musique/lag_musique_ans_dev_2417_noparagraphs.json"},
+        "dev200", "pooled",
+        note="corpus = pooled, de-duplicated paragraphs of the 200 questions with paragraphs.",
+    ),
+    "bamboogle": DatasetSpec(
+        "bamboogle", "bamboogle", load_bamboogle,
+        {"test": "bamboogle/bamboogle.json", "csv": "bamboogle/bamboogle.csv"},
+        "test", "none",
+        note="no corpus ships with Bamboogle (its questions were written against Google search).",
+    ),
+    "strategyqa": DatasetSpec(
+        "strategyqa", "strategyqa", load_strategyqa,
+        {"train": "strategyqa/strategyqa_train.json", "evidence229": "strategyqa/MIGRES_229_strategyqa_with_evidence.jsonl"},
+        "train", "facts",
+        note="corpus = the annotated facts (pid 'fact:...'): a gold-derived stand-in for the missing "
+             "evidence paragraphs, easier than real retrieval; say so in every table built on it.",
+    ),
+}
+
+WIKIPEDIA_PATH = "wikipedia/psgs_w100.tsv"
+WIKIDATA5M_FILES = {
+    "triples": ["wikidata5m/wikidata5m_all_triplet.txt"],  # 21,354,359 rows = Table 5's "Wikidata5M"
+    "entity_aliases": "wikidata5m/wikidata5m_entity.txt",
+    "relation_aliases": "wikidata5m/wikidata5m_relation.txt",
+    "descriptions": "wikidata5m/wikidata5m_text.txt",
+}
+
+
+def get_spec(name: str) -> DatasetSpec:
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown dataset {name!r}; accepted: {', '.join(DATASETS)}") from None
+
+
+def _missing(path: Path, manifest_key: str, what: str, root: Path | None = None) -> MissingDataError:
+    where = (f"looked under the data root {root}, chosen by the root argument, else $KGRAG_DATA_ROOT, "
+             f"else ../shared/data beside the repository" if root else "looked at the path given")
+    return MissingDataError(
+        f"{what}: file not found: {path} ({where}). How to obtain it: {obtain_hint(manifest_key)}"
+    )
+
+
+def _checked(path: Path, root: Path, manifest_key: str, what: str, must_exist: bool) -> Path:
+    if must_exist and not path.is_file():
+        raise _missing(path, manifest_key, what, root)
+    return path
+
+
+def default_path(name: str, split: str | None = None, root: str | Path | None = None, *, must_exist: bool = False) -> Path:
+    """The file of a dataset split under the data root (MissingDataError if `must_exist` and absent)."""
+    spec = get_spec(name)
+    split = split or spec.default_split
+    if split not in spec.splits:
+        raise ConfigError(f"dataset {name!r} has no split {split!r}; accepted: {', '.join(spec.splits)}")
+    base = data_root(root)
+    return _checked(base / spec.splits[split], base, spec.manifest_key, f"{name} ({split})", must_exist)
+
+
+def metaqa_kb_path(root: str | Path | None = None) -> Path:
+    """MetaQA's kb.txt under the data root; MissingDataError saying how to get it when absent."""
+    base = data_root(root)
+    return _checked(base / "metaqa" / "kb.txt", base, "metaqa", "MetaQA KB", True)
+
+
+def wikipedia_path(root: str | Path | None = None, *, must_exist: bool = True) -> Path:
+    """DPR's psgs_w100.tsv (Wikipedia-2018) under the data root; not shipped with the repository."""
+    base = data_root(root)
+    return _checked(base / WIKIPEDIA_PATH, base, "wikipedia-2018", "Wikipedia-2018 psgs_w100", must_exist)
+
+
+def wikidata5m_paths(root: str | Path | None = None, *, must_exist: bool = True) -> dict[str, Path | list[Path]]:
+    """Full Wikidata5M files under the data root, keyed like `preprocess_wikidata5m`'s arguments."""
+    base = data_root(root)
+    out: dict[str, Path | list[Path]] = {}
+    for key, rel in WIKIDATA5M_FILES.items():
+        rels = rel if isinstance(rel, list) else [rel]
+        paths = [_checked(base / r, base, "wikidata5m", f"Wikidata5M {key}", must_exist) for r in rels]
+        out[key] = paths if isinstance(rel, list) else paths[0]
+    return out
+
+
+def load_questions(
+    name: str,
+    split: str | None = None,
+    path: str | Path | None = None,
+    root: str | Path | None = None,
+    n: int | None = None,
+    seed: int = 0,
+) -> list[Question]:
+    """Questions of a dataset split (or of `path`, read with the dataset's loader).
+
+    `n` draws a seeded sample without replacement, `numpy.random.default_rng(seed).choice`,
+    kept in the drawn order; the same (file, n, seed) always gives the same questions. An `n`
+    above the file size returns every question in a seeded random order.
+    """
+    spec = get_spec(name)
+    if path is None:
+        split = split or spec.default_split
+        file = default_path(name, split, root, must_exist=True)
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise _missing(file, spec.manifest_key, name)
+    kwargs = {}
+    if spec.qtypes:
+        qsplit = split if path is None else next((s for s, rel in spec.splits.items()
+                                                   if (data_root(root) / rel).resolve() == file.resolve()), None)
+        if qsplit is not None and (data_root(root) / spec.qtypes[qsplit]).is_file():
+            kwargs["qtype_path"] = data_root(root) / spec.qtypes[qsplit]
+    questions = spec.loader(file, dataset=name, **kwargs)
+    if n is None:
+        return questions
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+        raise ConfigError(f"n={n!r}: expected a positive integer sample size (or None for all questions)")
+    idx = np.random.default_rng(seed).choice(len(questions), size=min(int(n), len(questions)), replace=False)
+    return [questions[i] for i in idx.tolist()]
+
+
+def load_corpus(
+    name: str, root: str | Path | None = None, *, split: str | None = None, path: str | Path | None = None
+) -> list[Passage]:
+    """The passages a dataset ships, as a retrieval corpus.
+
+    - 2wiki: HippoRAG's 6,119-passage corpus (pid = title).
+    - hotpotqa, musique: the pooled, de-duplicated context paragraphs of every question in the file.
+    - strategyqa: the pooled annotated facts, pid `fact:<digest>` — a gold-derived stand-in.
+    - bamboogle, metaqa-*: none (empty list); Bamboogle has no corpus, MetaQA is KG-only.
+    `split`/`path` choose the question file for pooled corpora (default split otherwise).
+    """
+    spec = get_spec(name)
+    if spec.corpus == "none":
+        return []
+    if spec.corpus not in ("pooled", "facts"):
+        file = Path(path) if path else data_root(root) / spec.corpus
+        if not file.is_file():
+            raise _missing(file, spec.manifest_key, f"{name} corpus", None if path else data_root(root))
+        return load_2wiki_corpus(file)
+    questions = load_questions(name, split=split, path=path, root=root)
+    if spec.corpus == "facts":
+        return pool_passages(fact_passages(q) for q in questions)
+    return pool_passages(q.context for q in questions)

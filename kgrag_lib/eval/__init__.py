@@ -1,0 +1,39 @@
+"""Scoring: the papers' answer metrics, Recall@k, and bootstrap confidence intervals."""
+
+from kgrag_lib.eval.bootstrap import bootstrap_ci
+from kgrag_lib.eval.metrics import (
+    METRICS,
+    Metric,
+    accuracy,
+    exact_match,
+    f1,
+    get_metric,
+    hit1,
+    mentions_gold,
+    normalize_answer,
+    normalize_yes_no,
+    recall_at_k,
+    register_metric,
+    score_items,
+    score_records,
+    yes_no_accuracy,
+)
+
+__all__ = [
+    "METRICS",
+    "Metric",
+    "accuracy",
+    "bootstrap_ci",
+    "exact_match",
+    "f1",
+    "get_metric",
+    "hit1",
+    "mentions_gold",
+    "normalize_answer",
+    "normalize_yes_no",
+    "recall_at_k",
+    "register_metric",
+    "score_items",
+    "score_records",
+    "yes_no_accuracy",
+]

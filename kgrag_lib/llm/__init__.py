@@ -1,0 +1,121 @@
+"""Generators behind one interface, with a persistent call cache and cost counters.
+
+    llm = load_llm()                                  # embedded CPU default
+    llm = load_llm("qwen2.5-7b-instruct")             # transformers on a GPU
+    llm = load_llm("vllm:Qwen/Qwen2.5-7B-Instruct")   # a running vLLM server
+    text = llm.generate([{"role": "user", "content": "..."}], max_tokens=32)
+    llm.usage.to_dict()
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+from ..errors import ConfigError
+from .base import LLM, Completion, PromptTooLongError, SamplingParams, Usage
+from .cache import LLMCache, default_cache_path
+from .fake import ScriptedLLM
+from .parsing import LLMParseError, clean_answer, parse_json, parse_list, parse_triples, parse_yes_no
+from .presets import DEFAULT_OLLAMA_URL, DEFAULT_VLLM_URL, PRESETS, VLLM_URL_ENV, Preset, resolve_gguf
+
+DEFAULT_SPEC = "qwen2.5-coder-0.5b-q4"
+
+__all__ = [
+    "LLM", "Completion", "SamplingParams", "Usage", "LLMCache", "ScriptedLLM", "PRESETS", "Preset",
+    "LLMParseError", "PromptTooLongError", "load_llm", "describe_specs", "parse_json", "parse_list",
+    "parse_triples", "parse_yes_no", "clean_answer", "DEFAULT_SPEC",
+]
+
+
+def describe_specs() -> str:
+    """Human-readable list of accepted specs (used in error messages and CLI help)."""
+    lines = [f"  {name}: {p.description}" for name, p in PRESETS.items()]
+    lines += [
+        "  /path/to/model.gguf: any GGUF file through llama.cpp",
+        "  hf:<repo-id-or-folder>: transformers (a .gguf file also works)",
+        "  openai:<base_url>#<model>: any OpenAI-compatible server (flavor='vllm'|'llamacpp'|'ollama'|'openai')",
+        f"  vllm:<model>: a vLLM server at ${VLLM_URL_ENV} (default {DEFAULT_VLLM_URL})",
+        f"  ollama:<model>: an Ollama server (default {DEFAULT_OLLAMA_URL})",
+    ]
+    return "\n".join(lines)
+
+
+def _make_cache(cache: bool | LLMCache | None, cache_path: str | os.PathLike | None) -> LLMCache | None:
+    if isinstance(cache, LLMCache):
+        return cache
+    if cache:
+        return LLMCache(cache_path)
+    return None
+
+
+def _construct(cls: type, label: str, *args: Any, **kw: Any) -> LLM:
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    unknown = sorted(set(kw) - accepted)
+    if unknown:
+        raise ConfigError(f"load_llm({label!r}): unknown option(s) {unknown}; accepted: {sorted(accepted)}")
+    return cls(*args, **kw)
+
+
+def load_llm(
+    spec: str = DEFAULT_SPEC,
+    *,
+    cache: bool | LLMCache | None = True,
+    cache_path: str | os.PathLike | None = None,
+    **kw: Any,
+) -> LLM:
+    """Build an LLM from a preset name, a `.gguf` path, `hf:<id-or-dir>`,
+    `openai:<base_url>#<model>`, `vllm:<model>` or `ollama:<model>`.
+
+    `cache=True` uses the shared SQLite cache (`cache_path`, else $KGRAG_LLM_CACHE, else
+    `cache_dir()/llm_cache.sqlite`); extra keywords go to the backend constructor.
+    Anything that cannot run here raises BackendUnavailableError saying what is missing.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"llm spec: expected a non-empty string, got {spec!r}; accepted:\n{describe_specs()}")
+    spec = spec.strip()
+    c = _make_cache(cache, cache_path)
+
+    if spec in PRESETS:
+        preset = PRESETS[spec]
+        options = {**preset.options, **kw}
+        if preset.backend == "llamacpp":
+            from .backends.llamacpp import LlamaCppLLM
+
+            path, sha = resolve_gguf(preset, options.pop("model_path", None))
+            return _construct(LlamaCppLLM, spec, path, sha256=sha, name=preset.name, cache=c, **options)
+        from .backends.hf import HFLLM
+
+        model = options.pop("model", preset.model)
+        options.setdefault("needs_gpu", preset.needs_gpu)
+        return _construct(HFLLM, spec, model, name=preset.name, cache=c, **options)
+
+    if spec.lower().endswith(".gguf") and not spec.startswith("hf:"):
+        from .assets import check_gguf, file_sha256
+        from .backends.llamacpp import LlamaCppLLM
+
+        path = check_gguf(spec)
+        return _construct(LlamaCppLLM, spec, path, sha256=file_sha256(path), cache=c, **kw)
+
+    prefix, _, rest = spec.partition(":")
+    if prefix == "hf" and rest:
+        from .backends.hf import HFLLM
+
+        return _construct(HFLLM, spec, rest, name=spec, cache=c, **kw)
+    if prefix == "openai" and rest:
+        base_url, sep, model = rest.rpartition("#")
+        if not sep or not base_url or not model:
+            raise ConfigError(f"llm spec {spec!r}: expected openai:<base_url>#<model>, e.g. "
+                              "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct")
+        from .backends.openai_compat import OpenAICompatLLM
+
+        return _construct(OpenAICompatLLM, spec, base_url, model, name=spec, cache=c, **kw)
+    if prefix in ("vllm", "ollama") and rest:
+        from .backends.openai_compat import OpenAICompatLLM
+
+        default = os.environ.get(VLLM_URL_ENV, DEFAULT_VLLM_URL) if prefix == "vllm" else DEFAULT_OLLAMA_URL
+        base_url = kw.pop("base_url", default)
+        kw.setdefault("flavor", prefix)
+        return _construct(OpenAICompatLLM, spec, base_url, rest, name=spec, cache=c, **kw)
+    raise ConfigError(f"unknown llm spec {spec!r}; accepted:\n{describe_specs()}")

@@ -1,0 +1,1 @@
+"""Backends: llama.cpp (GGUF), transformers (HF), OpenAI-compatible servers. Imported lazily."""

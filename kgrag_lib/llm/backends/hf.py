@@ -1,0 +1,239 @@
+"""Hugging Face transformers models: a local folder, a hub id (GPU runs of the papers' models)
+or a GGUF file that transformers dequantizes. torch/transformers are imported only here."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ...errors import BackendUnavailableError
+from ..assets import file_sha256
+from ..base import LLM, Completion, Messages, SamplingParams, flatten_messages
+
+# Files whose bytes decide what a local model folder generates. Weights are pinned through
+# their index when sharded (the index lists every tensor's file) and by content otherwise.
+_FINGERPRINT_FILES = (
+    "config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json",
+    "special_tokens_map.json", "chat_template.jinja", "chat_template.json",
+    "model.safetensors.index.json", "pytorch_model.bin.index.json",
+)
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def _truthy(v: str | None) -> bool:
+    return (v or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_offline() -> bool:
+    return _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(os.environ.get("TRANSFORMERS_OFFLINE"))
+
+
+def dir_fingerprint(folder: Path) -> str:
+    """sha256 over the config, tokenizer and weight-index files of a model folder (plus the
+    full content hash of unsharded weight files, remembered per path/size/mtime)."""
+    h = hashlib.sha256()
+    found = False
+    for name in _FINGERPRINT_FILES:
+        p = folder / name
+        if p.is_file():
+            found = True
+            h.update(name.encode() + b"\0" + p.read_bytes() + b"\0")
+    if not (folder / "model.safetensors.index.json").is_file() and not (
+        folder / "pytorch_model.bin.index.json"
+    ).is_file():
+        for p in sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin")):
+            h.update(p.name.encode() + b"\0" + file_sha256(p).encode() + b"\0")
+    if not found:
+        raise BackendUnavailableError(f"{folder} has no config.json: not a transformers model folder")
+    return h.hexdigest()
+
+
+def _import_torch_transformers():
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"the hf backend needs torch and transformers ({e}); `pip install -e .[gpu]`"
+        ) from None
+    return torch, transformers
+
+
+class HFLLM(LLM):
+    """A causal LM through transformers with its own chat template; batches on the GPU.
+
+    `model` is a local folder, a hub repo id (resolved to the exact commit; with
+    HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
+    presets refuse to load without CUDA unless `allow_cpu=True`.
+    """
+
+    backend = "hf"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        name: str | None = None,
+        cache=None,
+        revision: str | None = None,
+        device_map: str | dict | None = "auto",
+        dtype: str = "auto",
+        needs_gpu: bool = False,
+        allow_cpu: bool = False,
+        trust_remote_code: bool = False,
+        batch_size: int = 8,
+        chat: bool = True,
+        fold_system_prompt: bool = False,
+        local_files_only: bool | None = None,
+        default_params: SamplingParams | None = None,
+    ) -> None:
+        torch, transformers = _import_torch_transformers()
+        self._torch = torch
+        cuda = torch.cuda.is_available()
+        label = name or model
+        if needs_gpu and not cuda and not allow_cpu:
+            raise BackendUnavailableError(
+                f"{label} is a GPU model but no CUDA GPU is visible (torch.cuda.is_available() "
+                "is False). Run it on a GPU machine, serve it with vLLM and use "
+                "'vllm:<model>', use the CPU preset 'qwen2.5-coder-0.5b-q4', or pass "
+                "allow_cpu=True to force a (very slow) CPU load."
+            )
+        folder, gguf_file, identity = self._resolve(model, revision, local_files_only)
+        super().__init__(label, identity, cache=cache, default_params=default_params,
+                         fold_system_prompt=fold_system_prompt)
+        self.batch_size = max(1, int(batch_size))
+        load_kw: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+        if gguf_file:
+            load_kw["gguf_file"] = gguf_file
+        try:
+            tok = transformers.AutoTokenizer.from_pretrained(str(folder), **load_kw)
+            model_kw = dict(load_kw)
+            model_kw[_dtype_kwarg(transformers)] = dtype
+            if cuda and device_map is not None:
+                try:
+                    import accelerate  # noqa: F401  (device_map needs it)
+                    model_kw["device_map"] = device_map
+                except ImportError:
+                    pass
+            lm = transformers.AutoModelForCausalLM.from_pretrained(str(folder), **model_kw)
+        except (OSError, ValueError, ImportError) as e:
+            raise BackendUnavailableError(f"transformers could not load {model}: {e}") from e
+        if cuda and "device_map" not in model_kw:
+            lm = lm.to("cuda")
+        lm.eval()
+        tok.padding_side = "left"
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        self.tokenizer, self.model = tok, lm
+        self.chat = chat and getattr(tok, "chat_template", None) is not None
+        gc = lm.generation_config
+        eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
+        self._eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        self.n_ctx = getattr(lm.config, "max_position_embeddings", None)
+
+    # ---- model resolution -------------------------------------------------------------
+    @staticmethod
+    def _resolve(model: str, revision: str | None, local_only: bool | None) -> tuple[Path, str | None, str]:
+        p = Path(model).expanduser()
+        if p.is_file() and p.suffix == ".gguf":
+            return p.parent, p.name, f"hf-gguf-sha256:{file_sha256(p)}"
+        if p.is_dir():
+            return p.resolve(), None, f"hf-dir:{dir_fingerprint(p)}"
+        if model.startswith((".", "/", "~")):
+            raise BackendUnavailableError(f"model folder {model!r} does not exist")
+        offline = hub_offline() if local_only is None else local_only
+        try:
+            from huggingface_hub import snapshot_download
+        except ImportError:
+            raise BackendUnavailableError("huggingface_hub is not installed: `pip install huggingface_hub`") from None
+        try:
+            folder = Path(snapshot_download(repo_id=model, revision=revision,
+                                            local_files_only=offline, allow_patterns=_HUB_PATTERNS))
+        except Exception as e:  # hub errors come in many classes; all mean "not available"
+            where = ("it is not in the local Hugging Face cache and HF_HUB_OFFLINE=1"
+                     if offline else "downloading it from the hub failed")
+            raise BackendUnavailableError(
+                f"model {model!r} is unavailable: {where} ({type(e).__name__}: {str(e)[:300]}). "
+                f"Download it where the hub is reachable (`huggingface-cli download {model}`) "
+                f"and copy the HF cache, or pass 'hf:/path/to/folder'."
+            ) from None
+        # snapshot folders are named by the resolved commit hash
+        return folder, None, f"hf:{model}@{folder.name}"
+
+    # ---- generation -------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _render(self, messages: Messages) -> str:
+        if self.chat:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return flatten_messages(messages)
+
+    def _generation_config(self, params: SamplingParams):
+        from transformers import GenerationConfig
+
+        kw: dict[str, Any] = dict(
+            max_new_tokens=params.max_tokens,
+            do_sample=not params.greedy,
+            repetition_penalty=params.repeat_penalty,
+            eos_token_id=sorted(self._eos_ids) or None,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        if not params.greedy:
+            kw.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+            if params.min_p > 0:
+                kw["min_p"] = params.min_p
+        if params.stop:
+            kw["stop_strings"] = list(params.stop)
+        # A fresh config, so the model's shipped sampling defaults (Qwen ships
+        # temperature 0.7, repetition_penalty 1.05) never leak into our requests.
+        return GenerationConfig(**kw)
+
+    def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
+        return self._complete_batch([messages], params)[0]
+
+    def _complete_batch(self, batch: list[Messages], params: SamplingParams) -> list[Completion]:
+        torch = self._torch
+        out: list[Completion] = []
+        gen_config = self._generation_config(params)
+        for lo in range(0, len(batch), self.batch_size):
+            chunk = batch[lo: lo + self.batch_size]
+            texts = [self._render(m) for m in chunk]
+            enc = self.tokenizer(texts, return_tensors="pt", padding=True,
+                                 add_special_tokens=not self.chat).to(self.model.device)
+            torch.manual_seed(params.seed)
+            start = time.perf_counter()
+            with torch.inference_mode():
+                seqs = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer)
+            secs = (time.perf_counter() - start) / len(chunk)
+            new = seqs[:, enc["input_ids"].shape[1]:].tolist()
+            prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+            # Finished rows are padded (pad is often eos): cut each at its first end token.
+            ends = self._eos_ids | {self.tokenizer.pad_token_id}
+            for ids, plen in zip(new, prompt_lens):
+                n = next((k for k, t in enumerate(ids) if t in ends), len(ids))
+                stopped = n < len(ids) or n < params.max_tokens
+                ids = ids[:n]
+                out.append(Completion(
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    prompt_tokens=int(plen), completion_tokens=len(ids), seconds=secs,
+                    finish_reason="stop" if stopped else "length",
+                ))
+        return out
+
+    def close(self) -> None:
+        self.model = None
+        if self._torch.cuda.is_available():
+            self._torch.cuda.empty_cache()
+
+
+def _dtype_kwarg(transformers) -> str:
+    """transformers >= 4.56 calls it `dtype`; older releases `torch_dtype`."""
+    try:
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    except ValueError:
+        return "dtype"
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"

@@ -1,0 +1,142 @@
+"""GGUF models in-process through llama-cpp-python (the CPU default; GPU offload if built so)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ...errors import BackendUnavailableError
+from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, flatten_messages
+
+
+def physical_cores() -> int:
+    """Physical core count: llama.cpp runs slower when given hyper-threads."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except ImportError:  # pragma: no cover
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+def _import_llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise BackendUnavailableError(
+            f"llama-cpp-python is not importable ({e}); install it with "
+            "`pip install llama-cpp-python==0.3.36` (builds from source, ~5 min)"
+        ) from None
+    return llama_cpp
+
+
+class LlamaCppLLM(LLM):
+    """A GGUF file run by llama.cpp, prompted through the chat template stored in the file.
+
+    `chat=False` sends the turns as one plain prompt (for base models such as Gemma 3 270M).
+    By default every call evaluates its prompt from scratch (`reuse_prefix=False`): reusing
+    the KV cache of the previous prompt is faster but can change the low bits of the logits,
+    so the same request could decode differently depending on what ran before it.
+    """
+
+    backend = "llamacpp"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        *,
+        sha256: str,
+        name: str | None = None,
+        cache=None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        n_gpu_layers: int = 0,
+        chat: bool = True,
+        chat_format: str | None = None,
+        fold_system_prompt: bool = False,
+        reuse_prefix: bool = False,
+        default_params: SamplingParams | None = None,
+        verbose: bool = False,
+    ) -> None:
+        llama_cpp = _import_llama_cpp()
+        self.model_path = Path(model_path)
+        self.sha256 = sha256
+        self.chat = chat
+        self.reuse_prefix = reuse_prefix
+        identity = f"gguf-sha256:{sha256}"
+        if not chat:
+            identity += ";raw-prompt"
+        if chat_format:
+            identity += f";chat_format={chat_format}"
+        super().__init__(
+            name or self.model_path.name, identity, cache=cache, default_params=default_params,
+            fold_system_prompt=fold_system_prompt, n_ctx=n_ctx,
+        )
+        if n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
+            n_gpu_layers = 0  # CPU build: offload request is a no-op, not an error
+        threads = n_threads or physical_cores()
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(self.model_path), n_ctx=n_ctx, n_threads=threads,
+                n_threads_batch=threads, n_batch=n_batch, n_gpu_layers=n_gpu_layers,
+                chat_format=chat_format, verbose=verbose,
+            )
+        except (ValueError, RuntimeError) as e:
+            raise BackendUnavailableError(f"llama.cpp could not load {self.model_path}: {e}") from e
+        self.n_threads = threads
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The GGUF header's key/value metadata (architecture, quantization, template...)."""
+        return dict(self._llm.metadata)
+
+    def _kwargs(self, params: SamplingParams) -> dict[str, Any]:
+        return dict(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            min_p=params.min_p,
+            repeat_penalty=params.repeat_penalty,
+            stop=list(params.stop) or None,
+            seed=params.seed,
+        )
+
+    def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
+        if not self.reuse_prefix:
+            self._llm.reset()
+        start = time.perf_counter()
+        try:
+            if self.chat:
+                out = self._llm.create_chat_completion(messages=messages, **self._kwargs(params))
+                text = out["choices"][0]["message"].get("content") or ""
+            else:
+                out = self._llm.create_completion(prompt=flatten_messages(messages), **self._kwargs(params))
+                text = out["choices"][0].get("text") or ""
+        except ValueError as e:
+            if "exceed context window" in str(e):
+                raise PromptTooLongError(
+                    f"{self.name}: {e}; shorten the prompt or load with a larger n_ctx"
+                ) from e
+            raise
+        usage = out.get("usage") or {}
+        return Completion(
+            text=text,
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            seconds=time.perf_counter() - start,
+            finish_reason=out["choices"][0].get("finish_reason") or "",
+        )
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is not None:
+            llm.close()
+            self._llm = None

@@ -1,0 +1,17 @@
+"""The four MetaQA systems of the KG-RAG paper (Linders & Tomczak): `llm`, `llm-qd`,
+`llm-kg` (KAPING) and `kg-rag`. Importing this package registers them."""
+
+from . import decompose, kaping, kg_rag, zero_shot  # noqa: F401  (register_method runs on import)
+from .candidates import RetrievalConfig, TripleSelector, candidate_triples, top_k_among
+from .decompose import DecomposeConfig, DecomposedQA
+from .kaping import KapingConfig, KapingQA
+from .kb import MetaQAKB, load_kb, metaqa_kb, verbalize
+from .kg_rag import KGRAGConfig, build_kg_rag
+from .stages import Decomposition, parse_decomposition
+from .zero_shot import ZeroShotConfig, ZeroShotLLM
+
+__all__ = [
+    "DecomposeConfig", "DecomposedQA", "Decomposition", "KGRAGConfig", "KapingConfig", "KapingQA",
+    "MetaQAKB", "RetrievalConfig", "TripleSelector", "ZeroShotConfig", "ZeroShotLLM", "build_kg_rag",
+    "candidate_triples", "load_kb", "metaqa_kb", "parse_decomposition", "top_k_among", "verbalize",
+]

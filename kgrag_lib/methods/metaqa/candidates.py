@@ -1,0 +1,121 @@
+"""Candidate triple retrieval (BFS up to N hops) and top-K selection (KG-RAG §3.4.2–3.4.3).
+
+Candidates come from `KGStore.neighborhood` (vectorized CSR BFS). Selection scores the
+candidates against the (sub-)question embedding with one matrix-vector product over the
+rows of the whole-KB triple embedding matrix, which is computed once and memory-mapped:
+nothing is embedded per question except the question itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...config import opt
+from ...errors import ConfigError
+
+DIRECTIONS = ("out", "in", "both")
+
+# Above this share of the KB, one contiguous product over the whole matrix plus a gather of
+# scalars reads memory faster than gathering the candidate rows first.
+FULL_SCAN_FRACTION = 0.25
+
+
+@dataclass
+class RetrievalConfig:
+    """Candidate retrieval and triple selection (paper: N = 3, K = 30, bidirectional)."""
+
+    hops: int = opt(3, "N: triples up to this many hops from the question entity are candidates (paper: 3)")
+    top_k: int = opt(30, "K: triples selected per (sub-)question by embedding dot product (paper: 30)")
+    direction: str = opt("both", "BFS direction over the directed KB: out (unidirectional), in, or both (paper: both)")
+    kb: str | None = opt(None, "MetaQA KB file in kb.txt format (default: <data root>/metaqa/kb.txt)")
+
+    def validate(self, where: str = "") -> None:
+        if self.direction not in DIRECTIONS:
+            raise ConfigError(f"parameter 'direction'{where}: expected one of {DIRECTIONS}, got {self.direction!r}")
+        if self.hops < 1:
+            raise ConfigError(f"parameter 'hops'{where}: expected an int >= 1, got {self.hops}")
+        if self.top_k < 1:
+            raise ConfigError(f"parameter 'top_k'{where}: expected an int >= 1, got {self.top_k}")
+
+
+def candidate_triples(store: Any, entity_ids: Sequence[int], hops: int, direction: str) -> np.ndarray:
+    """Sorted unique ids of every triple within `hops` hops of the entities.
+
+    'out' follows edges subject -> object only (from a movie: its director, actors, ...);
+    'both' also walks from an object back to every subject that points at it.
+    """
+    if direction not in DIRECTIONS:
+        raise ConfigError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
+    ids = [int(e) for e in entity_ids]
+    if not ids or hops < 1:
+        return np.empty(0, dtype=np.int64)
+    return np.asarray(store.neighborhood(ids, hops, direction=direction), dtype=np.int64)
+
+
+def top_k_among(matrix: np.ndarray, candidate_ids: np.ndarray, query: np.ndarray, k: int,
+                full_scan_fraction: float = FULL_SCAN_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, scores) of the `k` candidates with the largest dot product, best first.
+
+    Ties are broken by the smaller triple id, so the selection is deterministic.
+    """
+    cand = np.asarray(candidate_ids, dtype=np.int64)
+    n = cand.size
+    if n == 0 or k < 1:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+    q = np.asarray(query, dtype=np.float32).reshape(-1)
+    if n > full_scan_fraction * matrix.shape[0]:
+        scores = (matrix @ q)[cand]
+    else:
+        scores = matrix[cand] @ q
+    kk = min(int(k), n)
+    if kk < n:
+        thresh = np.partition(scores, n - kk)[n - kk]
+        pos = np.flatnonzero(scores >= thresh)  # everything tied with the k-th best
+    else:
+        pos = np.arange(n)
+    order = np.lexsort((cand[pos], -scores[pos]))[:kk]
+    sel = pos[order]
+    return cand[sel], scores[sel].astype(np.float32)
+
+
+@dataclass
+class Selection:
+    """The triples selected for one (sub-)question."""
+
+    ids: list[int]
+    scores: list[float]
+    texts: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"triple_ids": self.ids, "scores": [round(s, 4) for s in self.scores], "triples": self.texts}
+
+
+class TripleSelector:
+    """Candidates of a question and per-(sub-)question top-K, over one MetaQA KB."""
+
+    def __init__(self, kb: Any, embedder: Any, cfg: RetrievalConfig):
+        cfg.validate()
+        self.kb = kb
+        self.embedder = embedder
+        self.cfg = cfg
+
+    def resolve(self, names: Sequence[str]) -> tuple[list[int], list[str]]:
+        """Entity ids of the topic entities found in the KB, and the names not found."""
+        ids, missing = [], []
+        for name in names:
+            i = self.kb.store.find_entity(name)
+            (missing.append(name) if i is None else ids.append(int(i)))
+        return ids, missing
+
+    def candidates(self, entity_ids: Sequence[int]) -> np.ndarray:
+        return candidate_triples(self.kb.store, entity_ids, self.cfg.hops, self.cfg.direction)
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.embedder.encode([text]), dtype=np.float32)[0]
+
+    def select(self, text: str, candidate_ids: np.ndarray) -> Selection:
+        ids, scores = top_k_among(self.kb.embeddings, candidate_ids, self.encode(text), self.cfg.top_k)
+        return Selection(ids.tolist(), scores.tolist(), self.kb.texts(ids))

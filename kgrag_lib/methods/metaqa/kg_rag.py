@@ -1,0 +1,38 @@
+"""`kg-rag`: the KG-RAG paper's full system (§3.3–3.4).
+
+Question decomposition with in-context examples -> candidate triples up to N hops from the
+question entity (once per question) -> for each sub-question: reformulation from the earlier
+sub-answers, top-K triple selection over the pre-computed KB embeddings, sub-answer ->
+answer synthesis that carries the reasoning chain. The loop is `DecomposedQA`; this module
+gives it a triple selector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...config import make_config, to_dict
+from ..base import RunContext, register_method
+from .candidates import RetrievalConfig, TripleSelector
+from .decompose import DecomposedQA
+from .kb import metaqa_kb
+from .stages import METAQA_DATASETS, DecompositionConfig, SamplingConfig
+
+
+@dataclass
+class KGRAGConfig(SamplingConfig, DecompositionConfig, RetrievalConfig):
+    """Decomposition, retrieval (N, K, direction) and every stage's inference parameters."""
+
+
+def build_kg_rag(llm, selector: TripleSelector, cfg: KGRAGConfig, seed: int = 0) -> DecomposedQA:
+    return DecomposedQA("kg-rag", llm, cfg, seed, selector=selector)
+
+
+@register_method("kg-rag", family="metaqa", datasets=METAQA_DATASETS,
+                 summary="KG-RAG: decomposition + per-sub-question top-K triples + reformulation + synthesis")
+def make_kg_rag(ctx: RunContext, cfg: dict) -> DecomposedQA:
+    c = make_config(KGRAGConfig, cfg, where="methods.kg-rag")
+    c.validate(" in methods.kg-rag")
+    m = build_kg_rag(ctx.llm, TripleSelector(metaqa_kb(ctx, c.kb), ctx.embedder, c), c, ctx.seed)
+    m.config = to_dict(c)
+    return m

@@ -1,0 +1,49 @@
+"""`llm`: the zero-shot baseline of the KG-RAG paper (§4.2.2, baseline 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...config import make_config, to_dict
+from ...records import Prediction, Question
+from ..base import RunContext, register_method
+from . import stages
+from .stages import METAQA_DATASETS, SamplingConfig
+
+
+@dataclass
+class ZeroShotConfig(SamplingConfig):
+    """The answer call's inference parameters (the paper's sub-answer settings)."""
+
+
+class ZeroShotLLM:
+    """Asks the model the question directly, with no decomposition and no KG."""
+
+    name = "llm"
+
+    def __init__(self, llm: Any, cfg: ZeroShotConfig, seed: int = 0):
+        self.llm, self.cfg = llm, cfg
+        self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
+
+    def answer(self, question: Question) -> Prediction:
+        from ...llm.base import PromptTooLongError
+
+        trace = stages.new_trace(self.name, question)
+        step: dict[str, Any] = {"index": 1, "subquestion": question.question, "asked": question.question}
+        trace["steps"].append(step)
+        try:
+            step["answer_raw"], step["answer"] = stages.answer(self.llm, question.question, self.params)
+        except PromptTooLongError as exc:
+            return stages.make_prediction(question, self.name, "", trace, error=f"{type(exc).__name__}: {exc}")
+        trace["final_answer"] = trace["final_output"] = step["answer"]
+        return stages.make_prediction(question, self.name, step["answer"], trace)
+
+
+@register_method("llm", family="metaqa", datasets=METAQA_DATASETS,
+                 summary="zero-shot LLM answer, no decomposition, no KG (KG-RAG baseline 'LLM')")
+def make_zero_shot(ctx: RunContext, cfg: dict) -> ZeroShotLLM:
+    c = make_config(ZeroShotConfig, cfg, where="methods.llm")
+    m = ZeroShotLLM(ctx.llm, c, ctx.seed)
+    m.config = to_dict(c)
+    return m

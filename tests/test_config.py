@@ -1,0 +1,45 @@
+"""Profiles and typed configs: layering, unknown keys, type checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgrag_lib.config import RunConfig, available_profiles, field_help, load_profile, make_config, profile_section
+from kgrag_lib.errors import ConfigError
+
+
+def test_shipped_profiles_load():
+    assert {"cpu-smoke", "gpu-paper"} <= set(available_profiles())
+    for name in ("cpu-smoke", "gpu-paper"):
+        prof = load_profile(name)
+        assert prof["name"] == name
+        assert profile_section(prof, "models")["metaqa"]
+        make_config(RunConfig, profile_section(prof, "run"), where=name)
+
+
+def test_layers_override_in_order_and_none_is_skipped():
+    cfg = make_config(RunConfig, {"n": 5, "seed": 1}, {"n": 7, "seed": None})
+    assert (cfg.n, cfg.seed) == (7, 1)
+
+
+def test_unknown_key_names_it_and_lists_fields():
+    with pytest.raises(ConfigError, match=r"unknown parameter 'nn'.*accepted: .*seed"):
+        make_config(RunConfig, {"nn": 3})
+
+
+def test_wrong_type_is_reported():
+    with pytest.raises(ConfigError, match=r"'seed'.*must be int"):
+        make_config(RunConfig, {"seed": "zero"})
+
+
+def test_every_field_has_help():
+    assert all(field_help(RunConfig).values())
+
+
+def test_missing_profile_lists_choices(tmp_path):
+    with pytest.raises(ConfigError, match="cpu-smoke"):
+        load_profile("no-such-profile")
+    bad = tmp_path / "p.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_profile(bad)

@@ -1,0 +1,33 @@
+"""Contracts of the repository itself: README commands, CI, clean notebooks."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from kgrag_lib.paths import REPO_ROOT
+from kgrag_lib.notebooks import study_notebooks
+
+
+def test_ci_runs_readme_test_command_exactly():
+    readme = (REPO_ROOT / "README.md").read_text()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    setup = [b for b in blocks if b.startswith("python3 -m venv .venv")]
+    assert len(setup) == 2, "README must hold exactly two set-up commands"
+    main_job, tests = setup
+    assert "kgrag study --profile cpu-smoke" in main_job
+    assert tests in ci.splitlines()
+
+
+@pytest.mark.parametrize("nb", study_notebooks(), ids=lambda p: p.name)
+def test_notebooks_are_clean_sources(nb):
+    data = json.loads(nb.read_text())
+    code = [c for c in data["cells"] if c["cell_type"] == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "strip outputs"
+    tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged `parameters`"
+    src = "".join(tagged[0]["source"])
+    assert "profile" in src and "out_dir" in src

