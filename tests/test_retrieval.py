@@ -14,7 +14,7 @@ import pytest
 from kgrag_lib.errors import BackendUnavailableError, ConfigError
 from kgrag_lib.eval.metrics import recall_at_k
 from kgrag_lib.paths import data_root
-from kgrag_lib.retrieval import DenseIndex, embed_cached, load_embedder, top_k_dot
+from kgrag_lib.retrieval import DenseIndex, embed_cached, gpu_available, load_embedder, top_k_dot
 from kgrag_lib.retrieval import embedder as embedder_mod
 from kgrag_lib.retrieval.emb_cache import cache_path
 
@@ -235,7 +235,23 @@ def test_save_load_round_trip(tmp_path, kind):
     np.testing.assert_allclose(s1, s2)
 
 
+@pytest.mark.skipif(not gpu_available(), reason="faiss has no GPU support here (faiss-cpu or no GPU)")
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_gpu_index_matches_cpu(tmp_path, kind):
+    x = _clustered(3000, 32, 6)
+    q = _clustered(20, 32, 7)
+    cpu = DenseIndex.build(x, kind=kind, use_gpu=False)
+    gpu = DenseIndex.build(x, kind=kind, use_gpu=True)
+    assert gpu.on_gpu and not cpu.on_gpu
+    assert _recall(gpu.search(q, 10)[1], cpu.search(q, 10)[1]) >= 0.99
+    gpu.save(tmp_path / "g.faiss")
+    np.testing.assert_array_equal(DenseIndex.load(tmp_path / "g.faiss", use_gpu=False).search(q, 5)[1], cpu.search(q, 5)[1])
+
+
 def test_index_input_errors():
+    if not gpu_available():
+        with pytest.raises(BackendUnavailableError, match="faiss-gpu"):
+            DenseIndex.build(np.eye(4), use_gpu=True)
     with pytest.raises(ConfigError, match="kind"):
         DenseIndex.build(np.ones((3, 4)), kind="lsh")
     with pytest.raises(ConfigError, match="metric"):
@@ -285,8 +301,13 @@ def test_top_k_dot_breaks_ties_by_id():
 @needs_minilm
 @pytest.mark.skipif(not (DATA / "hotpotqa" / "AMOR_test500_distractor.jsonl").is_file(), reason="HotpotQA data not present")
 def test_hotpotqa_supporting_paragraph_recall(minilm):
-    """MiniLM ranks each question's 10 distractor-setting paragraphs; gold ones come first."""
-    rows = [json.loads(l) for l in open(DATA / "hotpotqa" / "AMOR_test500_distractor.jsonl", encoding="utf-8")][:25]
+    """MiniLM ranks each question's 10 context paragraphs; gold ones come first.
+
+    Only 151 of the file's 500 records hold both gold paragraphs in their context (the
+    others lack one or both), so the check uses the first 25 complete ones.
+    """
+    rows = [json.loads(l) for l in open(DATA / "hotpotqa" / "AMOR_test500_distractor.jsonl", encoding="utf-8")]
+    rows = [r for r in rows if {t for t, _ in r["supporting_facts"]} <= {t for t, _ in r["context"]}][:25]
     texts, owner, titles = [], [], []
     for qi, r in enumerate(rows):
         for title, sents in r["context"]:
@@ -305,9 +326,10 @@ def test_hotpotqa_supporting_paragraph_recall(minilm):
         rec2.append(recall_at_k(ranked, gold, 2))
         rec5.append(recall_at_k(ranked, gold, 5))
         rand5.append(min(5, len(cand)) / len(cand))
-    # 2 gold paragraphs of 10: chance gives Recall@5 = 0.5; dense retrieval is far above it.
-    assert np.mean(rec5) > np.mean(rand5) + 0.2
+    # 2 gold paragraphs of 10: chance gives Recall@2 = 0.2 and Recall@5 = 0.5 (measured with
+    # MiniLM on these 25: 0.70 and 0.84).
     assert np.mean(rec2) > 0.5
+    assert np.mean(rec5) > np.mean(rand5) + 0.2
 
 
 @needs_minilm

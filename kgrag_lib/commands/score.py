@@ -20,12 +20,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="score a predictions .jsonl file (EM, F1, Acc, Hit@1)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="JSONL file: one {\"prediction\": str, \"answers\": [str, ...]} per line")
-    p.add_argument("--ci", action="store_true", help="add bootstrap 95%% intervals as \"<metric>_ci\": [lo, hi]")
+    p.add_argument("--ci", action="store_true", help="add bootstrap 95%% intervals as \"<metric>_ci95\": [lo, hi]")
     p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
                    help="comma-separated metrics (em, f1, acc, hit1, mentions_gold, yes_no, recall@K); "
                         "default %(default)s")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for --ci (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    p.add_argument("--no-yes-no", action="store_true",
+                   help="score yes/no golds as plain strings (default: \"Yes, because...\" matches gold \"yes\")")
     p.set_defaults(func=handle)
 
 
@@ -49,9 +51,9 @@ def read_predictions(path: str | Path) -> list[dict[str, Any]]:
                 raise DataFormatError(path, lineno, EXPECTED, line.strip())
             pred, answers = rec.get("prediction"), rec.get("answers")
             if "prediction" not in rec or not (pred is None or isinstance(pred, str)):
-                raise DataFormatError(path, lineno, EXPECTED, f"'prediction' missing or not a string: {line.strip()}")
+                raise DataFormatError(path, lineno, EXPECTED, f'field "prediction" missing or not a string in {line.strip()}')
             if not isinstance(answers, list) or not all(isinstance(a, (str, int, float)) for a in answers):
-                raise DataFormatError(path, lineno, EXPECTED, f"'answers' missing or not a list of strings: {line.strip()}")
+                raise DataFormatError(path, lineno, EXPECTED, f'field "answers" missing or not a list of strings in {line.strip()}')
             rec["prediction"] = pred or ""
             rec["answers"] = [a if isinstance(a, str) else json.dumps(a) for a in answers]
             records.append(rec)
@@ -76,6 +78,7 @@ def handle(args: argparse.Namespace) -> int:
     for m in metrics:
         get_metric(m)  # unknown names fail before the file is read
     records = read_predictions(args.file)
-    scores = score_records(records, metrics, ci=args.ci, n_boot=args.n_boot, seed=args.seed)
+    scores = score_records(records, metrics, ci=args.ci, n_boot=args.n_boot, seed=args.seed,
+                           yes_no=not args.no_yes_no)
     print(json.dumps({k: _rounded(v) for k, v in scores.items()}))
     return 0

@@ -74,7 +74,8 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "musique": DatasetSpec(
         "musique", "musique", load_musique,
-        {"dev200": "musique/MIGRES_200_musique_ans.jsonl", "dev2417": "musique/lag_musique_ans_dev_2417_noparagraphs.json"},
+        {"dev200": "musique/MIGRES_200_musique_ans.jsonl",
+         "dev2417": "musique/lag_musique_ans_dev_2417_noparagraphs.json"},
         "dev200", "pooled",
         note="corpus = pooled, de-duplicated paragraphs of the 200 questions with paragraphs.",
     ),
@@ -86,7 +87,8 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "strategyqa": DatasetSpec(
         "strategyqa", "strategyqa", load_strategyqa,
-        {"train": "strategyqa/strategyqa_train.json", "evidence229": "strategyqa/MIGRES_229_strategyqa_with_evidence.jsonl"},
+        {"train": "strategyqa/strategyqa_train.json",
+         "evidence229": "strategyqa/MIGRES_229_strategyqa_with_evidence.jsonl"},
         "train", "facts",
         note="corpus = the annotated facts (pid 'fact:...'): a gold-derived stand-in for the missing "
              "evidence paragraphs, easier than real retrieval; say so in every table built on it.",
@@ -94,11 +96,12 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 WIKIPEDIA_PATH = "wikipedia/psgs_w100.tsv"
+# Keyed by `preprocess_wikidata5m`'s parameters: `preprocess_wikidata5m(**wikidata5m_paths())`.
 WIKIDATA5M_FILES = {
-    "triples": ["wikidata5m/wikidata5m_all_triplet.txt"],  # 21,354,359 rows = Table 5's "Wikidata5M"
-    "entity_aliases": "wikidata5m/wikidata5m_entity.txt",
-    "relation_aliases": "wikidata5m/wikidata5m_relation.txt",
-    "descriptions": "wikidata5m/wikidata5m_text.txt",
+    "triple_paths": ["wikidata5m/wikidata5m_all_triplet.txt"],  # 21,354,359 rows = Table 5's "Wikidata5M"
+    "entity_alias_path": "wikidata5m/wikidata5m_entity.txt",
+    "relation_alias_path": "wikidata5m/wikidata5m_relation.txt",
+    "text_path": "wikidata5m/wikidata5m_text.txt",
 }
 
 
@@ -123,7 +126,8 @@ def _checked(path: Path, root: Path, manifest_key: str, what: str, must_exist: b
     return path
 
 
-def default_path(name: str, split: str | None = None, root: str | Path | None = None, *, must_exist: bool = False) -> Path:
+def default_path(name: str, split: str | None = None, root: str | Path | None = None, *,
+                 must_exist: bool = False) -> Path:
     """The file of a dataset split under the data root (MissingDataError if `must_exist` and absent)."""
     spec = get_spec(name)
     split = split or spec.default_split
@@ -146,7 +150,7 @@ def wikipedia_path(root: str | Path | None = None, *, must_exist: bool = True) -
 
 
 def wikidata5m_paths(root: str | Path | None = None, *, must_exist: bool = True) -> dict[str, Path | list[Path]]:
-    """Full Wikidata5M files under the data root, keyed like `preprocess_wikidata5m`'s arguments."""
+    """Full Wikidata5M files under the data root, keyed by `preprocess_wikidata5m`'s parameter names."""
     base = data_root(root)
     out: dict[str, Path | list[Path]] = {}
     for key, rel in WIKIDATA5M_FILES.items():
@@ -171,6 +175,8 @@ def load_questions(
     above the file size returns every question in a seeded random order.
     """
     spec = get_spec(name)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0):
+        raise ConfigError(f"n={n!r}: expected a positive integer sample size (or None for all questions)")
     if path is None:
         split = split or spec.default_split
         file = default_path(name, split, root, must_exist=True)
@@ -187,8 +193,6 @@ def load_questions(
     questions = spec.loader(file, dataset=name, **kwargs)
     if n is None:
         return questions
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
-        raise ConfigError(f"n={n!r}: expected a positive integer sample size (or None for all questions)")
     idx = np.random.default_rng(seed).choice(len(questions), size=min(int(n), len(questions)), replace=False)
     return [questions[i] for i in idx.tolist()]
 
@@ -202,7 +206,8 @@ def load_corpus(
     - hotpotqa, musique: the pooled, de-duplicated context paragraphs of every question in the file.
     - strategyqa: the pooled annotated facts, pid `fact:<digest>` — a gold-derived stand-in.
     - bamboogle, metaqa-*: none (empty list); Bamboogle has no corpus, MetaQA is KG-only.
-    `split`/`path` choose the question file for pooled corpora (default split otherwise).
+    `path` is the corpus file for 2wiki and the question file to pool from otherwise (`split`
+    picks a registry question file instead; default split when neither is given).
     """
     spec = get_spec(name)
     if spec.corpus == "none":

@@ -17,7 +17,8 @@ FORM = ('{"_id", "question", "answer", "supporting_facts"?: [[title, sent_id], .
         '"evidences"?: [[subject, relation, object], ...], "context"?: [[title, [sentence, ...]], ...], '
         '"answer_aliases"?: [...], "qa_pairs"?: [{question, answer}, ...]}')
 CORPUS_FORM = '{"title", "text"}'
-_MAPPED = {"_id", "question", "answer", "answer_aliases", "aliases", "context", "supporting_facts", "evidences", "qa_pairs"}
+_MAPPED = {"_id", "question", "answer", "answer_aliases", "aliases", "context", "supporting_facts", "evidences",
+           "qa_pairs"}
 
 
 def load_2wiki(path: str | Path, dataset: str = "2wiki") -> list[Question]:

@@ -3,12 +3,12 @@
 from kgrag_lib.eval.bootstrap import bootstrap_ci
 from kgrag_lib.eval.metrics import (
     METRICS,
-    Metric,
     accuracy,
     exact_match,
     f1,
     get_metric,
     hit1,
+    is_yes_no_question,
     mentions_gold,
     normalize_answer,
     normalize_yes_no,
@@ -21,13 +21,13 @@ from kgrag_lib.eval.metrics import (
 
 __all__ = [
     "METRICS",
-    "Metric",
     "accuracy",
     "bootstrap_ci",
     "exact_match",
     "f1",
     "get_metric",
     "hit1",
+    "is_yes_no_question",
     "mentions_gold",
     "normalize_answer",
     "normalize_yes_no",

@@ -1,9 +1,9 @@
 """Answer and retrieval metrics as the four papers define them, in one registry.
 
-Every per-item metric maps a record to a value in [0, 1], or None when it does not apply
-(no gold answers, no gold passages, a gold that is not yes/no); `score_records` averages
-the values that apply and reports percentages. Max-over-golds everywhere: one seed's F1
-kept only the last gold answer's score, which we deliberately do not reproduce.
+Every per-item metric gives a value in [0, 1], or None when it does not apply (no gold
+answers, no gold passages, a gold that is not yes/no); `score_records` averages the values
+that apply and reports percentages. Max-over-golds everywhere: one seed's F1 kept only the
+last gold answer's score, which we deliberately do not reproduce.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -155,13 +154,38 @@ def yes_no_accuracy(pred: str, golds: Sequence[str]) -> float | None:
 
 # ---------------------------------------------------------------------------- registry
 
+AnswerMetric = Callable[[str, Sequence[str]], "float | None"]
+RecordMetric = Callable[[Any], "float | None"]
+
+# name -> fn(prediction, golds); recall@K is resolved by `get_metric` for any K.
+METRICS: dict[str, AnswerMetric] = {
+    "em": exact_match,
+    "f1": f1,
+    "acc": accuracy,
+    "hit1": hit1,
+    "mentions_gold": mentions_gold,
+    "mentions": mentions_gold,
+    "yes_no": yes_no_accuracy,
+}
+
+
+def register_metric(name: str) -> Callable[[AnswerMetric], AnswerMetric]:
+    """Register `fn(prediction, golds) -> float | None` under `name`."""
+
+    def deco(fn: AnswerMetric) -> AnswerMetric:
+        METRICS[name] = fn
+        return fn
+
+    return deco
+
+
 def _get(record: Any, key: str, default: Any = None) -> Any:
     if isinstance(record, Mapping):
         return record.get(key, default)
     return getattr(record, key, default)
 
 
-def _trace_get(record: Any, *keys: str) -> Any:
+def _from_record_or_trace(record: Any, *keys: str) -> Any:
     for key in keys:
         v = _get(record, key)
         if v is not None:
@@ -172,67 +196,63 @@ def _trace_get(record: Any, *keys: str) -> Any:
     return None
 
 
-@dataclass(frozen=True)
-class Metric:
-    """A per-item metric: record (dict or Prediction) -> value in [0, 1] or None."""
-
-    name: str
-    fn: Callable[[Any], float | None]
-    help: str = ""
+_YES_NO_GOLDS = {"yes", "no", "true", "false"}
 
 
-METRICS: dict[str, Metric] = {}
-
-
-def register_metric(name: str, help: str = "") -> Callable:
-    """Register `fn(record) -> float | None` under `name`."""
-
-    def deco(fn: Callable[[Any], float | None]) -> Callable[[Any], float | None]:
-        METRICS[name] = Metric(name, fn, help or (fn.__doc__ or "").strip().split("\n")[0])
-        return fn
-
-    return deco
-
-
-def _answer_metric(name: str, fn: Callable[[str, Sequence[str]], float | None]) -> None:
-    register_metric(name, (fn.__doc__ or "").strip().split("\n")[0])(
-        lambda rec: fn(_get(rec, "prediction") or "", _get(rec, "answers") or [])
+def is_yes_no_question(golds: Sequence[Any]) -> bool:
+    """Golds that are all literally yes/no/true/false (StrategyQA; HotpotQA comparisons)."""
+    if isinstance(golds, (str, bool, np.bool_)):
+        golds = [golds]
+    return bool(golds) and all(
+        isinstance(g, (bool, np.bool_)) or str(g).strip().lower() in _YES_NO_GOLDS for g in golds
     )
 
 
-for _n, _f in (("em", exact_match), ("f1", f1), ("acc", accuracy), ("hit1", hit1),
-               ("mentions_gold", mentions_gold), ("yes_no", yes_no_accuracy)):
-    _answer_metric(_n, _f)
+def _answer_record_metric(fn: AnswerMetric, yes_no: bool) -> RecordMetric:
+    def score(rec: Any) -> float | None:
+        pred = _get(rec, "prediction") or ""
+        golds = _get(rec, "answers") or []
+        if yes_no and fn is not yes_no_accuracy and is_yes_no_question(golds):
+            # "Yes, because ..." is a correct answer to a yes/no question under every metric.
+            return yes_no_accuracy(pred, golds)
+        return fn(pred, golds)
+
+    return score
+
 
 _RECALL = re.compile(r"^recall@(\d+)$")
 
 
-def get_metric(name: str) -> Metric:
-    """Look up a metric; `recall@K` is built on demand for any K.
+def get_metric(name: str, *, yes_no: bool = True) -> RecordMetric:
+    """A record-level scorer (dict or Prediction) for a metric name.
 
-    recall@K reads retrieved ids from `retrieved_ids` (record or its trace) and gold ids
-    from `gold_ids` or `supporting` (record or trace).
+    Answer metrics read "prediction" and "answers"; with `yes_no`, a question whose golds
+    are yes/no is scored by yes/no agreement under every answer metric. recall@K reads the
+    retrieved ids from "retrieved_ids" and gold ids from "gold_ids" or "supporting" (on the
+    record or in its "trace").
     """
     if name in METRICS:
-        return METRICS[name]
+        return _answer_record_metric(METRICS[name], yes_no)
     m = _RECALL.match(name)
     if m:
         k = int(m.group(1))
 
-        def fn(rec: Any, k: int = k) -> float | None:
-            return recall_at_k(_trace_get(rec, "retrieved_ids") or [], _trace_get(rec, "gold_ids", "supporting") or [], k)
+        def recall(rec: Any) -> float | None:
+            return recall_at_k(_from_record_or_trace(rec, "retrieved_ids") or [],
+                               _from_record_or_trace(rec, "gold_ids", "supporting") or [], k)
 
-        return Metric(name, fn, f"fraction of gold passages among the top {k} retrieved")
+        return recall
     from kgrag_lib.errors import ConfigError
 
-    raise ConfigError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}, recall@K")
+    raise ConfigError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}, recall@K (any K)")
 
 
-def score_items(records: Iterable[Any], metrics: Sequence[str] = ("em", "f1", "acc", "hit1")) -> dict[str, list[float | None]]:
+def score_items(records: Iterable[Any], metrics: Sequence[str] = ("em", "f1", "acc", "hit1"),
+                *, yes_no: bool = True) -> dict[str, list[float | None]]:
     """Per-item values (None where a metric does not apply), one list per metric."""
-    ms = [get_metric(m) for m in metrics]
+    scorers = {m: get_metric(m, yes_no=yes_no) for m in metrics}
     recs = list(records)
-    return {m.name: [m.fn(r) for r in recs] for m in ms}
+    return {m: [fn(r) for r in recs] for m, fn in scorers.items()}
 
 
 def score_records(
@@ -244,15 +264,17 @@ def score_records(
     n_boot: int = 1000,
     seed: int = 0,
     alpha: float = 0.05,
+    yes_no: bool = True,
 ) -> dict[str, Any]:
     """Aggregate scores in percent plus "n" (records scored).
 
     A metric's mean is over the items where it applies; when that count differs from n it
     is reported as "n_<metric>", and a metric that applies nowhere is None. `ci` adds
-    "<metric>_ci": [lo, hi] (percentile bootstrap); `per_item` adds "per_item": lists.
+    "<metric>_ci95": [lo, hi] (percentile bootstrap, level 1 - alpha); `per_item` adds
+    "per_item": {metric: [value or None, ...]}. `yes_no`: see `get_metric`.
     """
     recs = list(records)
-    items = score_items(recs, metrics)
+    items = score_items(recs, metrics, yes_no=yes_no)
     out: dict[str, Any] = {"n": len(recs)}
     for name, vals in items.items():
         vs = np.array([v for v in vals if v is not None], dtype=np.float64)
@@ -262,9 +284,9 @@ def score_records(
         if ci:
             if vs.size:
                 lo, hi = bootstrap_ci(vs, n_boot=n_boot, seed=seed, alpha=alpha)
-                out[f"{name}_ci"] = [lo * 100, hi * 100]
+                out[f"{name}_ci95"] = [lo * 100, hi * 100]
             else:
-                out[f"{name}_ci"] = None
+                out[f"{name}_ci95"] = None
     if per_item:
         out["per_item"] = items
     return out

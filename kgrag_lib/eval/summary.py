@@ -16,33 +16,21 @@ from .bootstrap import bootstrap_ci
 DEFAULT_METRICS = ("em", "f1", "acc", "hit1", "mentions")
 
 
-def _is_yes_no(answers: list[str]) -> bool:
-    return bool(answers) and all(M.normalize_yes_no(a) is not None and a.strip().lower() in {"yes", "no", "true", "false"} for a in answers)
-
-
-def per_item_scores(row: dict[str, Any], metrics: Iterable[str]) -> dict[str, float]:
-    pred = row.get("prediction") or ""
-    golds = list(row.get("answers") or [])
-    if _is_yes_no(golds):  # StrategyQA: compare normalized yes/no, Acc only is meaningful
-        p = M.normalize_yes_no(pred)
-        g = {M.normalize_yes_no(a) for a in golds}
-        hit = float(p is not None and p in g)
-        return {m: hit for m in metrics}
-    return {m: float(M.METRICS[m](pred, golds)) for m in metrics}
-
-
 def summarize(rows: list[dict[str, Any]], metrics: Iterable[str] | None = None, ci: bool = True) -> dict[str, Any]:
     metrics = tuple(metrics or DEFAULT_METRICS)
     out: dict[str, Any] = {"n": len(rows), "failed": int(sum(bool(r.get("failed")) for r in rows))}
     if not rows:
         return out
-    table = {m: np.array([per_item_scores(r, metrics)[m] for r in rows]) for m in metrics}
-    for m, vals in table.items():
+    items = M.score_items(rows, metrics)  # yes/no questions are scored by yes/no agreement
+    for m, raw in items.items():
+        vals = np.array([v for v in raw if v is not None], dtype=float)
+        if not len(vals):  # e.g. recall@k on rows without gold passages
+            continue
         out[m] = round(100.0 * float(vals.mean()), 2)
         if ci:
             lo, hi = bootstrap_ci(vals)
             out[f"{m}_ci95"] = [round(100.0 * lo, 2), round(100.0 * hi, 2)]
-    if {"em", "f1", "acc"} <= set(metrics):
+    if {"em", "f1", "acc"} <= set(out):
         out["avg"] = round((out["em"] + out["f1"] + out["acc"]) / 3, 2)
     cost_keys = sorted({k for r in rows for k in (r.get("cost") or {})})
     out["cost_per_question"] = {

@@ -11,8 +11,14 @@ from typing import Iterable
 
 import numpy as np
 
-from .csr import expand_ranges
+from .csr import expand_ranges, sorted_unique
 from .strings import StringTable
+
+
+def _unique_pairs(tids: np.ndarray, pids: np.ndarray, num_passages: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (triple, passage) pairs sorted by triple then passage."""
+    key = sorted_unique(tids * max(num_passages, 1) + pids)
+    return key // max(num_passages, 1), key % max(num_passages, 1)
 
 
 class Provenance:
@@ -32,9 +38,9 @@ class Provenance:
 
             codes, uniques = pd.factorize(np.asarray(passage_ids, dtype=object))
             prov.passages = StringTable.from_strings(uniques.tolist())
-            pairs = np.unique(np.stack([np.asarray(triple_ids, dtype=np.int64), codes.astype(np.int64)], 1), axis=0)
-            prov.ids = pairs[:, 1].astype(np.int32)
-            counts = np.bincount(pairs[:, 0], minlength=num_triples)
+            tids, pids = _unique_pairs(np.asarray(triple_ids, dtype=np.int64), codes.astype(np.int64), len(uniques))
+            prov.ids = pids.astype(np.int32)
+            counts = np.bincount(tids, minlength=num_triples)
         else:
             counts = np.zeros(num_triples, dtype=np.int64)
         prov.indptr = np.zeros(num_triples + 1, dtype=np.int64)
@@ -57,7 +63,7 @@ class Provenance:
         """Sorted distinct passage ids of the given triples."""
         tids = np.asarray(tids, dtype=np.int64)
         base = tids[tids < self.indptr.size - 1]
-        idx = set(np.unique(np.asarray(self.ids)[expand_ranges(self.indptr[base], self.indptr[base + 1])]).tolist())
+        idx = set(np.asarray(self.ids)[expand_ranges(self.indptr[base], self.indptr[base + 1])].tolist())
         for t in tids.tolist():
             idx.update(self._extra.get(t, ()))
         return sorted(self.passages[i] for i in idx)
@@ -70,12 +76,11 @@ class Provenance:
         side = [(t, p) for t, ps in self._extra.items() for p in ps]
         side_t = np.array([t for t, _ in side], dtype=np.int64)
         side_p = np.array([p for _, p in side], dtype=np.int64)
-        pairs = np.stack([np.concatenate([base_t, side_t]),
-                          np.concatenate([np.asarray(self.ids, dtype=np.int64), side_p])], 1)
-        pairs = np.unique(pairs, axis=0)
-        self.ids = pairs[:, 1].astype(np.int32)
+        tids, pids = _unique_pairs(np.concatenate([base_t, side_t]),
+                                   np.concatenate([np.asarray(self.ids, dtype=np.int64), side_p]), len(self.passages))
+        self.ids = pids.astype(np.int32)
         self.indptr = np.zeros(num_triples + 1, dtype=np.int64)
-        np.cumsum(np.bincount(pairs[:, 0], minlength=num_triples), out=self.indptr[1:])
+        np.cumsum(np.bincount(tids, minlength=num_triples), out=self.indptr[1:])
         self._extra = {}
 
     def save(self, directory: Path, num_triples: int) -> list[str]:

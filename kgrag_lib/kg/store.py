@@ -35,7 +35,8 @@ import numpy as np
 from ..errors import DataFormatError, KgragError
 from ..records import Triple
 from .aliases import Aliases
-from .csr import expand_ranges, index_dtype, indptr_from_sorted_keys, is_sorted, stable_argsort
+from .csr import (difference_sorted, expand_ranges, index_dtype, indptr_from_sorted_keys, is_sorted,
+                  sorted_unique, stable_argsort)
 from .provenance import Provenance
 from .strings import StringTable
 
@@ -46,6 +47,10 @@ _MERGE_MIN = 4096  # delta size below which the CSR is never rebuilt
 _MERGE_FRACTION = 16  # rebuild when the delta exceeds 1/16 of the indexed triples
 _FUZZY_ALL_LIMIT = 60_000  # up to this many names, fuzzy suggestions look at all of them
 _FUZZY_CANDIDATES = 20_000
+_SLICE_KEYS = 8  # gather up to this many entities' ranges as slices ...
+_SLICE_MIN_AVG = 64  # ... or more when their ranges average this many triples
+_FEW_RUNS = 4  # final sort by timsort when the result is at most this many ascending runs
+_UNSORTED = 1 << 30
 
 
 class UnknownEntityError(KgragError, KeyError):
@@ -74,11 +79,31 @@ class _Adjacency:
     def num_keys(self) -> int:
         return self.indptr.size - 1
 
-    def gather(self, keys: np.ndarray) -> np.ndarray:
+    def gather(self, keys: np.ndarray) -> tuple[np.ndarray, int]:
+        """Triple ids keyed by any of the sorted `keys`, and how many ascending runs they form.
+
+        Few or long ranges are copied as slices (a memcpy each; each bucket is ascending); many
+        short ranges are expanded into positions with one vectorized call and gathered at once.
+        Run count `_UNSORTED` means no useful order.
+        """
         if keys.size and keys[-1] >= self.num_keys:  # entities created after the index was built
             keys = keys[keys < self.num_keys]
-        pos = expand_ranges(self.indptr[keys], self.indptr[keys + 1])
-        return pos if self.perm is None else self.perm[pos]
+        if keys.size == 0:
+            return np.empty(0, dtype=np.intp), 0
+        starts, ends = self.indptr[keys], self.indptr[keys + 1]
+        if keys.size <= _SLICE_KEYS or int(ends.sum() - starts.sum()) > _SLICE_MIN_AVG * keys.size:
+            bounds = [(a, b) for a, b in zip(starts.tolist(), ends.tolist()) if b > a]
+            if self.perm is None:  # ascending keys give ascending, adjacent-or-not ranges: one run
+                parts = [np.arange(a, b, dtype=np.intp) for a, b in bounds]
+                runs = 1
+            else:
+                parts = [self.perm[a:b] for a, b in bounds]
+                runs = len(parts)
+            if not parts:
+                return np.empty(0, dtype=np.intp), 0
+            return (parts[0] if len(parts) == 1 else np.concatenate(parts)), runs
+        pos = expand_ranges(starts, ends, np.intp)
+        return (pos, 1) if self.perm is None else (self.perm[pos], _UNSORTED)
 
     @property
     def nbytes(self) -> int:
@@ -152,13 +177,18 @@ def _dedupe_sorted(h: np.ndarray, r: np.ndarray, t: np.ndarray, num_e: int, num_
         key += r
         key *= ne
         key += t
+        inverse = None
         if want_inverse:
-            uniq, inverse = np.unique(key, return_inverse=True)
+            order = np.argsort(key, kind="stable")
+            key = key[order]
         else:
             key.sort()
-            keep = np.ones(key.size, dtype=bool)
-            np.not_equal(key[1:], key[:-1], out=keep[1:])
-            uniq, inverse = key[keep], None
+        keep = np.ones(key.size, dtype=bool)
+        np.not_equal(key[1:], key[:-1], out=keep[1:])
+        if want_inverse:
+            inverse = np.empty(key.size, dtype=np.int64)
+            inverse[order] = np.cumsum(keep) - 1
+        uniq = key[keep]
         del key
         tt = (uniq % ne).astype(np.int32)
         uniq //= ne
@@ -252,9 +282,8 @@ class KGStore:
                               else Aliases.from_lists(aliases))
         if descriptions is not None:
             if isinstance(descriptions, Mapping):
-                store.set_descriptions(descriptions)
-            else:
-                store._descriptions = StringTable.from_strings(str(d) for d in descriptions)
+                descriptions = [str(descriptions.get(i, "")) for i in range(len(names))]
+            store._descriptions = StringTable.from_strings((str(d) for d in descriptions), searchable=False)
         return store
 
     @classmethod
@@ -368,17 +397,10 @@ class KGStore:
         """Close entity names for an error message (difflib over a small candidate set)."""
         total = len(self._names)
         if total <= _FUZZY_ALL_LIMIT:
-            candidates = range(total)
-        else:  # same first letter and similar byte length; then the rows added after loading
-            q = name.encode("utf-8")
-            lens = self._names.lengths()
-            mask = np.abs(lens - len(q)) <= max(3, len(q) // 3)
-            if q:
-                mask &= self._names.first_bytes() == q[:1].lower()[0]
-            rows = np.flatnonzero(mask)
-            if rows.size > _FUZZY_CANDIDATES:
-                rows = rows[np.argsort(np.abs(lens[rows] - len(q)), kind="stable")[:_FUZZY_CANDIDATES]]
-            candidates = [*rows.tolist(), *range(self._names.base_size, total)]
+            candidates: Iterable[int] = range(total)
+        else:  # the base rows sharing most character bigrams, plus the rows added since loading
+            top = self._names.most_similar_rows(name, _FUZZY_CANDIDATES)
+            candidates = [*top.tolist(), *range(self._names.base_size, total)]
         pool = {self._names[i] for i in candidates}
         return difflib.get_close_matches(name, list(pool), n=n, cutoff=0.6)
 
@@ -401,12 +423,11 @@ class KGStore:
         """Set descriptions by entity id or exact name."""
         with self._lock:
             if self._descriptions is None:
-                self._descriptions = StringTable()
+                self._descriptions = StringTable(searchable=False)
             table = self._descriptions
             for key, text in mapping.items():
                 i = self._entity_key(key)
-                while len(table) <= i:
-                    table.append("")
+                table.pad(i + 1)
                 table.set(i, str(text))
 
     def set_aliases(self, mapping: Mapping[int | str, Sequence[str]]) -> None:
@@ -446,12 +467,12 @@ class KGStore:
         use_out, use_in = self._direction(direction)
         with self._lock:
             self._ensure_index()
-            parts = []
+            parts = [np.empty(0, dtype=np.int32)]
             if use_out:
-                parts.append(self._t[self._gather(start, True)])
+                parts.append(self._t[self._gather(start, True)[0].astype(np.intp, copy=False)])
             if use_in:
-                parts.append(self._h[self._gather(start, False)])
-        return np.unique(np.concatenate(parts)).astype(np.int64)
+                parts.append(self._h[self._gather(start, False)[0].astype(np.intp, copy=False)])
+        return sorted_unique(np.concatenate(parts))
 
     @staticmethod
     def _direction(direction: str) -> tuple[bool, bool]:
@@ -460,11 +481,15 @@ class KGStore:
         return direction in ("out", "both"), direction in ("in", "both")
 
     def _entities_arg(self, entities: int | Sequence[int] | np.ndarray) -> np.ndarray:
-        start = np.unique(np.atleast_1d(np.asarray(entities, dtype=np.int64)))
+        """Sorted distinct int32 entity ids, range-checked."""
+        if isinstance(entities, (int, np.integer)):
+            start = np.array([int(entities)], dtype=np.int64)
+        else:
+            start = sorted_unique(np.array(entities, dtype=np.int64).ravel())
         if start.size and (start[0] < 0 or start[-1] >= self.num_entities):
             bad = start[0] if start[0] < 0 else start[-1]
             raise IndexError(f"entity id {bad} out of range [0, {self.num_entities})")
-        return start
+        return start.astype(np.int32)
 
     def neighborhood(self, entities: int | Sequence[int] | np.ndarray, hops: int, direction: str = "out") -> np.ndarray:
         """Sorted unique ids of every triple incident (in `direction`) to an entity fewer than `hops` hops away.
@@ -476,49 +501,58 @@ class KGStore:
         if int(hops) != hops or hops < 0:
             raise ValueError(f"hops: expected a non-negative integer, got {hops!r}")
         start = self._entities_arg(entities)
+        id_dtype = index_dtype(self._n)
         if hops == 0 or start.size == 0:
-            return np.empty(0, dtype=np.int64)
+            return np.empty(0, dtype=id_dtype)
         with self._lock:
             self._ensure_index()
             visited = frontier = start
-            found: list[np.ndarray] = []
+            found: list[np.ndarray] = [np.empty(0, dtype=id_dtype)]
+            runs = 0
             for level in range(int(hops)):
                 last = level == hops - 1
                 reached: list[np.ndarray] = []
                 if use_out:
-                    ids = self._gather(frontier, True)
+                    ids, r = self._gather(frontier, True)
                     found.append(ids)
-                    if not last:
-                        reached.append(self._t[ids])
+                    runs += r
+                    if not last:  # intp indices: fancy indexing with int32 ones is ~3x slower
+                        reached.append(self._t[ids.astype(np.intp, copy=False)])
                 if use_in:
-                    ids = self._gather(frontier, False)
+                    ids, r = self._gather(frontier, False)
                     found.append(ids)
+                    runs += r
                     if not last:
-                        reached.append(self._h[ids])
+                        reached.append(self._h[ids.astype(np.intp, copy=False)])
                 if last:
                     break
-                nxt = np.unique(np.concatenate(reached))
-                frontier = nxt[~np.isin(nxt, visited, assume_unique=True)]
+                frontier = difference_sorted(sorted_unique(np.concatenate(reached)), visited)
                 if frontier.size == 0:
                     break
-                visited = np.union1d(visited, frontier)
-        return np.unique(np.concatenate(found)).astype(np.int64, copy=False)
+                visited = np.concatenate([visited, frontier])
+                visited.sort()
+        return sorted_unique(np.concatenate(found).astype(id_dtype, copy=False), few_runs=runs <= _FEW_RUNS)
 
-    def _gather(self, entities: np.ndarray, out: bool) -> np.ndarray:
+    def _gather(self, entities: np.ndarray, out: bool) -> tuple[np.ndarray, int]:
         """Triple ids incident to sorted `entities` (by head if `out`, else by tail): CSR + delta."""
-        ids = (self._out if out else self._in).gather(entities)
+        ids, runs = (self._out if out else self._in).gather(entities)
         delta = self._delta_out if out else self._delta_in
         if delta is not None:
-            ids = np.concatenate([ids, delta.gather(entities)])
-        return ids
+            more = delta.gather(entities)
+            if more.size:
+                ids, runs = np.concatenate([ids, more]), runs + more.size
+        return ids, runs
 
     # ------------------------------------------------------------------ incremental growth
     def _ensure_index(self, full: bool = False) -> None:
         """Index triples appended since the last build: a delta, or a full CSR rebuild once it is large."""
         pending = self._n - self._n_indexed
+        if full and (pending or self._out.num_keys != self.num_entities):
+            self._rebuild_index()
+            return
         if pending == 0:
             return
-        if full or pending > max(_MERGE_MIN, self._n_indexed // _MERGE_FRACTION):
+        if pending > max(_MERGE_MIN, self._n_indexed // _MERGE_FRACTION):
             self._rebuild_index()
         elif self._delta_out is None or self._delta_out.ids.size != pending:
             lo, hi = self._n_indexed, self._n
@@ -573,6 +607,8 @@ class KGStore:
         """
         rows = [_split_triple(t) for t in triples]
         prov = _provenance_lists(provenance, len(rows))
+        if not rows:
+            return np.empty(0, dtype=np.int64)
         with self._lock:
             ent_cache: dict[str, int] = {}
             rel_cache: dict[str, int] = {}
@@ -646,10 +682,8 @@ class KGStore:
                 if self._aliases is not None:
                     files += self._aliases.save(tmp, self.num_entities)
                 if self._descriptions is not None:
-                    d = self._descriptions
-                    while len(d) < self.num_entities:
-                        d.append("")
-                    files += d.save(tmp, "descriptions", with_index=False)
+                    self._descriptions.pad(self.num_entities)
+                    files += self._descriptions.save(tmp, "descriptions", with_index=False)
                 if self._prov is not None:
                     files += self._prov.save(tmp, n)
                 header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "num_entities": self.num_entities,
@@ -694,7 +728,7 @@ class KGStore:
                     StringTable.load(path, "relations", mmap), _Adjacency(ld("out_indptr"), out_perm),
                     _Adjacency(ld("in_indptr"), ld("in_perm")),
                     aliases=Aliases.load(path, mmap) if header.get("has_aliases") else None,
-                    descriptions=StringTable.load(path, "descriptions", mmap) if header.get("has_descriptions") else None,
+                    descriptions=StringTable.load(path, "descriptions", mmap, searchable=False) if header.get("has_descriptions") else None,
                     provenance=Provenance.load(path, mmap) if header.get("has_provenance") else None)
         n, e = header["num_triples"], header["num_entities"]
         if (store.num_triples != n or store.num_entities != e or store.num_relations != header["num_relations"]

@@ -49,29 +49,61 @@ def _finalize(h: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return h
 
 
-def hash_rows(blob: np.ndarray, offsets: np.ndarray, fold_ascii: bool = False) -> np.ndarray:
-    """64-bit hash of every row `blob[offsets[i]:offsets[i+1]]`, vectorized in chunks of rows."""
+def _row_chunks(blob: np.ndarray, offsets: np.ndarray, fold_ascii: bool):
+    """Yield (first row, stop row, row offsets from 0, bytes as uint64) in chunks of ~16 MiB."""
     n = offsets.size - 1
-    out = np.empty(n, dtype=np.uint64)
     row = 0
     while row < n:
-        # take as many rows as fit in one chunk of bytes (at least one)
-        limit = offsets[row] + _CHUNK_BYTES
-        stop = int(np.searchsorted(offsets, limit, side="right")) - 1
-        stop = min(max(stop, row + 1), n)
+        stop = int(np.searchsorted(offsets, offsets[row] + _CHUNK_BYTES, side="right")) - 1
+        stop = min(max(stop, row + 1), n)  # at least one row per chunk
         lo, hi = int(offsets[row]), int(offsets[stop])
         offs = np.asarray(offsets[row : stop + 1], dtype=np.int64) - lo
-        lens = np.diff(offs)
         b = np.asarray(blob[lo:hi]).astype(np.uint64)
         if fold_ascii:
             b += ((b >= 65) & (b <= 90)).astype(np.uint64) * np.uint64(32)
+        yield row, stop, offs, b
+        row = stop
+
+
+def hash_rows(blob: np.ndarray, offsets: np.ndarray, fold_ascii: bool = False) -> np.ndarray:
+    """64-bit hash of every row `blob[offsets[i]:offsets[i+1]]`, vectorized in chunks of rows."""
+    out = np.empty(offsets.size - 1, dtype=np.uint64)
+    for row, stop, offs, b in _row_chunks(blob, offsets, fold_ascii):
+        lens = np.diff(offs)
         b += np.uint64(1)
-        pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(offs[:-1], lens)
+        pos = np.arange(b.size, dtype=np.int64) - np.repeat(offs[:-1], lens)
         b *= _powers(int(lens.max(initial=0)) + 1)[pos]
-        csum = np.zeros(hi - lo + 1, dtype=np.uint64)
+        csum = np.zeros(b.size + 1, dtype=np.uint64)
         np.cumsum(b, out=csum[1:])
         out[row:stop] = _finalize(csum[offs[1:]] - csum[offs[:-1]], lens)
-        row = stop
+    return out
+
+
+def _popcount(a: np.ndarray) -> np.ndarray:
+    """Set bits per uint64 (np.bitwise_count exists from numpy 2.0 only)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(a).astype(np.int16)
+    table = np.array([bin(i).count("1") for i in range(256)], dtype=np.int16)
+    return table[np.ascontiguousarray(a).view(np.uint8)].reshape(-1, 8).sum(axis=1, dtype=np.int16)
+
+
+def bigram_signatures(blob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """A 64-bit set of the (case-folded) byte bigrams of every row: a cheap fuzzy-match prefilter."""
+    out = np.zeros(offsets.size - 1, dtype=np.uint64)
+    for row, stop, offs, b in _row_chunks(blob, offsets, fold_ascii=True):
+        if b.size == 0:
+            continue
+        bits = np.zeros(b.size, dtype=np.uint64)
+        nxt = np.empty_like(b)
+        nxt[:-1] = b[1:]
+        nxt[-1] = 0
+        same_row = np.ones(b.size, dtype=bool)
+        same_row[offs[1:] - 1] = False  # the last byte of a row starts no bigram
+        code = (b * np.uint64(31) + nxt) % np.uint64(64)
+        bits[same_row] = np.left_shift(np.uint64(1), code[same_row])
+        nonempty = np.flatnonzero(offs[1:] > offs[:-1])
+        if nonempty.size:
+            out[row + nonempty] = np.bitwise_or.reduceat(bits, offs[:-1][nonempty])
     return out
 
 
@@ -100,7 +132,7 @@ class _HashIndex:
 
     @classmethod
     def build(cls, hashes: np.ndarray) -> "_HashIndex":
-        order = np.argsort(hashes, kind="stable").astype(np.int32 if hashes.size < 2**31 else np.int64)
+        order = np.argsort(hashes).astype(np.int32 if hashes.size < 2**31 else np.int64)
         return cls(hashes[order], order)
 
     def rows(self, h: np.uint64) -> np.ndarray:
@@ -112,7 +144,9 @@ class _HashIndex:
 class StringTable:
     """An append-only list of strings stored as blob + offsets, with optional per-row overrides."""
 
-    def __init__(self, blob: np.ndarray | None = None, offsets: np.ndarray | None = None):
+    def __init__(self, blob: np.ndarray | None = None, offsets: np.ndarray | None = None,
+                 searchable: bool = True):
+        self.searchable = searchable  # False: never looked up by value (descriptions), keep no side index
         self._blob = blob if blob is not None else np.empty(0, dtype=np.uint8)
         self._offsets = offsets if offsets is not None else np.zeros(1, dtype=np.int64)
         self._extra: list[str] = []  # rows appended after construction
@@ -121,11 +155,12 @@ class StringTable:
         self._folded: _HashIndex | None = None
         self._side_exact: dict[str, list[int]] = {}
         self._side_folded: dict[str, list[int]] = {}
+        self._signatures: np.ndarray | None = None  # bigram sets, built on the first fuzzy lookup
 
     # --- construction / persistence -------------------------------------------------
     @classmethod
-    def from_strings(cls, strings: Iterable[str]) -> "StringTable":
-        return cls(*encode_strings(strings))
+    def from_strings(cls, strings: Iterable[str], searchable: bool = True) -> "StringTable":
+        return cls(*encode_strings(strings), searchable=searchable)
 
     @property
     def base_size(self) -> int:
@@ -168,6 +203,7 @@ class StringTable:
         self._offsets = new_offsets
         self._extra, self._over = [], {}
         self._exact = self._folded = None
+        self._signatures = None
         self._side_exact, self._side_folded = {}, {}
 
     def take(self, rows: np.ndarray) -> "StringTable":
@@ -177,7 +213,7 @@ class StringTable:
         starts, ends = self._offsets[rows], self._offsets[rows + 1]
         offsets = np.zeros(rows.size + 1, dtype=np.int64)
         np.cumsum(ends - starts, out=offsets[1:])
-        return StringTable(np.asarray(self._blob)[expand_ranges(starts, ends)], offsets)
+        return StringTable(np.asarray(self._blob)[expand_ranges(starts, ends)], offsets, self.searchable)
 
     def save(self, directory: Path, name: str, with_index: bool = True) -> list[str]:
         """Write `<name>.blob.npy`, `<name>.offsets.npy` (+ lookup index); return file names."""
@@ -195,10 +231,10 @@ class StringTable:
         return list(files)
 
     @classmethod
-    def load(cls, directory: Path, name: str, mmap: bool = True) -> "StringTable":
+    def load(cls, directory: Path, name: str, mmap: bool = True, searchable: bool = True) -> "StringTable":
         mode = "r" if mmap else None
         table = cls(np.load(directory / f"{name}.blob.npy", mmap_mode=mode),
-                    np.load(directory / f"{name}.offsets.npy", mmap_mode=mode))
+                    np.load(directory / f"{name}.offsets.npy", mmap_mode=mode), searchable)
         if (directory / f"{name}.hash.npy").exists():
             ld = lambda suffix: np.load(directory / f"{name}.{suffix}.npy", mmap_mode=mode)  # noqa: E731
             table._exact = _HashIndex(ld("hash"), ld("order"))
@@ -220,19 +256,17 @@ class StringTable:
         a, b = int(self._offsets[i]), int(self._offsets[i + 1])
         return bytes(self._blob[a:b]).decode("utf-8")
 
-    def lengths(self) -> np.ndarray:
-        """Byte length of every base row (vectorized; used to pick fuzzy-match candidates)."""
-        return np.diff(np.asarray(self._offsets))
-
-    def first_bytes(self) -> np.ndarray:
-        """ASCII-lower-cased first byte of every base row (0 for empty rows)."""
-        offs = np.asarray(self._offsets)
-        first = np.zeros(self.base_size, dtype=np.uint8)
-        nonempty = offs[1:] > offs[:-1]
-        first[nonempty] = np.asarray(self._blob)[offs[:-1][nonempty]]
-        upper = (first >= 65) & (first <= 90)
-        first[upper] += 32
-        return first
+    def most_similar_rows(self, s: str, k: int) -> np.ndarray:
+        """Up to `k` base rows sharing the most byte bigrams with `s` (candidates for difflib)."""
+        if self._signatures is None:
+            self._signatures = bigram_signatures(np.asarray(self._blob), np.asarray(self._offsets))
+        q = bigram_signatures(*encode_strings([s]))[0]
+        sig = self._signatures
+        score = _popcount(sig & q) * 2 - _popcount(sig ^ q)
+        if score.size <= k:
+            return np.argsort(-score, kind="stable")
+        top = np.argpartition(-score, k)[:k]
+        return top[np.argsort(-score[top], kind="stable")]
 
     def append(self, s: str) -> int:
         i = len(self)
@@ -248,7 +282,22 @@ class StringTable:
             self._over[i] = s
         self._side_add(s, i)
 
+    def pad(self, n: int) -> None:
+        """Grow to `n` rows with empty strings (vectorized while nothing was appended)."""
+        if len(self) >= n:
+            return
+        if self._extra:
+            while len(self) < n:
+                self.append("")
+            return
+        tail = np.full(n - self.base_size, self._offsets[-1], dtype=np.int64)
+        self._offsets = np.concatenate([np.asarray(self._offsets), tail])
+        self._exact = self._folded = None
+        self._signatures = None
+
     def _side_add(self, s: str, i: int) -> None:
+        if not self.searchable:
+            return
         self._side_exact.setdefault(s, []).append(i)
         self._side_folded.setdefault(s.lower(), []).append(i)
 

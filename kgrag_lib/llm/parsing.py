@@ -71,8 +71,8 @@ def _parse_from(s: str, start: int) -> dict | list | None:
             value = json.loads(attempt, strict=False)
         except ValueError:
             continue
-        if isinstance(value, (dict, list)):
-            return value
+        if isinstance(value, (dict, list)) and (complete or value):
+            return value  # a truncated value must have kept at least one element
     if complete:
         try:  # Python-literal syntax the normalizer could not fix (e.g. tuples)
             value = ast.literal_eval(s[start: start + _span_len(s, start)])

@@ -77,6 +77,7 @@ class Claim:
     source: str
     quote: str
     fixed: dict[str, Any] = field(default_factory=dict)   # settings held fixed (e.g. {"top_k": 30})
+    note: str = ""
 
 
 NUMBERS: tuple[PaperNumber, ...] = (
@@ -94,12 +95,12 @@ NUMBERS: tuple[PaperNumber, ...] = (
                      "counted those, a de-duplicated KB gives a smaller maximum."),
     # ---- Experiment 1 (§4.2.1, §4.3.1, Fig. 4)
     PaperNumber("exp1.hit1", 0.787, "§4.3.1 (Experiment 1; one bar of Fig. 4)",
-                "N = 3 is deemed the best choice despite a minor reduction in 2-hop performance (0.787 ± 0.046)",
+                "N = 3 is deemed the best choice despite a minor reduction ... in 2-hop performance (0.787 ± 0.046)",
                 unit="fraction", std=0.046, dataset="metaqa-2hop", method="kg-rag", hops=3, top_k=30,
                 n=100, seeds=10,
                 note="K is not printed beside the number; K = 30 is the value chosen in the same paragraph."),
     PaperNumber("exp1.hit1_std_max", 0.063, "§4.3.1 (Experiment 1, Fig. 4 error bars)",
-                "with standard deviations remaining low (<= 0.063) across samples",
+                "with standard deviations remaining low (≤ 0.063) across samples",
                 unit="fraction", bound="upper", method="kg-rag", n=100, seeds=10,
                 note="largest std over all 27 bars of Fig. 4 (3 datasets x N x K)"),
     # ---- Qualitative analysis (§4.4.3; samples of Table 4: exp. 1, seed 0, N=3, K=30)
@@ -151,9 +152,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("exp1.1hop_best_at_N1", "exp1", "metaqa-1hop", "N=1", ">", "N=3", _E1,
           "Performance is highest when the parameter N equals the actual number of hops", {"top_k": 30}),
     Claim("exp1.2hop_N2_over_N3", "exp1", "metaqa-2hop", "N=2", ">", "N=3", _E1,
-          "N = 3 is deemed the best choice despite a minor reduction in 2-hop performance", {"top_k": 30}),
+          "N = 3 is deemed the best choice despite a minor reduction ... in 2-hop performance",
+          {"top_k": 30}),
     Claim("exp1.1hop_K_flat", "exp1", "metaqa-1hop", "K=30", "~", "K=10", _E1,
-          "increasing K from 10 to 30 shows minimal effect on the 1-hop dataset", {"hops": 3}),
+          "increasing K ... from 10 to 30 shows minimal effect on the 1-hop dataset", {"hops": 3}),
     Claim("exp1.2hop_K_helps", "exp1", "metaqa-2hop", "K=30", ">", "K=10", _E1,
           "slight improvements observed for the 2-hop and 3-hop datasets", {"hops": 3}),
     Claim("exp1.3hop_K_helps", "exp1", "metaqa-3hop", "K=30", ">", "K=10", _E1,
@@ -168,8 +170,8 @@ CLAIMS: tuple[Claim, ...] = (
           "there is no difference between LLM+KG and the other two baselines on 3-hop"),
     *(Claim(f"exp2.ours_over_llm_{d}", "exp2", f"metaqa-{d}", "kg-rag", ">", "llm", _E2,
             "adding the QD component to LLM+KG ... allows to achieve a significant improvement of the "
-            "performance in all three cases (read as: over the LLM baseline; on 1-hop it is below LLM+KG)")
-      for d in ("1hop", "2hop", "3hop")),
+            "performance in all three cases", note="read as: over the LLM baseline (on 1-hop the paper "
+            "places KG-RAG below LLM+KG)") for d in ("1hop", "2hop", "3hop")),
     *(Claim(f"exp2.ours_over_kaping_{d}", "exp2", f"metaqa-{d}", "kg-rag", ">", "llm-kg", _E2,
             "outperforming LLM+KG on 2-hop and 3-hop") for d in ("2hop", "3hop")),
     Claim("exp2.ours_below_kaping_1hop", "exp2", "metaqa-1hop", "kg-rag", "<", "llm-kg", _E2,

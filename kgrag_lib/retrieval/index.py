@@ -19,6 +19,7 @@ import numpy as np
 from kgrag_lib.errors import ConfigError
 
 KINDS = ("flat", "ivf", "hnsw")
+GPU_MAX_K = 2048
 METRICS = ("ip", "l2")
 
 
@@ -69,15 +70,16 @@ class DenseIndex:
         nlist: int | None = None,
         nprobe: int | None = None,
         hnsw_m: int = 32,
-        ef_construction: int = 200,
+        ef_construction: int = 64,
         ef_search: int = 128,
         use_gpu: bool | None = None,
         seed: int = 0,
     ) -> "DenseIndex":
         """Index `vectors` (n, dim). ip = inner product (cosine on unit vectors), l2 = distance.
 
-        ivf: `nlist` defaults to ~4*sqrt(n) (at least 39 training points per list), `nprobe`
-        to a quarter of the lists (at least 8). hnsw: M, efConstruction and efSearch as given.
+        ivf: `nlist` defaults to ~2*sqrt(n) (at least 39 training points per list), k-means
+        trains on at most 64 points per list, `nprobe` defaults to an eighth of the lists (at
+        least 8). hnsw: M, efConstruction and efSearch as given.
         """
         if kind not in KINDS:
             raise ConfigError(f"index kind must be one of {KINDS}; got {kind!r}")
@@ -93,13 +95,14 @@ class DenseIndex:
             index = faiss.IndexFlatIP(d) if metric == "ip" else faiss.IndexFlatL2(d)
         elif kind == "ivf":
             if nlist is None:
-                nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))
+                nlist = max(1, min(int(2 * math.sqrt(n)), n // 39))
             nlist = max(1, min(int(nlist), n))
             quantizer = faiss.IndexFlatIP(d) if metric == "ip" else faiss.IndexFlatL2(d)
             index = faiss.IndexIVFFlat(quantizer, d, nlist, fmetric)
             index.cp.seed = seed
+            index.cp.max_points_per_centroid = 64  # bounds training time on large corpora
             index.train(x)
-            index.nprobe = int(nprobe) if nprobe else min(nlist, max(8, nlist // 4))
+            index.nprobe = int(nprobe) if nprobe else min(nlist, max(8, nlist // 8))
         else:
             index = faiss.IndexHNSWFlat(d, int(hnsw_m), fmetric)
             index.hnsw.efConstruction = int(ef_construction)
@@ -119,6 +122,8 @@ class DenseIndex:
             faiss = _faiss()
             res = faiss.StandardGpuResources()
             gindex = faiss.index_cpu_to_gpu(res, 0, index)
+            if kind == "ivf":
+                gindex.nprobe = index.nprobe
             return cls(gindex, kind, metric, d, on_gpu=True, gpu_resources=res)
         return cls(index, kind, metric, d, on_gpu=False)
 
@@ -137,7 +142,9 @@ class DenseIndex:
         k = min(int(k), len(self))
         if q.shape[0] == 0:
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
-        scores, ids = self.index.search(q, k)
+        # faiss GPU search is limited to k <= 2048; a larger k is served by a CPU copy.
+        index = _faiss().index_gpu_to_cpu(self.index) if self.on_gpu and k > GPU_MAX_K else self.index
+        scores, ids = index.search(q, k)
         return scores, ids
 
     def save(self, path: str | os.PathLike) -> None:

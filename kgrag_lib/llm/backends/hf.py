@@ -101,7 +101,7 @@ class HFLLM(LLM):
                 "'vllm:<model>', use the CPU preset 'qwen2.5-coder-0.5b-q4', or pass "
                 "allow_cpu=True to force a (very slow) CPU load."
             )
-        folder, gguf_file, identity = self._resolve(model, revision, local_files_only)
+        folder, gguf_file, identity = self._resolve_model(model, revision, local_files_only)
         super().__init__(label, identity, cache=cache, default_params=default_params,
                          fold_system_prompt=fold_system_prompt)
         self.batch_size = max(1, int(batch_size))
@@ -136,7 +136,7 @@ class HFLLM(LLM):
 
     # ---- model resolution -------------------------------------------------------------
     @staticmethod
-    def _resolve(model: str, revision: str | None, local_only: bool | None) -> tuple[Path, str | None, str]:
+    def _resolve_model(model: str, revision: str | None, local_only: bool | None) -> tuple[Path, str | None, str]:
         p = Path(model).expanduser()
         if p.is_file() and p.suffix == ".gguf":
             return p.parent, p.name, f"hf-gguf-sha256:{file_sha256(p)}"

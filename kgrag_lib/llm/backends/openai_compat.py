@@ -59,6 +59,7 @@ class OpenAICompatLLM(LLM):
         api_key: str | None = None,
         timeout: float = 600.0,
         max_retries: int = 3,
+        retry_delay: float = 1.0,
         concurrency: int = 8,
         probe: bool = True,
         extra_body: dict[str, Any] | None = None,
@@ -75,6 +76,7 @@ class OpenAICompatLLM(LLM):
         self.api_key = api_key or os.environ.get("KGRAG_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.timeout = timeout
         self.max_retries = max_retries
+        self.retry_delay = retry_delay
         self.concurrency = max(1, concurrency)
         self.extra_body = dict(extra_body or {})
         identity = f"openai:{self.base_url}#{model}"
@@ -94,7 +96,7 @@ class OpenAICompatLLM(LLM):
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        delay = 1.0
+        delay = self.retry_delay
         last: Exception | None = None
         for attempt in range(self.max_retries + 1):
             req = urllib.request.Request(url, data=data, headers=headers, method=method)

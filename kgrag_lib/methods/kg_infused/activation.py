@@ -66,7 +66,7 @@ def sample_out_triples(kg: GraphView, entity: int, cap: int, seed: int) -> np.nd
 # ---- parsing the selection ----------------------------------------------------------
 _LOOSE = re.compile(r"[\W_]+", re.UNICODE)
 _BULLET = re.compile(r"^\s*(?:[-*\u2022+>]|\(?\d{1,3}[.):]|\[\d{1,3}\])\s*")
-_CHUNK = re.compile(r"<([^<>]*)>")
+_CHUNK = re.compile(r"<([^<>]*)>|\(([^()]*)\)|\[([^\[\]]*)\]")
 
 
 def loose_key(*parts: str) -> str:
@@ -103,12 +103,15 @@ def match_selected(output: str, candidates: Sequence[tuple[int, Triple]]) -> tup
         body = _BULLET.sub("", line).strip()
         if not body:
             continue
-        chunks = _CHUNK.findall(body)
-        if chunks:
-            for c in chunks:
-                if not take(c) and c.strip():
-                    unmatched.append(c.strip())
-        elif not take(body) and ("|" in body or body.count(",") >= 2 or "->" in body):
+        hit = angled = False
+        for m in _CHUNK.finditer(body):
+            piece = next(g for g in m.groups() if g is not None)
+            if take(piece):
+                hit = True
+            elif m.group(1) is not None and piece.strip():
+                angled = True
+                unmatched.append(piece.strip())
+        if not hit and not take(body) and not angled and ("|" in body or body.count(",") >= 2 or "->" in body):
             unmatched.append(body)
     try:  # looser formats the line scan misses: JSON lists, (s, r, o) tuples
         from ...llm.parsing import parse_triples

@@ -28,7 +28,7 @@ class SearchIndex(Protocol):
 # ---- output clean-up -----------------------------------------------------------------
 _LEAD_LABEL = re.compile(
     r"^\s*(?:#+\s*)?(?:\*\*)?(?:note|summary|improved passage|enhanced passage|new query|query|answer)"
-    r"(?:\*\*)?\s*:\s*", re.I)
+    r"(?:\*\*)?\s*:\s*(?:\*\*)?\s*", re.I)
 
 
 def clean_text(output: str) -> str:
@@ -41,6 +41,7 @@ def clean_query(output: str) -> str:
     """The first non-empty line, without a label or surrounding quotes."""
     for line in clean_text(output).splitlines():
         line = _LEAD_LABEL.sub("", line.strip(), count=1).strip().strip("\"'`*").strip()
+        line = _LEAD_LABEL.sub("", line, count=1).strip().strip("\"'`*").strip()
         if line:
             return line
     return ""

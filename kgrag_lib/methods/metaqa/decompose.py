@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import make_config, to_dict
+from ...config import make_config
 from ...records import Prediction, Question
 from ..base import RunContext, register_method
 from . import stages
@@ -27,9 +27,13 @@ class DecomposedQA:
     """Decompose -> for each sub-question: reformulate, (select triples), answer -> synthesize."""
 
     def __init__(self, name: str, llm: Any, cfg: Any, seed: int = 0, selector: TripleSelector | None = None):
+        from ...errors import ConfigError
         from . import prompts as P
 
+        if cfg.max_subquestions < 1:
+            raise ConfigError(f"parameter 'max_subquestions' of {name}: expected an int >= 1, got {cfg.max_subquestions}")
         self.name, self.llm, self.cfg, self.selector = name, llm, cfg, selector
+        self.config = cfg  # recorded in the run manifest
         self.p_decompose = cfg.sampling(seed, max_tokens=cfg.decompose_max_tokens, stop=(P.END_MARKER,))
         self.p_answer = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
         self.p_reformulate = cfg.sampling(seed, max_tokens=cfg.reformulate_max_tokens, stop=("?",))
@@ -102,6 +106,4 @@ class DecomposedQA:
                  summary="question decomposition + zero-shot sub-answers + synthesis, no KG (baseline 'LLM+QD')")
 def make_decompose(ctx: RunContext, cfg: dict) -> DecomposedQA:
     c = make_config(DecomposeConfig, cfg, where="methods.llm-qd")
-    m = DecomposedQA("llm-qd", ctx.llm, c, ctx.seed)
-    m.config = to_dict(c)
-    return m
+    return DecomposedQA("llm-qd", ctx.llm, c, ctx.seed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import make_config, to_dict
+from ...config import make_config
 from ...records import Prediction, Question
 from ..base import RunContext, register_method
 from . import stages
@@ -29,6 +29,7 @@ class KapingQA:
 
     def __init__(self, llm: Any, selector: TripleSelector, cfg: KapingConfig, seed: int = 0):
         self.llm, self.selector, self.cfg = llm, selector, cfg
+        self.config = cfg  # recorded in the run manifest
         self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
 
     def answer(self, question: Question) -> Prediction:
@@ -59,6 +60,4 @@ def make_kaping(ctx: RunContext, cfg: dict) -> KapingQA:
     c = make_config(KapingConfig, cfg, where="methods.llm-kg")
     c.validate(" in methods.llm-kg")
     selector = TripleSelector(metaqa_kb(ctx, c.kb), ctx.embedder, c)
-    m = KapingQA(ctx.llm, selector, c, ctx.seed)
-    m.config = to_dict(c)
-    return m
+    return KapingQA(ctx.llm, selector, c, ctx.seed)

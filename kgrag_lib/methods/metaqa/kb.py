@@ -86,12 +86,10 @@ def load_store(path: Path, cache_dir: Path) -> Any:
     folder = Path(cache_dir) / "metaqa"
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"kg-{path.stem}-{_store_key(path)}"
-    done = target.with_name(target.name + ".done")
     with FileLock(str(target) + ".lock"):
-        if not done.exists():
+        if not (target / "header.json").exists():  # KGStore.save renames the folder into place
             store = KGStore.from_triples(load_metaqa_kb(path))
             store.save(target)
-            done.write_text(str(path) + "\n", encoding="utf-8")
             return store
     return KGStore.load(target, mmap=True)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import make_config, to_dict
+from ...config import make_config
 from ..base import RunContext, register_method
 from .candidates import RetrievalConfig, TripleSelector
 from .decompose import DecomposedQA
@@ -33,6 +33,4 @@ def build_kg_rag(llm, selector: TripleSelector, cfg: KGRAGConfig, seed: int = 0)
 def make_kg_rag(ctx: RunContext, cfg: dict) -> DecomposedQA:
     c = make_config(KGRAGConfig, cfg, where="methods.kg-rag")
     c.validate(" in methods.kg-rag")
-    m = build_kg_rag(ctx.llm, TripleSelector(metaqa_kb(ctx, c.kb), ctx.embedder, c), c, ctx.seed)
-    m.config = to_dict(c)
-    return m
+    return build_kg_rag(ctx.llm, TripleSelector(metaqa_kb(ctx, c.kb), ctx.embedder, c), c, ctx.seed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import make_config, to_dict
+from ...config import make_config
 from ...records import Prediction, Question
 from ..base import RunContext, register_method
 from . import stages
@@ -24,6 +24,7 @@ class ZeroShotLLM:
 
     def __init__(self, llm: Any, cfg: ZeroShotConfig, seed: int = 0):
         self.llm, self.cfg = llm, cfg
+        self.config = cfg  # recorded in the run manifest
         self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
 
     def answer(self, question: Question) -> Prediction:
@@ -44,6 +45,4 @@ class ZeroShotLLM:
                  summary="zero-shot LLM answer, no decomposition, no KG (KG-RAG baseline 'LLM')")
 def make_zero_shot(ctx: RunContext, cfg: dict) -> ZeroShotLLM:
     c = make_config(ZeroShotConfig, cfg, where="methods.llm")
-    m = ZeroShotLLM(ctx.llm, c, ctx.seed)
-    m.config = to_dict(c)
-    return m
+    return ZeroShotLLM(ctx.llm, c, ctx.seed)

@@ -1,0 +1,105 @@
+"""`kgrag kg`: inspect a knowledge graph (counts, N-hop neighbourhoods) and save it as a fast binary store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+FORMATS = ("metaqa", "wikidata5m", "tsv")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("kg", help="inspect a KG file or a saved KG store", description=__doc__)
+    kg_sub = p.add_subparsers(dest="kg_command", metavar="KG_COMMAND", required=True)
+
+    def source(q: argparse.ArgumentParser) -> None:
+        g = q.add_mutually_exclusive_group(required=True)
+        g.add_argument("--triples", help="triple file (MetaQA kb.txt 's|r|o', Wikidata5M or TSV 's<TAB>r<TAB>o')")
+        g.add_argument("--store", help="a directory written by `kgrag kg build` / KGStore.save")
+        q.add_argument("--format", choices=FORMATS, default=None,
+                       help="triple file format (default: inferred from the file name and first line)")
+
+    q = kg_sub.add_parser("stats", help="print {entities, relations, triples} as JSON (triples de-duplicated)")
+    source(q)
+    q.set_defaults(func=handle_stats)
+
+    q = kg_sub.add_parser("neighbors", help="print the N-hop neighbourhood of an entity as <s | r | o> lines")
+    source(q)
+    q.add_argument("--entity", required=True, help="entity name (exact, else case-insensitive, else alias)")
+    q.add_argument("--hops", type=int, default=1, help="triples incident to entities fewer than N hops away (default 1)")
+    q.add_argument("--direction", choices=("out", "in", "both"), default="out",
+                   help="out: head->tail, in: tail->head, both: either (default out)")
+    q.set_defaults(func=handle_neighbors)
+
+    q = kg_sub.add_parser("build", help="read a triple file and save it as a memory-mappable KG store")
+    q.add_argument("--triples", required=True, help="triple file")
+    q.add_argument("--format", choices=FORMATS, default=None, help="triple file format (default: inferred)")
+    q.add_argument("--out", required=True, help="output directory")
+    q.set_defaults(func=handle_build)
+
+
+def infer_format(path: str | Path) -> str:
+    """kb.txt or '|'-separated -> metaqa; a name mentioning wikidata5m -> wikidata5m; else tsv."""
+    path = Path(path)
+    name = path.name.lower()
+    if name == "kb.txt":
+        return "metaqa"
+    if "wikidata5m" in name:
+        return "wikidata5m"
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = next((line for line in f if line.strip()), "")
+    except (OSError, UnicodeDecodeError):
+        return "tsv"
+    return "metaqa" if "|" in first and "\t" not in first else "tsv"
+
+
+def _open(args: argparse.Namespace):
+    from ..errors import MissingDataError
+    from ..kg import KGStore
+
+    if getattr(args, "store", None):
+        if not Path(args.store).is_dir():
+            raise MissingDataError(f"--store {args.store}: no such directory (create one with `kgrag kg build`)")
+        return KGStore.load(args.store)
+    return _read(args.triples, args.format)
+
+
+def _read(path: str, fmt: str | None):
+    from ..data.triples import read_triples
+    from ..errors import MissingDataError
+    from ..kg import KGStore
+
+    if not Path(path).is_file():
+        raise MissingDataError(f"--triples {path}: no such file")
+    return KGStore.from_triples(read_triples(path, fmt or infer_format(path)))
+
+
+def handle_stats(args: argparse.Namespace) -> int:
+    kg = _open(args)
+    print(json.dumps({"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples}))
+    return 0
+
+
+def handle_neighbors(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+    from ..kg import UnknownEntityError
+
+    if args.hops < 1:
+        raise ConfigError(f"--hops: expected an integer >= 1, got {args.hops}")
+    kg = _open(args)
+    e = kg.find_entity(args.entity)
+    if e is None:
+        raise UnknownEntityError(args.entity, kg.suggest_entities(args.entity))
+    for line in sorted(kg.verbalize(kg.neighborhood(e, args.hops, args.direction))):
+        print(line)
+    return 0
+
+
+def handle_build(args: argparse.Namespace) -> int:
+    kg = _read(args.triples, args.format)
+    out = kg.save(args.out)
+    print(json.dumps({"store": str(out), "entities": kg.num_entities, "relations": kg.num_relations,
+                      "triples": kg.num_triples}))
+    return 0

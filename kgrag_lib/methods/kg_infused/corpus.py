@@ -1,0 +1,92 @@
+"""The text corpus D_c and its dense index (KG-Infused RAG §4.3: Wikipedia-2018 + Contriever).
+
+Here the corpus is, per dataset, what the data root ships (`kgrag_lib.data.registry.load_corpus`:
+pooled context paragraphs, HippoRAG's 2Wiki corpus, StrategyQA's fact stand-in). The paper
+uses one corpus for every dataset; `pooled` mimics that with the union of the HotpotQA, 2Wiki
+and MuSiQue corpora, and is also what `auto` gives a dataset without a corpus (Bamboogle).
+`wikipedia` / `wikipedia:<tsv>` reads DPR's psgs_w100 (21M passages: a GPU-machine job).
+Passage embeddings are cached on disk (`embed_cached`), so the index is built in seconds
+after the first run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import ConfigError
+from ...records import Passage
+
+POOLED_PARTS = ("hotpotqa", "2wiki", "musique")
+
+
+@dataclass
+class CorpusIndex:
+    name: str
+    passages: list[Passage]
+    index: Any  # kgrag_lib.retrieval.DenseIndex
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+
+def resolve_corpus_name(setting: str, dataset: str) -> str:
+    """The corpus a question uses: `auto` = its dataset's own corpus (`pooled` when it has none)."""
+    if setting != "auto":
+        return setting
+    from ...data.registry import DATASETS
+
+    spec = DATASETS.get(dataset)
+    if spec is None:
+        raise ConfigError(f"corpus=auto needs a known dataset; question dataset is {dataset!r} "
+                          f"(accepted: {', '.join(DATASETS)}); set corpus explicitly")
+    return "pooled" if spec.corpus == "none" else dataset
+
+
+def load_passages(name: str, data_root: Path) -> list[Passage]:
+    """Passages of a corpus name (see the module doc)."""
+    from ...data.registry import DATASETS, load_corpus
+
+    if name == "pooled":
+        seen: set[tuple[str, str]] = set()
+        out: list[Passage] = []
+        for part in POOLED_PARTS:
+            for p in load_corpus(part, root=data_root):
+                key = (p.title, p.text)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(Passage(pid=f"{part}:{p.pid}", text=p.text, title=p.title))
+        return out
+    if name == "wikipedia" or name.startswith("wikipedia:"):
+        from ...data.registry import wikipedia_path
+        from ...data.wikipedia import iter_passages
+
+        path = Path(name.split(":", 1)[1]).expanduser() if ":" in name else wikipedia_path(data_root)
+        return list(iter_passages(path))
+    if name in DATASETS:
+        passages = load_corpus(name, root=data_root)
+        if not passages:
+            raise ConfigError(f"corpus={name!r}: that dataset ships no corpus; use corpus=pooled or wikipedia")
+        return passages
+    raise ConfigError(f"corpus={name!r}: expected auto, pooled, wikipedia, wikipedia:<psgs_w100.tsv> "
+                      f"or a dataset name ({', '.join(DATASETS)})")
+
+
+def build_corpus_index(name: str, embedder: Any, data_root: Path, cache_root: Path,
+                       show_progress: bool = True) -> CorpusIndex:
+    from ...retrieval import DenseIndex, embed_cached
+
+    passages = load_passages(name, data_root)
+    vecs = embed_cached(embedder, [p.as_text() for p in passages], cache_dir=cache_root,
+                        name=f"corpus-{name.split(':')[0]}", show_progress=show_progress)
+    kind = "flat" if len(passages) <= 2_000_000 else "ivf"
+    return CorpusIndex(name=name, passages=passages, index=DenseIndex.build(np.asarray(vecs), kind=kind))
+
+
+def load_corpus_index(ctx: Any, name: str) -> CorpusIndex:
+    """The corpus index for a run context, built once per context (`ctx.memo`)."""
+    key = f"kg-infused:corpus:{name}:{ctx.embedder.identity}"
+    return ctx.memo(key, lambda: build_corpus_index(name, ctx.embedder, Path(ctx.data_root), Path(ctx.cache_dir)))

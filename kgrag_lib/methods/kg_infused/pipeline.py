@@ -1,0 +1,224 @@
+"""KG-Infused RAG, its baselines and ablations, composed from `stages` (§3.4-3.6, §4.2, Table 3).
+
+| name         | retrieval                         | KG summary | note | KG-guided augmentation |
+|--------------|-----------------------------------|------------|------|------------------------|
+| nor          | none                              | -          | -    | -                      |
+| vanilla-rag  | top k_p by q                      | -          | yes  | -                      |
+| vanilla-qe   | q + q' (LLM-only expansion)       | -          | yes  | -                      |
+| kg-qe-only   | q + q' (KG-based expansion)       | yes        | yes  | -                      |
+| kg-aug-only  | top k_p by q                      | yes        | yes  | yes                    |
+| kg-infused   | q + q' (KG-based expansion)       | yes        | yes  | yes                    |
+
+Shared stages render identical requests, so through the LLM cache the variants reuse each
+other's work: kg-aug-only's note is vanilla-rag's, kg-qe-only's note is kg-infused's, and all
+KG variants with the same rounds share the activation, summary and expanded query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ...config import make_config, opt
+from ...errors import ConfigError
+from ...records import Prediction, Question
+from ..base import RunContext, register_method
+from . import stages as S
+from .activation import ActivationResult, ActivationSettings, spread_activation
+from .corpus import CorpusIndex, load_corpus_index, resolve_corpus_name
+from .kg_sources import KGSource, load_kg_source
+
+FAMILY = "kg-infused"
+DATASETS = ("hotpotqa", "2wiki", "musique", "bamboogle", "strategyqa")
+
+
+@dataclass
+class KGInfusedConfig:
+    """Settings of every KG-Infused RAG variant (defaults: the paper and its public code)."""
+
+    kg: str = opt("2wiki-evidence", "KG to activate over: 2wiki-evidence, wikidata5m, wikidata5m:<folder> "
+                                    "or the folder of a saved KGStore")
+    corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
+                              "a dataset name, wikipedia or wikipedia:<psgs_w100.tsv>")
+    rounds: int = opt(2, "max spreading-activation rounds k (stops earlier when no new entity remains)")
+    max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round")
+    max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)")
+    k_p: int = opt(6, "passages per question (q and q' take k_p/2 each in the QE variants)")
+    k_e: int = opt(3, "seed entities retrieved by description similarity")
+    max_tokens: int = opt(1000, "max new tokens of the selection, summary, note and augmentation stages")
+    answer_max_tokens: int | None = opt(None, "max new tokens of the final answer (default: max_tokens)")
+    query_max_tokens: int | None = opt(None, "max new tokens of a query expansion (default: max_tokens)")
+    temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy, as in the paper)")
+    seed: int | None = opt(None, "seed of the LLM sampling and of the per-entity triple sample (default: the run seed)")
+
+    def validate(self) -> None:
+        for name in ("rounds", "max_entities_per_round", "max_triples_per_entity", "k_p", "k_e", "max_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"parameter {name!r} must be an integer >= 1, got {v!r}")
+        for name in ("answer_max_tokens", "query_max_tokens"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(f"parameter {name!r} must be an integer >= 1 or null, got {v!r}")
+        if self.temperature < 0:
+            raise ConfigError(f"parameter 'temperature' must be >= 0, got {self.temperature!r}")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    retrieval: str  # "none" | "q" | "vanilla-qe" | "kg-qe"
+    kg_aug: bool
+    summary: str
+
+    @property
+    def uses_kg(self) -> bool:
+        return self.retrieval == "kg-qe" or self.kg_aug
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("nor", "none", False, "No retrieval: the LLM answers from its parameters (KG-Infused RAG baseline)"),
+    Variant("vanilla-rag", "q", False, "Vanilla RAG: top-k_p passages by q, passage note, answer"),
+    Variant("vanilla-qe", "vanilla-qe", False, "Vanilla QE: LLM query expansion, k_p/2 passages by q and by q', note, answer"),
+    Variant("kg-infused", "kg-qe", True, "KG-Infused RAG: spreading activation, KG-based QE, note, KG-guided augmentation"),
+    Variant("kg-qe-only", "kg-qe", False, "Ablation: Vanilla RAG + KG-based query expansion only"),
+    Variant("kg-aug-only", "q", True, "Ablation: Vanilla RAG + KG-augmented generation only"),
+)}
+
+
+class KGInfusedRAG:
+    """One variant; `answer(question)` runs its stages and returns the answer with a full trace.
+
+    The stages are also methods (`seed_entities`, `activate`, `summarize`, `retrieve`, ...) so a
+    notebook can run and inspect one at a time. Parts are resolved lazily from the context: a
+    variant only loads the KG, the corpus or the embedder it needs.
+    """
+
+    def __init__(self, variant: Variant | str, cfg: KGInfusedConfig, ctx: RunContext, *,
+                 kg_source: KGSource | None = None,
+                 corpus_loader: Callable[[str], CorpusIndex] | None = None) -> None:
+        self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
+        self.name = self.variant.name
+        cfg.validate()
+        self.cfg = self.config = cfg  # `config` is what the runner's manifest records
+        self.ctx = ctx
+        self._kg = kg_source
+        self._corpus_loader = corpus_loader or (lambda name: load_corpus_index(ctx, name))
+        self.seed = ctx.seed if cfg.seed is None else int(cfg.seed)
+
+    # ---- parts ----------------------------------------------------------------------
+    @property
+    def llm(self) -> Any:
+        return self.ctx.llm
+
+    @property
+    def kg(self) -> KGSource:
+        if self._kg is None:
+            self._kg = load_kg_source(self.ctx, self.cfg.kg)
+        return self._kg
+
+    def corpus_for(self, question: Question) -> CorpusIndex:
+        return self._corpus_loader(resolve_corpus_name(self.cfg.corpus, question.dataset))
+
+    def params(self, stage: str = "long") -> Any:
+        from ...llm.base import SamplingParams
+
+        limit = {"answer": self.cfg.answer_max_tokens, "query": self.cfg.query_max_tokens}.get(stage)
+        return SamplingParams(max_tokens=limit or self.cfg.max_tokens,
+                              temperature=float(self.cfg.temperature), seed=self.seed)
+
+    def settings(self) -> ActivationSettings:
+        return ActivationSettings(rounds=self.cfg.rounds, max_entities_per_round=self.cfg.max_entities_per_round,
+                                  max_triples_per_entity=self.cfg.max_triples_per_entity, seed=self.seed)
+
+    # ---- stages ---------------------------------------------------------------------
+    def embed(self, text: str):
+        return S.embed_query(self.ctx.embedder, text)
+
+    def seed_entities(self, question: str, qvec=None) -> list[tuple[int, float]]:
+        """E^0: the top-k_e entities by description similarity (eqs. 3-4)."""
+        return self.kg.seed_entities(self.embed(question) if qvec is None else qvec, self.cfg.k_e)
+
+    def activate(self, question: str, seeds: list[int]) -> ActivationResult:
+        """§3.4: LLM-guided spreading activation from the seeds, up to `rounds` rounds."""
+        return spread_activation(self.kg.store, self.llm, question, seeds, self.settings(), self.params())
+
+    def summarize(self, question: str, activation: ActivationResult) -> str:
+        """§3.4: the accumulated subgraph G_act as a paragraph."""
+        lines = [self.kg.store.triple(t).verbalize() for t in activation.triple_ids]
+        return S.summarize_subgraph(self.llm, self.params(), question, lines)
+
+    def expand_query(self, question: str, summary: str | None) -> str:
+        """q': KG-based (with a summary) or vanilla (without); the question itself if empty."""
+        if summary is None:
+            q2 = S.expand_query_vanilla(self.llm, self.params("query"), question)
+        else:
+            q2 = S.expand_query_kg(self.llm, self.params("query"), question, summary)
+        return q2 or question
+
+    # ---- the whole pipeline -----------------------------------------------------------
+    def answer(self, question: Question) -> Prediction:
+        v, cfg, q = self.variant, self.cfg, question.question
+        yes_no = question.dataset == "strategyqa"
+        trace: dict[str, Any] = {"variant": v.name, "kg": None, "corpus": None,
+                                 "config": dataclasses.asdict(cfg), "seed": self.seed}
+        if v.retrieval == "none":
+            raw, ans = S.answer_question(self.llm, self.params("answer"), q, None, yes_no)
+            return self._prediction(question, raw, ans, trace)
+
+        corpus = self.corpus_for(question)
+        trace["corpus"] = corpus.name
+        qvec = self.embed(q)
+        summary = None
+        if v.uses_kg:
+            kg = self.kg
+            trace["kg"] = kg.name
+            seeds = self.seed_entities(q, qvec)
+            trace["seed_entity_scores"] = [{"entity": kg.store.entity_name(e), "score": round(s, 4)} for e, s in seeds]
+            act = self.activate(q, [e for e, _ in seeds])
+            trace["activation"] = act.to_trace(kg.store)
+            summary = self.summarize(q, act)
+            trace["summary"] = summary
+
+        if v.retrieval == "q":
+            got = S.retrieve_single(corpus.passages, corpus.index, qvec, cfg.k_p)
+        else:
+            q2 = self.expand_query(q, summary if v.retrieval == "kg-qe" else None)
+            trace["expanded_query"] = q2
+            got = S.retrieve_dual(corpus.passages, corpus.index, qvec, self.embed(q2), cfg.k_p)
+            trace["skipped_duplicates"] = [corpus.passages[i].pid for i in got.skipped_duplicates]
+        trace["passages"] = got.to_trace()
+
+        note = S.write_note(self.llm, self.params(), q, got.passages)
+        trace["note"] = note
+        context = note
+        if v.kg_aug:
+            context = S.augment_note(self.llm, self.params(), q, note, summary or "")
+            trace["augmented_note"] = context
+        raw, ans = S.answer_question(self.llm, self.params("answer"), q, context, yes_no)
+        return self._prediction(question, raw, ans, trace)
+
+    def _prediction(self, question: Question, raw: str, ans: str, trace: dict[str, Any]) -> Prediction:
+        trace["answer_raw"] = raw
+        return Prediction(question.qid, question.question, ans, list(question.answers), self.name,
+                          trace=trace, failed=not ans, error="" if ans else "empty answer from the model")
+
+
+def make_method(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, **kw: Any) -> KGInfusedRAG:
+    """Build a variant by name from a config dict (unknown keys are a ConfigError)."""
+    if name not in VARIANTS:
+        raise ConfigError(f"unknown KG-Infused RAG variant {name!r}; expected one of {', '.join(VARIANTS)}")
+    return KGInfusedRAG(name, make_config(KGInfusedConfig, cfg, where=f"method {name}"), ctx, **kw)
+
+
+def _register(variant: Variant) -> None:
+    def factory(ctx: RunContext, cfg: dict) -> KGInfusedRAG:
+        return make_method(variant.name, ctx, cfg)
+
+    factory.__doc__ = variant.summary
+    register_method(variant.name, family=FAMILY, datasets=DATASETS, summary=variant.summary)(factory)
+
+
+for _v in VARIANTS.values():
+    _register(_v)

@@ -1,0 +1,148 @@
+"""The transformers backend on a tiny random Qwen2 model built in a temp folder.
+
+Weights are random, so outputs are nonsense, but everything the backend is responsible for
+is checked against an independent oracle: the chat template rendering, greedy decoding
+(a hand-written argmax loop), token counts, stop strings, batching with left padding, that
+the model's shipped sampling defaults do not leak into greedy requests, and the identity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from kgrag_lib.llm import SamplingParams, load_llm  # noqa: E402
+from kgrag_lib.llm.base import truncate_at_stop  # noqa: E402
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A byte-level BPE over printable ASCII (so any generated token decodes cleanly) and a
+    2-layer Qwen2 with random weights, saved like a hub snapshot."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    printable = {chr(c) for c in range(0x21, 0x7F)} | {"\u0120", "\u010a"}  # + space, newline
+    alphabet = sorted(set(pre_tokenizers.ByteLevel.alphabet()) & printable)
+    tk = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens(SPECIALS)
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.chat_template = TEMPLATE
+    cfg = transformers.Qwen2Config(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        initializer_range=0.5, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        bos_token_id=None, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(cfg)
+    d = tmp_path_factory.mktemp("tiny-qwen2")
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    # Shipped sampling defaults that must NOT leak into greedy requests.
+    gc = json.loads((d / "generation_config.json").read_text())
+    gc.update(do_sample=True, temperature=5.0, repetition_penalty=3.0, top_k=3)
+    (d / "generation_config.json").write_text(json.dumps(gc))
+    return d
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    return load_llm(f"hf:{model_dir}", cache=False, batch_size=4)
+
+
+def _reference_greedy(llm, messages, max_new):
+    """Plain argmax decoding with no generation config at all."""
+    prompt = llm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = llm.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    n_prompt = ids.shape[1]
+    eos = llm.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    out = []
+    with torch.no_grad():
+        for _ in range(max_new):
+            nxt = int(llm.model(ids).logits[0, -1].argmax())
+            if nxt == eos:
+                break
+            out.append(nxt)
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    return llm.tokenizer.decode(out, skip_special_tokens=True), n_prompt, len(out)
+
+
+M1 = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "What is the capital of France?"}]
+M2 = [{"role": "user", "content": "who is the director"}]
+M3 = [{"role": "user", "content": "red blue green house tree car road sky sea sun moon star river"}]
+
+
+def test_identity_fingerprints_the_folder(llm, model_dir, tmp_path):
+    assert llm.identity.startswith("hf-dir:") and llm.backend == "hf" and llm.chat
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    from kgrag_lib.llm.backends.hf import dir_fingerprint
+
+    assert dir_fingerprint(copy) == llm.identity.split(":", 1)[1]  # content, not path
+    cfg = json.loads((copy / "config.json").read_text())
+    cfg["note"] = "changed"
+    (copy / "config.json").write_text(json.dumps(cfg))
+    assert dir_fingerprint(copy) != llm.identity.split(":", 1)[1]
+
+
+def test_greedy_matches_argmax_oracle_and_counts_tokens(llm):
+    ref_text, n_prompt, n_gen = _reference_greedy(llm, M1, 12)
+    before = llm.usage.snapshot()
+    assert llm.generate(M1, max_tokens=12) == ref_text
+    u = llm.usage.since(before)
+    assert (u.calls, u.prompt_tokens, u.completion_tokens) == (1, n_prompt, n_gen)
+    assert llm.count_tokens("paris is the capital") == 20  # one token per byte
+
+
+def test_greedy_ignores_seed(llm):
+    a = llm.generate(M2, max_tokens=10, seed=1)
+    b = llm.generate(M2, max_tokens=10, seed=999)
+    assert a == b
+
+
+def test_sampling_is_seeded(llm):
+    p = SamplingParams(max_tokens=12, temperature=1.5, top_p=1.0)
+    a = llm.generate(M2, p, seed=5)
+    assert llm.generate(M2, p, seed=5) == a
+    others = {llm.generate(M2, p, seed=s) for s in (6, 7, 8)}
+    assert others != {a}
+
+
+def test_batch_with_left_padding_equals_single_calls(llm):
+    singles = [llm.generate(m, max_tokens=8) for m in (M1, M2, M3)]
+    assert llm.generate_batch([M1, M2, M3], max_tokens=8) == singles
+
+
+def test_stop_string_ends_generation(llm):
+    # the first prompt whose greedy output is long enough to cut in the middle
+    extra = ([{"role": "user", "content": "x" * k}] for k in range(1, 30))
+    for msgs in itertools.chain((M1, M2, M3), extra):
+        ref_text, _, n_gen = _reference_greedy(llm, msgs, 16)
+        if len(ref_text) >= 8:
+            break
+    assert len(ref_text) >= 8, "no prompt gave a long enough oracle output"
+    stop = ref_text[4:6]
+    before = llm.usage.snapshot()
+    out = llm.generate(msgs, max_tokens=16, stop=[stop])
+    assert out == truncate_at_stop(ref_text, [stop])
+    assert llm.usage.since(before).completion_tokens < n_gen  # it really stopped early
+
+
+def test_raw_prompt_mode_for_base_models(model_dir):
+    raw = load_llm(f"hf:{model_dir}", cache=False, chat=False)
+    assert not raw.chat
+    assert isinstance(raw.generate(M2, max_tokens=4), str)
+    assert raw.usage.prompt_tokens == len("who is the director")  # no template tokens
