@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kgrag_lib.errors import DataFormatError
+from kgrag_lib.errors import DataFormatError, KgragError
 from kgrag_lib.kg import KGStore, UnknownEntityError
 from kgrag_lib.kg import store as store_mod
 from kgrag_lib.kg.strings import StringTable, hash_strings
@@ -59,8 +59,11 @@ def hand() -> KGStore:
     return KGStore.from_triples([Triple(*t) for t in HAND])
 
 
+@pytest.mark.parametrize("vectorized", [False, True])
 @pytest.mark.parametrize("key", sorted(HAND_EXPECTED))
-def test_hand_neighbourhoods(hand: KGStore, key) -> None:
+def test_hand_neighbourhoods(hand: KGStore, key, vectorized: bool, monkeypatch) -> None:
+    if vectorized:  # tiny graphs take the scalar path by default; check the numpy path too
+        monkeypatch.setattr(store_mod, "_SMALL_FRONTIER", 0)
     start, direction, hops = key
     ids = hand.neighborhood(hand.entity_id(start), hops, direction)
     assert np.issubdtype(ids.dtype, np.integer) and np.all(np.diff(ids) > 0)  # sorted, unique
@@ -133,7 +136,14 @@ def check_against_reference(kg: KGStore, rng: np.random.Generator, n_starts: int
                     (start, direction, hops)
 
 
-def test_random_graph_matches_reference_bfs_through_growth_and_reload(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("path", ["mixed", "vectorized", "scalar"])
+def test_random_graph_matches_reference_bfs_through_growth_and_reload(tmp_path: Path, monkeypatch, path) -> None:
+    # "mixed": the default size thresholds; the others force one of the two BFS implementations
+    if path == "vectorized":
+        monkeypatch.setattr(store_mod, "_SMALL_FRONTIER", 0)
+    elif path == "scalar":
+        monkeypatch.setattr(store_mod, "_SMALL_TRIPLES", 10**9)
+        monkeypatch.setattr(store_mod, "_SMALL_FRONTIER", 10**9)
     rng = np.random.default_rng(7)
     triples = random_triples(rng, 600, 150, 5)
     kg = KGStore.from_triples(triples)
@@ -273,6 +283,16 @@ def test_save_load_mmap_copy_on_write(tmp_path: Path, hand: KGStore) -> None:
     kg.save(path)  # overwrite the directory this store was loaded from
     back = KGStore.load(path)
     assert back.num_triples == len(HAND) + 1 and ("A", "r4", "G") in as_set(back, back.out_triples(back.entity_id("A")))
+    back.add_triples([("Newcomer", "r1", "A")])  # a new entity: alias/description tables only grow
+    again = KGStore.load(back.save(tmp_path / "kg2"))
+    new = again.entity_id("Newcomer")
+    assert again.aliases(new) == [] and again.description(new) == ""
+    assert again.find_entity("BEE") == again.entity_id("B")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not a store")
+    with pytest.raises(KgragError, match="refusing"):
+        back.save(tmp_path / "other")
+    assert (tmp_path / "other" / "notes.txt").is_file()
     (path / "header.json").write_text('{"format": "other"}')
     with pytest.raises(DataFormatError, match="kgrag-kgstore"):
         KGStore.load(path)

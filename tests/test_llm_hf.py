@@ -146,3 +146,25 @@ def test_raw_prompt_mode_for_base_models(model_dir):
     assert not raw.chat
     assert isinstance(raw.generate(M2, max_tokens=4), str)
     assert raw.usage.prompt_tokens == len("who is the director")  # no template tokens
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_real_qwen_gguf_through_transformers():
+    """The embedded Qwen GGUF dequantized by transformers: the same weights, template and
+    answer as the llama.cpp path (the way the GPU presets run, minus the GPU)."""
+    for mod in ("gguf", "accelerate"):
+        pytest.importorskip(mod)
+    from kgrag_lib.llm.presets import QWEN_CODER_05B_SHA256, embedded_qwen_path
+
+    try:
+        path = embedded_qwen_path()
+    except Exception as e:  # the model packages are an optional extra
+        pytest.skip(f"embedded model not available: {e}")
+    llm = load_llm(f"hf:{path}", cache=False)
+    assert llm.identity == f"hf-gguf-sha256:{QWEN_CODER_05B_SHA256}" and llm.chat
+    q = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
+    outs = llm.generate_batch([q, [{"role": "user", "content": "What is 2 plus 2? Answer with a number only."}]],
+                              max_tokens=8)
+    assert "paris" in outs[0].lower() and "4" in outs[1]
+    assert llm.usage.prompt_tokens > 20 and llm.usage.calls == 2

@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = kg_sub.add_parser("neighbors", help="print the N-hop neighbourhood of an entity as <s | r | o> lines")
     source(q)
     q.add_argument("--entity", required=True, help="entity name (exact, else case-insensitive, else alias)")
-    q.add_argument("--hops", type=int, default=1, help="triples incident to entities fewer than N hops away (default 1)")
+    q.add_argument("--hops", type=int, default=1,
+                   help="triples incident to entities fewer than N hops away (default 1)")
     q.add_argument("--direction", choices=("out", "in", "both"), default="out",
                    help="out: head->tail, in: tail->head, both: either (default out)")
     q.set_defaults(func=handle_neighbors)

@@ -79,6 +79,10 @@ class Aliases:
         """Fold overrides into the arrays and extend the row pointer to `num_entities`."""
         if not self._over and self.base_entities == num_entities:
             return
+        if not self._over:  # only new entities (without aliases): extend the row pointer
+            tail = np.full(num_entities - self.base_entities, self.indptr[-1], dtype=np.int64)
+            self.indptr = np.concatenate([np.asarray(self.indptr, dtype=np.int64), tail])
+            return
         indptr = np.asarray(self.indptr, dtype=np.int64)
         row_entity = np.repeat(np.arange(self.base_entities, dtype=np.int64), np.diff(indptr))
         over_ids = np.fromiter(sorted(self._over), dtype=np.int64, count=len(self._over))

@@ -5,7 +5,9 @@ time they are de-duplicated and sorted by (head, relation, tail), so a head's ou
 contiguous range (`out_indptr`, no permutation needed) and in-edges are reached through one
 int32 permutation (`in_perm`, `in_indptr`): about 18 bytes per triple for the triples plus both
 directions. A multi-hop neighbourhood is a BFS by frontier in which each hop gathers all frontier
-ranges with one vectorized numpy call.
+ranges with one vectorized numpy call; tiny neighbourhoods (a few dozen triples), where numpy's
+per-call overhead would dominate, run the same BFS on Python ints. Results are sorted unique
+triple ids (int32 below 2**31 triples).
 
 Triples added later (TCR-QF enriches its KG while reasoning) are appended with new ids and kept
 in a small sorted delta index searched alongside the CSR; once the delta outgrows a fraction of
@@ -26,6 +28,7 @@ import os
 import shutil
 import tempfile
 import threading
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -50,6 +53,8 @@ _FUZZY_CANDIDATES = 20_000
 _SLICE_KEYS = 8  # gather up to this many entities' ranges as slices ...
 _SLICE_MIN_AVG = 64  # ... or more when their ranges average this many triples
 _FEW_RUNS = 4  # final sort by timsort when the result is at most this many ascending runs
+_SMALL_TRIPLES = 128  # neighbourhoods up to this size take the scalar path (numpy call overhead dominates)
+_SMALL_FRONTIER = 16
 _UNSORTED = 1 << 30
 
 
@@ -206,6 +211,13 @@ def _dedupe_sorted(h: np.ndarray, r: np.ndarray, t: np.ndarray, num_e: int, num_
     return hs[new].astype(np.int32), rs[new].astype(np.int32), ts[new].astype(np.int32), inverse
 
 
+def _is_store_dir(path: Path) -> bool:
+    try:
+        return json.loads((path / "header.json").read_text(encoding="utf-8")).get("format") == FORMAT_NAME
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 class KGStore:
     """Integer-id triples with CSR adjacency both ways, names, aliases, descriptions and provenance.
 
@@ -242,17 +254,19 @@ class KGStore:
         `provenance` gives, per triple, the id of the passage it came from (None for none, or a
         list of ids); a duplicate triple keeps the union of its passages.
         """
-        import pandas as pd
-
-        rows = [_split_triple(t) for t in triples]
-        prov = _provenance_lists(provenance, len(rows))
-        ends = np.empty(2 * len(rows), dtype=object)
-        ends[0::2] = [s for s, _, _ in rows]
-        ends[1::2] = [o for _, _, o in rows]
-        ent_codes, ent_names = pd.factorize(ends)
-        rel_codes, rel_names = pd.factorize(np.asarray([r for _, r, _ in rows], dtype=object))
-        return cls._build(ent_codes[0::2], rel_codes, ent_codes[1::2], StringTable.from_strings(ent_names.tolist()),
-                          StringTable.from_strings(rel_names.tolist()), provenance=prov)
+        # streamed into int32 buffers: only the distinct names are held as Python strings
+        ents: dict[str, int] = {}
+        rels: dict[str, int] = {}
+        h, r, t = array("i"), array("i"), array("i")
+        for triple in triples:
+            s, rel, o = _split_triple(triple)
+            h.append(ents.setdefault(s, len(ents)))
+            r.append(rels.setdefault(rel, len(rels)))
+            t.append(ents.setdefault(o, len(ents)))
+        prov = _provenance_lists(provenance, len(h))
+        as_np = lambda buf: np.frombuffer(buf, dtype=np.int32) if len(buf) else np.empty(0, np.int32)  # noqa: E731
+        return cls._build(as_np(h), as_np(r), as_np(t), StringTable.from_strings(ents),
+                          StringTable.from_strings(rels), provenance=prov)
 
     @classmethod
     def from_id_arrays(cls, heads: Any, rels: Any, tails: Any, entity_names: Sequence[str] | StringTable,
@@ -506,6 +520,10 @@ class KGStore:
             return np.empty(0, dtype=id_dtype)
         with self._lock:
             self._ensure_index()
+            if start.size <= _SMALL_FRONTIER:
+                small = self._small_neighborhood(start.tolist(), int(hops), use_out, use_in)
+                if small is not None:
+                    return np.array(small, dtype=id_dtype)
             visited = frontier = start
             found: list[np.ndarray] = [np.empty(0, dtype=id_dtype)]
             runs = 0
@@ -532,6 +550,50 @@ class KGStore:
                 visited = np.concatenate([visited, frontier])
                 visited.sort()
         return sorted_unique(np.concatenate(found).astype(id_dtype, copy=False), few_runs=runs <= _FEW_RUNS)
+
+    def _small_neighborhood(self, start: list[int], hops: int, use_out: bool, use_in: bool) -> list[int] | None:
+        """The same BFS with Python ints for tiny neighbourhoods, where a dozen numpy calls per hop
+        cost more than the work; None as soon as it outgrows `_SMALL_TRIPLES` (or a delta exists)."""
+        if self._delta_out is not None:
+            return None
+        budget = _SMALL_TRIPLES
+        sides = [(adj, other) for adj, other, used in ((self._out, self._t, use_out), (self._in, self._h, use_in))
+                 if used]
+        visited = set(start)
+        frontier = start
+        found: list[int] = []
+        for level in range(hops):
+            last = level == hops - 1
+            reached: set[int] = set()
+            for e in frontier:
+                for adj, other in sides:
+                    if e >= adj.num_keys:
+                        continue
+                    a, b = adj.indptr[e:e + 2].tolist()
+                    budget -= b - a
+                    if budget < 0:
+                        return None
+                    if b == a:
+                        continue
+                    if adj.perm is None:
+                        found.extend(range(a, b))
+                        if not last:
+                            reached.update(other[a:b].tolist())
+                    else:
+                        ids = adj.perm[a:b]
+                        found.extend(ids.tolist())
+                        if not last:
+                            reached.update(other[ids.astype(np.intp)].tolist())
+            if last:
+                break
+            reached -= visited
+            if not reached or len(reached) > _SMALL_FRONTIER:
+                if reached:
+                    return None
+                break
+            visited |= reached
+            frontier = sorted(reached)
+        return sorted(set(found))
 
     def _gather(self, entities: np.ndarray, out: bool) -> tuple[np.ndarray, int]:
         """Triple ids incident to sorted `entities` (by head if `out`, else by tail): CSR + delta."""
@@ -663,6 +725,8 @@ class KGStore:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the store as .npy files + header.json into directory `path` (replaced atomically)."""
         path = Path(path)
+        if path.exists() and not _is_store_dir(path) and (not path.is_dir() or any(path.iterdir())):
+            raise KgragError(f"{path}: exists and is not a saved KGStore; refusing to replace it")
         with self._lock:
             self._ensure_index(full=True)
             n = self._n
@@ -728,7 +792,8 @@ class KGStore:
                     StringTable.load(path, "relations", mmap), _Adjacency(ld("out_indptr"), out_perm),
                     _Adjacency(ld("in_indptr"), ld("in_perm")),
                     aliases=Aliases.load(path, mmap) if header.get("has_aliases") else None,
-                    descriptions=StringTable.load(path, "descriptions", mmap, searchable=False) if header.get("has_descriptions") else None,
+                    descriptions=(StringTable.load(path, "descriptions", mmap, searchable=False)
+                                  if header.get("has_descriptions") else None),
                     provenance=Provenance.load(path, mmap) if header.get("has_provenance") else None)
         n, e = header["num_triples"], header["num_entities"]
         if (store.num_triples != n or store.num_entities != e or store.num_relations != header["num_relations"]

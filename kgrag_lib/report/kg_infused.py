@@ -194,10 +194,11 @@ def plot_side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, metric: str = "Av
         ov = [ours.loc[l, (ds, m)] for l in labels]
         pv = [paper.loc[match.get(l, l), (ds, m)] if match.get(l, l) in paper.index and (ds, m) in paper.columns
               else np.nan for l in labels]
-        ax.bar(x - 0.2, ov, 0.4, label="ours", color="#4C72B0")
+        bars = ax.bar(x - 0.2, ov, 0.4, label="ours", color="#4C72B0")
+        ax.bar_label(bars, labels=["–" if np.isnan(v) else f"{v:.0f}" for v in ov], fontsize=6, padding=1)
         ax.bar(x + 0.2, pv, 0.4, label="paper", color="#BBBBBB", hatch="//", edgecolor="#777777")
         ax.set_xticks(x)
-        ax.set_xticklabels([textwrap.fill(l, 12) for l in labels], fontsize=7)
+        ax.set_xticklabels(labels, fontsize=7, rotation=35, ha="right")
         ax.set_title(f"{ds} ({m})", fontsize=9)
         ax.set_ylim(0, 100)
         ax.grid(axis="y", alpha=0.3)
@@ -226,7 +227,8 @@ def rounds_frame(rows: Iterable[Mapping[str, Any]], metric: str = "avg") -> pd.D
 def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
                 baselines: Iterable[Mapping[str, Any]] = (), title: str = ""):
     """Figure 2's layout: one panel per dataset, score against activation rounds, one line per
-    KG variant; baselines (no rounds: Vanilla RAG, Vanilla QE) as dashed horizontal lines."""
+    KG variant (offset sideways by ±0.06 so equal values stay visible); baselines (no rounds:
+    Vanilla RAG, Vanilla QE) as dashed horizontal lines."""
     import matplotlib.pyplot as plt
 
     rows = list(rows)
@@ -237,12 +239,13 @@ def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
     fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(3.6 * max(len(datasets), 1), 3.3), squeeze=False)
     for ax, ds in zip(axes[0], datasets):
         m = metric if metric in metrics_for(ds) else "acc"
-        for variant in ROUND_VARIANTS:
+        for j, variant in enumerate(ROUND_VARIANTS):
             pts = sorted((r["rounds"], r.get(m)) for r in rows
                          if r["dataset"] == ds and r["variant"] == variant and r.get("rounds"))
             if pts:
                 color, marker = styles[variant]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color,
+                shift = 0.06 * (j - 1)  # a small sideways offset keeps equal values visible
+                ax.plot([p[0] + shift for p in pts], [p[1] for p in pts], marker=marker, color=color, alpha=0.9,
                         label=ABLATION_LABELS[variant] if variant != "kg-infused" else "KG-Infused RAG")
         for b in baselines:
             if b["dataset"] == ds and b.get(m) is not None:
@@ -253,6 +256,7 @@ def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
             ax.set_xticks(all_rounds)
         ax.set_xlabel("activation rounds")
         ax.set_ylabel(f"{METRIC_LABELS[m]} (%)")
+        ax.set_ylim(-2, 102)
         ax.set_title(P.DATASET_LABELS.get(ds, ds), fontsize=10)
         ax.grid(alpha=0.3)
     if datasets:
@@ -477,18 +481,17 @@ def case_study_markdown(question: str, golds: Sequence[str], runs: Mapping[str, 
 
 # ------------------------------------------------------------------------- notebook plumbing
 NOTEBOOK_DEFAULTS: dict[str, dict[str, Any]] = {
-    "20_kg_preprocessing": {"kg": "2wiki-evidence", "wikidata5m_dir": None,
+    # kg / corpus None: the profile's `methods` setting (else 2wiki-evidence / auto) is used.
+    "20_kg_preprocessing": {"kg": None, "wikidata5m_dir": None,
                             "slice_files": ["wikidata5m/libkge_test.txt", "wikidata5m/libkge_valid.txt"]},
-    "21_kg_infused_main": {"datasets": ["2wiki", "hotpotqa"], "n": 2, "rounds": 2, "kg": "2wiki-evidence",
-                           "corpus": "auto", "paper_model": "Qwen2.5-7B"},
-    "22_kg_infused_ablation": {"datasets": ["2wiki", "hotpotqa"], "n": 2, "rounds": 2, "kg": "2wiki-evidence",
-                               "corpus": "auto"},
+    "21_kg_infused_main": {"datasets": ["2wiki", "hotpotqa"], "n": 2, "rounds": 2, "kg": None,
+                           "corpus": None, "paper_model": "Qwen2.5-7B"},
+    "22_kg_infused_ablation": {"datasets": ["2wiki", "hotpotqa"], "n": 2, "rounds": 2, "kg": None, "corpus": None},
     "23_activation_rounds": {"datasets": ["2wiki", "hotpotqa"], "n": 2, "rounds": [1, 2], "main_rounds": 2,
-                             "kg": "2wiki-evidence", "corpus": "auto"},
+                             "kg": None, "corpus": None},
     "24_retrieval_recall": {"datasets": ["2wiki", "hotpotqa"], "n": 2, "rounds": [1, 2], "k": 6,
-                            "kg": "2wiki-evidence", "corpus": "auto"},
-    "25_case_study": {"datasets": ["2wiki"], "n": 2, "rounds": 2, "qid": None, "kg": "2wiki-evidence",
-                      "corpus": "auto"},
+                            "kg": None, "corpus": None},
+    "25_case_study": {"datasets": ["2wiki"], "n": 2, "rounds": 2, "qid": None, "kg": None, "corpus": None},
 }
 
 
@@ -575,6 +578,7 @@ def rounds_table(trace: Mapping[str, Any]) -> pd.DataFrame:
                      "candidates": r.get("n_candidates"), "selected": len(r.get("selected") or []),
                      "selected triples": "\n".join(r.get("selected") or []),
                      "next entities": ", ".join(r.get("next_entities") or []),
+                     "leaves (no out-triples)": ", ".join(r.get("leaves_skipped") or []),
                      "unmatched output": len(r.get("unmatched") or [])})
     return pd.DataFrame(recs)
 
@@ -614,10 +618,11 @@ def plot_recall(ours: pd.DataFrame, k: int = 6, title: str = ""):
     for ax, ds in zip(axes[0], datasets):
         ov = [ours.loc[l, (ds, f"R@{k}")] for l in labels]
         pv = [paper.loc[l, ds] if l in paper.index and ds in paper.columns else np.nan for l in labels]
-        ax.bar(x - 0.2, ov, 0.4, label="ours", color="#4C72B0")
+        bars = ax.bar(x - 0.2, ov, 0.4, label="ours", color="#4C72B0")
+        ax.bar_label(bars, labels=["–" if np.isnan(v) else f"{v:.0f}" for v in ov], fontsize=6, padding=1)
         ax.bar(x + 0.2, pv, 0.4, label="paper", color="#BBBBBB", hatch="//", edgecolor="#777777")
         ax.set_xticks(x)
-        ax.set_xticklabels([textwrap.fill(l, 12) for l in labels], fontsize=7)
+        ax.set_xticklabels(labels, fontsize=7, rotation=35, ha="right")
         ns = ", ".join(str(int(ours.loc[l, (ds, "n")])) for l in labels[:1])
         ax.set_title(f"{ds} (n={ns})", fontsize=9)
         ax.set_ylim(0, 100)
@@ -690,7 +695,8 @@ def plot_out_degrees(kgs: Mapping[str, Any], title: str = ""):
 def grid_base_cfg(profile: Mapping[str, Any], variants: Sequence[str], **overrides: Any) -> dict[str, Any]:
     """The method settings every configuration of a grid shares: the profile's `methods`
     sections of the variants (which must agree: sharing stages through the cache needs equal
-    settings), minus `rounds` (each configuration sets its own), plus non-None overrides."""
+    settings), minus `rounds` (each configuration sets its own), plus non-None overrides; `kg`
+    and `corpus` default to 2wiki-evidence and auto."""
     from ..errors import ConfigError
 
     merged: dict[str, Any] = {}
@@ -704,6 +710,8 @@ def grid_base_cfg(profile: Mapping[str, Any], variants: Sequence[str], **overrid
                                   f"methods.{v}.{k}={val!r}; a shared grid needs one value for every variant")
             merged[k], origin[k] = val, v
     merged.update({k: v for k, v in overrides.items() if v is not None})
+    merged.setdefault("kg", "2wiki-evidence")
+    merged.setdefault("corpus", "auto")
     return merged
 
 

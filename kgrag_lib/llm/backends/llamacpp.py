@@ -79,6 +79,9 @@ class LlamaCppLLM(LLM):
         if n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
             n_gpu_layers = 0  # CPU build: offload request is a no-op, not an error
         threads = n_threads or physical_cores()
+        # llama.cpp pads the context to a multiple of 256; asking for that size up front keeps
+        # llama-cpp-python's own length check and token buffer consistent with it.
+        n_ctx = max(256, -(-int(n_ctx) // 256) * 256)
         try:
             self._llm = llama_cpp.Llama(
                 model_path=str(self.model_path), n_ctx=n_ctx, n_threads=threads,
@@ -88,6 +91,7 @@ class LlamaCppLLM(LLM):
         except (ValueError, RuntimeError) as e:
             raise BackendUnavailableError(f"llama.cpp could not load {self.model_path}: {e}") from e
         self.n_threads = threads
+        self.n_ctx = self._llm.n_ctx()
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))

@@ -157,6 +157,25 @@ class KGInfusedRAG:
             q2 = S.expand_query_kg(self.llm, self.params("query"), question, summary)
         return q2 or question
 
+    def retrieve(self, corpus: CorpusIndex, question: str, expanded: str | None = None, qvec=None) -> S.Retrieved:
+        """Top k_p passages by q, or k_p/2 by q plus k_p/2 new ones by q' (Appendix C.2)."""
+        qvec = self.embed(question) if qvec is None else qvec
+        if expanded is None:
+            return S.retrieve_single(corpus.passages, corpus.index, qvec, self.cfg.k_p)
+        return S.retrieve_dual(corpus.passages, corpus.index, qvec, self.embed(expanded), self.cfg.k_p)
+
+    def write_note(self, question: str, passages) -> str:
+        """§3.6 eq. 9: the query-focused passage note."""
+        return S.write_note(self.llm, self.params(), question, passages)
+
+    def augment(self, question: str, note: str, summary: str) -> str:
+        """§3.6 eq. 10: the note enhanced with the subgraph summary."""
+        return S.augment_note(self.llm, self.params(), question, note, summary)
+
+    def generate_answer(self, question: str, context: str | None, yes_no: bool = False) -> tuple[str, str]:
+        """§3.6 eq. 11 (or NoR without context): (raw output, cleaned answer)."""
+        return S.answer_question(self.llm, self.params("answer"), question, context, yes_no)
+
     # ---- the whole pipeline -----------------------------------------------------------
     def answer(self, question: Question) -> Prediction:
         v, cfg, q = self.variant, self.cfg, question.question
@@ -164,7 +183,7 @@ class KGInfusedRAG:
         trace: dict[str, Any] = {"variant": v.name, "kg": None, "corpus": None,
                                  "config": dataclasses.asdict(cfg), "seed": self.seed}
         if v.retrieval == "none":
-            raw, ans = S.answer_question(self.llm, self.params("answer"), q, None, yes_no)
+            raw, ans = self.generate_answer(q, None, yes_no)
             return self._prediction(question, raw, ans, trace)
 
         corpus = self.corpus_for(question)
@@ -182,21 +201,21 @@ class KGInfusedRAG:
             trace["summary"] = summary
 
         if v.retrieval == "q":
-            got = S.retrieve_single(corpus.passages, corpus.index, qvec, cfg.k_p)
+            got = self.retrieve(corpus, q, None, qvec)
         else:
             q2 = self.expand_query(q, summary if v.retrieval == "kg-qe" else None)
             trace["expanded_query"] = q2
-            got = S.retrieve_dual(corpus.passages, corpus.index, qvec, self.embed(q2), cfg.k_p)
+            got = self.retrieve(corpus, q, q2, qvec)
             trace["skipped_duplicates"] = [corpus.passages[i].pid for i in got.skipped_duplicates]
         trace["passages"] = got.to_trace()
 
-        note = S.write_note(self.llm, self.params(), q, got.passages)
+        note = self.write_note(q, got.passages)
         trace["note"] = note
         context = note
         if v.kg_aug:
-            context = S.augment_note(self.llm, self.params(), q, note, summary or "")
+            context = self.augment(q, note, summary or "")
             trace["augmented_note"] = context
-        raw, ans = S.answer_question(self.llm, self.params("answer"), q, context, yes_no)
+        raw, ans = self.generate_answer(q, context, yes_no)
         return self._prediction(question, raw, ans, trace)
 
     def _prediction(self, question: Question, raw: str, ans: str, trace: dict[str, Any]) -> Prediction:
