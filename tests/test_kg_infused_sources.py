@@ -15,7 +15,7 @@ from kgrag_lib.errors import ConfigError, MissingDataError
 from kgrag_lib.kg import KGStore
 from kgrag_lib.methods.kg_infused.corpus import build_corpus_index, load_passages, resolve_corpus_name
 from kgrag_lib.methods.kg_infused.kg_sources import (
-    build_2wiki_evidence_store, build_kg_source, resolve_kg, seed_candidates,
+    build_2wiki_evidence_store, build_kg_source, resolve_kg, seed_candidates, table5_rows,
 )
 from kgrag_lib.paths import data_root
 
@@ -119,6 +119,10 @@ def test_wikidata5m_kg_from_small_real_format_files(tmp_path):
     assert store.description(store.entity_id("Roy Del Ruth")) == "Roy Del Ruth was a film director."
     ids, _ = seed_candidates(store)
     assert sorted(store.entity_name(e) for e in ids) == ["Blondie Johnson", "Roy Del Ruth", "Taxi!", "Winnie Lightner"]
+    rows = table5_rows(stats)
+    assert rows[0] == {"kg": "Wikidata5M (ours)", "entities": 6, "relations": 4, "triples": 6}
+    assert rows[1] == {"kg": "Wikidata5M-KG (ours)", "entities": 4, "relations": 2, "triples": 4}
+    assert rows[3]["entities"] == 4665331
     # Second resolution loads the cached build.
     _, again, _ = resolve_kg(f"wikidata5m:{tmp_path / 'w5m'}", tmp_path, tmp_path / "cache")
     assert again.num_triples == 4 and len(list((tmp_path / "cache" / "kg").glob("wikidata5m-kg-*"))) >= 1

@@ -139,3 +139,14 @@ def test_real_embedded_model_assembles_to_pinned_hash():
     path = presets.embedded_qwen_path()
     assert path.stat().st_size == presets.QWEN_CODER_05B_SIZE
     assert assets._marker_ok(path, presets.QWEN_CODER_05B_SHA256)
+
+
+def test_verified_assembly_is_used_without_the_slice_packages(parts, tmp_path, monkeypatch):
+    paths, joined, sha = parts
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    missing = (PartSource("no-such-dist-kgrag", "1.0", "data/part01.bin"),)
+    with pytest.raises(BackendUnavailableError):
+        assets.assemble_embedded(missing, "m.gguf", sha256=sha, size=len(joined), what="test model")
+    assemble_parts(paths, assets.models_dir() / "m.gguf", sha256=sha, size=len(joined))
+    out = assets.assemble_embedded(missing, "m.gguf", sha256=sha, size=len(joined), what="test model")
+    assert out.read_bytes() == joined

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 
 import pytest
@@ -21,9 +22,19 @@ tokenizers = pytest.importorskip("tokenizers")
 from kgrag_lib.llm import SamplingParams, load_llm  # noqa: E402
 from kgrag_lib.llm.base import truncate_at_stop  # noqa: E402
 
+ORIGINAL_CACHE_DIR = os.environ.get("KGRAG_CACHE_DIR")
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_cache_dir(tmp_path_factory):
+    """Weight-file hashes of the throwaway models go to a temp cache, not the repo's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KGRAG_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    yield
+    mp.undo()
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +161,18 @@ def test_raw_prompt_mode_for_base_models(model_dir):
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_real_qwen_gguf_through_transformers():
+def test_real_qwen_gguf_through_transformers(monkeypatch):
     """The embedded Qwen GGUF dequantized by transformers: the same weights, template and
     answer as the llama.cpp path (the way the GPU presets run, minus the GPU)."""
     for mod in ("gguf", "accelerate"):
         pytest.importorskip(mod)
     from kgrag_lib.llm.presets import QWEN_CODER_05B_SHA256, embedded_qwen_path
+
+    # the real model lives in the shared cache (assembled once per machine)
+    if ORIGINAL_CACHE_DIR is None:
+        monkeypatch.delenv("KGRAG_CACHE_DIR")
+    else:
+        monkeypatch.setenv("KGRAG_CACHE_DIR", ORIGINAL_CACHE_DIR)
 
     try:
         path = embedded_qwen_path()

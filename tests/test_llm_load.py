@@ -86,3 +86,15 @@ def test_hub_model_not_local_with_offline_hub(monkeypatch, tmp_path):
 def test_missing_local_folder():
     with pytest.raises(BackendUnavailableError, match="does not exist"):
         load_llm("hf:./no/such/folder", cache=False)
+
+
+def test_thread_count_from_env(monkeypatch):
+    from kgrag_lib.llm.backends.llamacpp import default_threads, physical_cores
+
+    monkeypatch.delenv("KGRAG_LLM_THREADS", raising=False)
+    assert default_threads() == physical_cores() >= 1
+    monkeypatch.setenv("KGRAG_LLM_THREADS", "1")
+    assert default_threads() == 1
+    monkeypatch.setenv("KGRAG_LLM_THREADS", "two")
+    with pytest.raises(ConfigError, match="KGRAG_LLM_THREADS"):
+        default_threads()

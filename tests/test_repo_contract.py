@@ -15,7 +15,7 @@ def test_ci_runs_readme_test_command_exactly():
     readme = (REPO_ROOT / "README.md").read_text()
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
-    setup = [b for b in blocks if b.startswith("python3 -m venv .venv")]
+    setup = [b for b in blocks if b.startswith("bash scripts/install.sh")]
     assert len(setup) == 2, "README must hold exactly two set-up commands"
     main_job, tests = setup
     assert "kgrag study --profile cpu-smoke" in main_job

@@ -25,7 +25,7 @@ DEFAULT_SPEC = "qwen2.5-coder-0.5b-q4"
 __all__ = [
     "LLM", "Completion", "SamplingParams", "Usage", "LLMCache", "ScriptedLLM", "PRESETS", "Preset",
     "LLMParseError", "PromptTooLongError", "load_llm", "describe_specs", "parse_json", "parse_list",
-    "parse_triples", "parse_yes_no", "clean_answer", "DEFAULT_SPEC",
+    "parse_triples", "parse_yes_no", "clean_answer", "DEFAULT_SPEC", "default_cache_path",
 ]
 
 

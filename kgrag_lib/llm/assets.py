@@ -154,9 +154,13 @@ def _mismatch_msg(what: str, parts: list[Path], got: str, expected: str) -> str:
 
 def assemble_embedded(sources: tuple[PartSource, ...], filename: str, *, sha256: str, size: int,
                       what: str) -> Path:
-    """Locate every slice of an embedded model and assemble it under `cache_dir()/models`."""
+    """Locate every slice of an embedded model and assemble it under `cache_dir()/models`
+    (a verified earlier assembly is used even if the slice packages are gone)."""
+    dest = models_dir() / filename
+    if _marker_ok(dest, sha256):
+        return dest
     parts = [locate_part(s) for s in sources]
-    return assemble_parts(parts, models_dir() / filename, sha256=sha256, size=size, what=what)
+    return assemble_parts(parts, dest, sha256=sha256, size=size, what=what)
 
 
 # ---- fingerprints of user files ----------------------------------------------------
@@ -184,6 +188,7 @@ def file_sha256(path: str | os.PathLike, *, memo: bool = True) -> str:
                 table = json.loads(memo_path.read_text())
             except (OSError, ValueError):
                 table = {}
+            table = {k: v for k, v in table.items() if os.path.exists(k)}  # forget deleted files
             table[key] = {"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
             _write_json_atomic(memo_path, table)
     return digest

@@ -8,6 +8,7 @@ the persistent call cache, stop-string truncation and the usage counters.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace as dc_replace
@@ -343,6 +344,4 @@ class LLM:
 
 
 def _request_fingerprint(messages: Messages) -> str:
-    import json
-
     return json.dumps(messages, sort_keys=True)

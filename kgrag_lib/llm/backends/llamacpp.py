@@ -7,12 +7,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendUnavailableError
+from ...errors import BackendUnavailableError, ConfigError
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, flatten_messages
 
 
+def default_threads() -> int:
+    """$KGRAG_LLM_THREADS, else the physical core count (llama.cpp runs slower on
+    hyper-threads, and far slower when its threads compete with other busy processes:
+    on a shared machine set KGRAG_LLM_THREADS=1)."""
+    env = os.environ.get("KGRAG_LLM_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ConfigError(f"KGRAG_LLM_THREADS: expected a positive integer, got {env!r}")
+        return int(env)
+    return physical_cores()
+
+
 def physical_cores() -> int:
-    """Physical core count: llama.cpp runs slower when given hyper-threads."""
+    """Physical core count."""
     try:
         import psutil
 
@@ -78,7 +90,7 @@ class LlamaCppLLM(LLM):
         )
         if n_gpu_layers and not llama_cpp.llama_supports_gpu_offload():
             n_gpu_layers = 0  # CPU build: offload request is a no-op, not an error
-        threads = n_threads or physical_cores()
+        threads = n_threads or default_threads()
         # llama.cpp pads the context to a multiple of 256; asking for that size up front keeps
         # llama-cpp-python's own length check and token buffer consistent with it.
         n_ctx = max(256, -(-int(n_ctx) // 256) * 256)

@@ -247,6 +247,21 @@ def build_kg_source(spec: str, embedder: Any, data_root: Path, cache_root: Path,
                     stats={**stats, "seed_candidates": int(len(ids))})
 
 
+def table5_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Table 5's layout (# entity, # relation, # triple) for a built KG, with the paper's rows.
+
+    Wikidata5M builds report the original and filtered sizes; other KGs report their own size."""
+    from ...data.wikidata5m import PAPER_TABLE5
+
+    keys = ("entities", "relations", "triples")
+    if "kept" in stats:
+        ours = [{"kg": "Wikidata5M (ours)", **{k: stats["original"][k] for k in keys}},
+                {"kg": "Wikidata5M-KG (ours)", **{k: stats["kept"][k] for k in keys}}]
+    else:
+        ours = [{"kg": f"{stats.get('kg', 'KG')} (ours)", **{k: stats.get(k) for k in keys}}]
+    return ours + [{"kg": f"{name} (paper)", **row} for name, row in PAPER_TABLE5.items()]
+
+
 def load_kg_source(ctx: Any, spec: str) -> KGSource:
     """The KG source for a run context, built once per context (`ctx.memo`)."""
     key = f"kg-infused:kg:{spec}:{ctx.embedder.identity}"
