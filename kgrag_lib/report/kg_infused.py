@@ -397,7 +397,7 @@ def subgraph(trace: Mapping[str, Any]):
     return G
 
 
-def draw_subgraph(G, title: str = "", max_label: int = 28, ax=None):
+def draw_subgraph(G, title: str = "", max_label: int = 40, ax=None):
     """Figure 4's picture: entities as nodes coloured by activation round (seeds ringed),
     selected triples as labelled arrows."""
     import matplotlib.pyplot as plt
@@ -423,7 +423,7 @@ def draw_subgraph(G, title: str = "", max_label: int = 28, ax=None):
                            node_color=[color[G.nodes[v]["round"]] for v in G.nodes],
                            edgecolors=["#C44E52" if G.nodes[v].get("seed") else "#333333" for v in G.nodes],
                            linewidths=[3 if G.nodes[v].get("seed") else 1 for v in G.nodes])
-    nx.draw_networkx_labels(G, pos, labels={v: textwrap.fill(short[v], 14) for v in G.nodes}, font_size=7, ax=ax)
+    nx.draw_networkx_labels(G, pos, labels={v: textwrap.fill(short[v], 16) for v in G.nodes}, font_size=7, ax=ax)
     nx.draw_networkx_edges(G, pos, ax=ax, arrows=True, arrowstyle="-|>", arrowsize=14, node_size=900,
                            edge_color="#555555", connectionstyle="arc3,rad=0.08")
     elabels: dict[tuple[str, str], str] = {}

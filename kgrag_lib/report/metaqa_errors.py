@@ -20,6 +20,9 @@ first rule that applies, in this order (an earlier stage's failure explains the 
 9. `wrong_answer`       none of the above: the answer names no gold entity and no trace stage
                         explains it (the only category left for the plain `llm` baseline).
 
+Caveat of rule 6: a gold that is a frequent entity (a genre, year or language) can sit in a
+triple about another film, so `gold_retrieved` is an upper bound for such answers.
+
 Flags that are not exclusive: `over_decomposed` (more sub-questions than hops; the paper
 counts ~16% of 1-hop questions) and `under_decomposed`.
 """
