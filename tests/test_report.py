@@ -293,6 +293,9 @@ def test_trace_text_reads_like_fig6():
     assert "**Reformulated 2:** Who starred in Big?" in text
     assert "… (4 in all)" in text and "(c, d, e)" not in text
     assert text.endswith("**Gold:** Tom Hanks")
+    row["prediction"] = "Tom Hanks " * 100
+    assert "**Final answer:** Tom Hanks" in trace_text(row, max_chars=20)
+    assert "… (+979 characters)" in trace_text(row, max_chars=20)
 
 
 # ---------------------------------------------------------------------------- drawing

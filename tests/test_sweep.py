@@ -35,3 +35,25 @@ def test_sweep_runs_grid_and_collects_rows(tmp_path, capsys):
     capsys.readouterr()
     assert sweep.handle(args) == 0  # second time: nothing reruns
     assert capsys.readouterr().out.count("already done, skipped") == 2
+
+
+def test_study_results_md_has_one_table_per_notebook(tmp_path, monkeypatch):
+    """`kgrag study` writes one section per notebook, each without the other notebooks' columns."""
+    from kgrag_lib.commands import study
+
+    report = {"profile": "cpu-smoke", "notebooks": [
+        {"notebook": "11_grid.ipynb", "seconds": 1.5, "rows": [{"dataset": "metaqa-1hop", "hit1": 50.0}]},
+        {"notebook": "21_main.ipynb", "seconds": 2.0, "rows": [{"dataset": "2wiki", "acc": 33.333}]},
+        {"notebook": "25_case.ipynb", "seconds": 0.5, "rows": []},
+    ]}
+    monkeypatch.setattr("kgrag_lib.notebooks.run_study", lambda *a, **k: report)
+    args = argparse.Namespace(profile="cpu-smoke", only=None, out=str(tmp_path))
+    assert study.handle(args) == 0
+    md = (tmp_path / "results.md").read_text()
+    grid = md.split("## 11_grid.ipynb")[1].split("## 21_main.ipynb")[0]
+    main = md.split("## 21_main.ipynb")[1].split("## 25_case.ipynb")[0]
+    assert "hit1" in grid and "acc" not in grid
+    assert "acc" in main and "33.33" in main and "hit1" not in main
+    assert "(no result rows)" in md.split("## 25_case.ipynb")[1]
+    assert "- 11_grid.ipynb: 1.5 s" in md
+    assert len(pd.read_csv(tmp_path / "results.csv")) == 2

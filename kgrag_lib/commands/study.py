@@ -28,13 +28,24 @@ def handle(args: argparse.Namespace) -> int:
     out_root = Path(args.out or REPO_ROOT / "results" / Path(args.profile).stem)
     report = run_study(args.profile, out_root, only=args.only)
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
-    table = pd.DataFrame(rows)
-    table.to_csv(out_root / "results.csv", index=False)
+    pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)
     lines = [f"# kgrag study results ({report['profile']})", ""]
     lines += [f"- {nb['notebook']}: {nb['seconds']} s" for nb in report["notebooks"]]
-    lines += ["", table.to_string(index=False) if len(table) else "(no result rows)"]
+    lines += ["", f"executed notebooks: {out_root / 'executed'}"]
+    for nb in report["notebooks"]:  # one table per notebook: their columns differ
+        lines += ["", f"## {nb['notebook']}", "", notebook_table(nb["rows"])]
     (out_root / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out_root / "study.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
     print("\n".join(lines))
-    print(f"\nexecuted notebooks: {out_root / 'executed'}\nresults table: {out_root / 'results.md'}")
+    print(f"\nresults table: {out_root / 'results.md'} (all rows: {out_root / 'results.csv'})")
     return 0
+
+
+def notebook_table(rows: list[dict]) -> str:
+    """One notebook's summary rows as fixed-width text, without columns it never fills."""
+    import pandas as pd
+
+    if not rows:
+        return "(no result rows)"
+    table = pd.DataFrame(rows).dropna(axis=1, how="all")
+    return "```\n" + table.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n```"

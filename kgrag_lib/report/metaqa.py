@@ -167,12 +167,16 @@ def grouped_bars(agg: pd.DataFrame, group: str, bar: str, metric: str = "hit1", 
         stds = np.array([float(sub.loc[g, f"{metric}_std"]) if g in sub.index else np.nan for g in groups])
         pos = x - 0.4 + width * (j + 0.5)
         label = bar_label(b) if callable(bar_label) else str(b)
-        ax.bar(pos, np.nan_to_num(means), width * 0.92, color=PALETTE[j % len(PALETTE)], label=label,
-               yerr=np.where(np.isnan(stds), 0, stds), capsize=3, error_kw={"elinewidth": 1})
+        ax.bar(pos, np.nan_to_num(means), width * 0.92, color=PALETTE[j % len(PALETTE)], label=label)
+        has_std = ~np.isnan(stds) & ~np.isnan(means)
+        if has_std.any():  # undefined (single-seed) deviations get no bar at all, not a zero-length one
+            ax.errorbar(pos[has_std], means[has_std], yerr=stds[has_std], fmt="none", ecolor="black",
+                        elinewidth=1, capsize=3)
         if annotate:
-            for p, m in zip(pos, means):
+            for p, m, sd in zip(pos, means, stds):
                 if not np.isnan(m):
-                    ax.text(p, min(m + 1.5, ylim[1] - 4), f"{m:.0f}", ha="center", va="bottom", fontsize=7)
+                    top = min(m + (0 if np.isnan(sd) else sd), ylim[1])  # above the error bar
+                    ax.text(p, top + 0.01 * (ylim[1] - ylim[0]), f"{m:.0f}", ha="center", va="bottom", fontsize=7)
         if paper is not None and len(paper):
             for gi, g in enumerate(groups):
                 hit = paper[(paper[group] == g) & (paper[bar] == b)]
@@ -184,7 +188,8 @@ def grouped_bars(agg: pd.DataFrame, group: str, bar: str, metric: str = "hit1", 
         ax.plot([], [], "D", color="black", markersize=5, label="paper (printed value)")
     ax.set_xticks(x)
     ax.set_xticklabels([group_label(g) if callable(group_label) else str(g) for g in groups])
-    ax.set_ylim(*ylim)
+    ax.set_ylim(ylim[0], ylim[1] + 0.08 * (ylim[1] - ylim[0]))  # headroom for the labels above full bars
+    ax.set_yticks([t for t in ax.get_yticks() if ylim[0] <= t <= ylim[1]])
     ax.set_ylabel(ylabel or f"{metric} (%)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
@@ -247,9 +252,15 @@ def pick_example(rows: Sequence[Mapping[str, Any]], dataset: str | None = None) 
     return max(pool, key=score)  # max keeps the first of equals: the sample's order decides ties
 
 
-def trace_text(row: Mapping[str, Any], max_triples: int = 3) -> str:
+def _clip(text: Any, limit: int) -> str:
+    t = " ".join(str(text or "").split())
+    return t if len(t) <= limit else t[:limit].rstrip() + f" … (+{len(t) - limit} characters)"
+
+
+def trace_text(row: Mapping[str, Any], max_triples: int = 3, max_chars: int = 300) -> str:
     """A Fig. 6 style account of one answer: question, reasoning chain, each sub-question with
-    its first triples and sub-answer, and the final answer beside the gold (markdown)."""
+    its first triples and sub-answer, and the final answer beside the gold (markdown).
+    Answers longer than `max_chars` (a small model can ramble to its token limit) are cut."""
     t = _trace(row)
     dec = t.get("decomposition") or {}
     lines = [f"**Question:** {row.get('question', t.get('question', ''))}"]
@@ -267,8 +278,8 @@ def trace_text(row: Mapping[str, Any], max_triples: int = 3) -> str:
         if triples:
             more = f" … ({len(triples)} in all)" if len(triples) > max_triples else ""
             lines.append(f"**Triples {i}:** " + " ".join(triples[:max_triples]) + more)
-        lines.append(f"**Sub-answer {i}:** {s.get('answer', '')}")
-    lines.append(f"**Final answer:** {row.get('prediction', '')}")
+        lines.append(f"**Sub-answer {i}:** {_clip(s.get('answer', ''), max_chars)}")
+    lines.append(f"**Final answer:** {_clip(row.get('prediction', ''), max_chars)}")
     lines.append(f"**Gold:** {' | '.join(row.get('answers') or [])}")
     if t.get("issues"):
         lines.append(f"**Issues:** {'; '.join(t['issues'])}")
