@@ -69,7 +69,7 @@ def write_summary(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,
               progress: bool = True, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Execute every study notebook in order; return per-notebook wall time and summary rows."""
-    out_root = Path(out_root or REPO_ROOT / "results" / profile)
+    out_root = Path(out_root or REPO_ROOT / "results" / Path(profile).stem).resolve()  # notebooks run in notebooks/
     books = study_notebooks()
     if only:
         books = [b for b in books if any(b.stem.startswith(o) or b.name == o for o in only)]

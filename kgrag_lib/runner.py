@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from tqdm.auto import tqdm
-
 from .errors import KgragError
+from .progress import progress as progress_bar
 from .provenance import manifest
 from .records import Prediction, Question
 
@@ -106,7 +105,7 @@ def run_method(
     fail_types = _failure_types()
     t_run = time.perf_counter()
     with open(pred_path, "a", encoding="utf-8") as fh:
-        bar = tqdm(todo, desc=f"{getattr(method, 'name', 'method')}", unit="q", disable=not progress,
+        bar = progress_bar(todo, desc=f"{getattr(method, 'name', 'method')}", unit="q", disable=not progress,
                    initial=len(questions) - len(todo), total=len(questions))
         for q in bar:
             snap = llm.usage.snapshot() if llm is not None else None

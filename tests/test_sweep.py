@@ -57,3 +57,29 @@ def test_study_results_md_has_one_table_per_notebook(tmp_path, monkeypatch):
     assert "(no result rows)" in md.split("## 25_case.ipynb")[1]
     assert "- 11_grid.ipynb: 1.5 s" in md
     assert len(pd.read_csv(tmp_path / "results.csv")) == 2
+
+
+def test_sweep_with_relative_out_writes_beside_the_caller_and_keeps_figures_apart(tmp_path, monkeypatch):
+    """The kernel runs in the notebook's folder: a relative --out must still mean the caller's folder."""
+    nb_dir = tmp_path / "nbs"
+    nb_dir.mkdir()
+    nb = new_notebook()
+    params = new_code_cell('profile = "cpu-smoke"\nx = 1\nout_dir = "out"')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, new_code_cell(
+        "import os\nfrom kgrag_lib.notebooks import write_summary\n"
+        "from kgrag_lib.report.figures import figures_dir\n"
+        "write_summary(out_dir, [{'x2': x * 2, 'figs': str(figures_dir(profile))}])")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, nb_dir / "tiny.ipynb")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    args = argparse.Namespace(notebook=str(nb_dir / "tiny.ipynb"), param=[["x", "1", "2"]], profile="cpu-smoke",
+                              out="sweep", force=False)
+    assert sweep.handle(args) == 0
+    table = pd.read_csv(work / "sweep" / "sweep.csv")
+    assert sorted(table["x2"]) == [2, 4]
+    assert not (nb_dir / "sweep").exists()
+    assert set(table["figs"]) == {str(work / "sweep" / f"x={x}" / "figures" / "cpu-smoke") for x in (1, 2)}
+    assert "KGRAG_FIGURES_DIR" not in __import__("os").environ

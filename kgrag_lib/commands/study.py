@@ -25,7 +25,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..notebooks import run_study
     from ..paths import REPO_ROOT
 
-    out_root = Path(args.out or REPO_ROOT / "results" / Path(args.profile).stem)
+    out_root = Path(args.out or REPO_ROOT / "results" / Path(args.profile).stem).resolve()
     report = run_study(args.profile, out_root, only=args.only)
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
     pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)

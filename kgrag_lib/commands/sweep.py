@@ -8,8 +8,10 @@ writes to `summary.json` are collected, with the combination's parameters, into 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
+import os
 import re
 from pathlib import Path
 
@@ -49,7 +51,8 @@ def handle(args: argparse.Namespace) -> int:
         if len(entry) < 2:
             raise ConfigError(f"-p expects a name and at least one value, got {entry}")
         grid[entry[0]] = [yaml.safe_load(v) for v in entry[1:]]
-    out_root = Path(args.out or REPO_ROOT / "results" / "sweeps" / nb.stem)
+    # absolute: the notebook runs with notebooks/ as its working directory
+    out_root = Path(args.out or REPO_ROOT / "results" / "sweeps" / nb.stem).resolve()
     combos = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())] or [{}]
     rows = []
     for i, combo in enumerate(combos, 1):
@@ -60,7 +63,8 @@ def handle(args: argparse.Namespace) -> int:
             print(f"[{i}/{len(combos)}] {combo}: already done, skipped")
         else:
             print(f"[{i}/{len(combos)}] {combo}: running {nb.name}", flush=True)
-            execute(nb, run_dir / "executed.partial.ipynb", params)
+            with _figures_into(run_dir / "figures"):
+                execute(nb, run_dir / "executed.partial.ipynb", params)
             (run_dir / "executed.partial.ipynb").replace(done_marker)
         for r in read_summary(run_dir) or [{}]:
             rows.append({**combo, **r, "executed": str(done_marker)})
@@ -79,3 +83,17 @@ def _has_tabulate() -> bool:
         return True
     except ImportError:
         return False
+
+
+@contextlib.contextmanager
+def _figures_into(folder: Path):
+    """Point the kernel's figures (it inherits our environment) at one combination's folder."""
+    old = os.environ.get("KGRAG_FIGURES_DIR")
+    os.environ["KGRAG_FIGURES_DIR"] = str(folder)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("KGRAG_FIGURES_DIR", None)
+        else:
+            os.environ["KGRAG_FIGURES_DIR"] = old

@@ -124,9 +124,9 @@ def _encode_to(path: Path, embedder: SupportsEncode, texts: list[str], normalize
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(texts), embedder.dim))
         bar = None
         if show_progress and len(texts) > CHUNK:
-            from tqdm.auto import tqdm
+            from ..progress import progress
 
-            bar = tqdm(total=len(texts), desc=f"embedding {path.stem.rsplit('-', 1)[0]}", unit="text")
+            bar = progress(total=len(texts), desc=f"embedding {path.stem.rsplit('-', 1)[0]}", unit="text")
         for start in range(0, len(texts), CHUNK):
             part = texts[start:start + CHUNK]
             vecs = embedder.encode(part, batch_size=batch_size, normalize=normalize, show_progress=False)

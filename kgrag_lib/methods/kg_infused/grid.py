@@ -15,8 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from tqdm.auto import tqdm
-
+from ...progress import progress as progress_bar
 from ...records import Prediction, Question
 from ..base import RunContext
 from .pipeline import VARIANTS, make_method
@@ -129,7 +128,7 @@ def run_grid(ctx: RunContext, questions: Sequence[Question], runs: Sequence[Grid
     preds: dict[str, list[Prediction]] = {}
     seen_before: set[str] = set()
     n = max(len(questions), 1)
-    for run in tqdm(runs, desc="grid", disable=not progress):
+    for run in progress_bar(runs, desc="grid", disable=not progress):
         method = make_method(run.method, sub, {**(base_cfg or {}), **dict(run.cfg)}, **(method_kw or {}))
         before_counts = Counter(rec.counts)
         calls0 = rec.usage.calls

@@ -33,8 +33,6 @@ class KapingQA:
         self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
 
     def answer(self, question: Question) -> Prediction:
-        from ...llm.base import PromptTooLongError
-
         trace = stages.new_trace(self.name, question)
         ids, missing = self.selector.resolve(question.topic_entities)
         if missing:
@@ -46,12 +44,7 @@ class KapingQA:
         trace["steps"].append(step)
         sel = self.selector.select(question.question, candidates)
         step.update(sel.to_dict())
-        try:
-            step["answer_raw"], step["answer"] = stages.answer(self.llm, question.question, self.params, sel.texts)
-        except PromptTooLongError as exc:
-            return stages.make_prediction(question, self.name, "", trace, error=f"{type(exc).__name__}: {exc}")
-        trace["final_answer"] = trace["final_output"] = step["answer"]
-        return stages.make_prediction(question, self.name, step["answer"], trace)
+        return stages.answer_once(self.llm, question, self.name, self.params, trace, step, sel.texts)
 
 
 @register_method("llm-kg", family="metaqa", datasets=METAQA_DATASETS,

@@ -166,6 +166,22 @@ def answer(llm: Any, question: str, params: Any, facts: list[str] | None = None)
     return raw, clean_answer(raw)
 
 
+def answer_once(llm: Any, question: Any, method: str, params: Any, trace: dict[str, Any], step: dict[str, Any],
+                facts: list[str] | None = None) -> Any:
+    """The one-call systems' last stage: answer the whole question, record it, make the prediction.
+
+    A prompt too long for the model's context is a recorded failure of this question.
+    """
+    from ...llm.base import PromptTooLongError
+
+    try:
+        step["answer_raw"], step["answer"] = answer(llm, question.question, params, facts)
+    except PromptTooLongError as exc:
+        return make_prediction(question, method, "", trace, error=f"{type(exc).__name__}: {exc}")
+    trace["final_answer"] = trace["final_output"] = step["answer"]
+    return make_prediction(question, method, step["answer"], trace)
+
+
 def decompose(llm: Any, question: str, params: Any, max_subquestions: int) -> Decomposition:
     raw = llm.generate(P.decompose_messages(question), params)
     return parse_decomposition(raw, max_subquestions)

@@ -28,17 +28,10 @@ class ZeroShotLLM:
         self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
 
     def answer(self, question: Question) -> Prediction:
-        from ...llm.base import PromptTooLongError
-
         trace = stages.new_trace(self.name, question)
         step: dict[str, Any] = {"index": 1, "subquestion": question.question, "asked": question.question}
         trace["steps"].append(step)
-        try:
-            step["answer_raw"], step["answer"] = stages.answer(self.llm, question.question, self.params)
-        except PromptTooLongError as exc:
-            return stages.make_prediction(question, self.name, "", trace, error=f"{type(exc).__name__}: {exc}")
-        trace["final_answer"] = trace["final_output"] = step["answer"]
-        return stages.make_prediction(question, self.name, step["answer"], trace)
+        return stages.answer_once(self.llm, question, self.name, self.params, trace, step)
 
 
 @register_method("llm", family="metaqa", datasets=METAQA_DATASETS,
