@@ -47,13 +47,18 @@ class MetaQAKB:
         self._tails = np.asarray(self.store.tails)
 
     def scorer(self) -> Any:
-        """The top-K scorer over `embeddings` (built on first use: a bfloat16 copy, ~0.2 s)."""
+        """The exact top-K scorer over `embeddings`.
+
+        Plain float32 over the gathered candidate rows: on 1,000 3-hop questions (23k candidates
+        median) it took 7.3 ms per question against 8.2-8.7 ms for the bfloat16 whole-matrix first
+        pass (bench/metaqa_retrieval_bench.py --scorer), with identical selections.
+        """
         if self.scorer_ is None:
             from .candidates import TripleScorer
 
             if self.embeddings is None:
                 raise ValueError("this MetaQAKB was loaded without embeddings; pass an embedder")
-            self.scorer_ = TripleScorer(self.embeddings)
+            self.scorer_ = TripleScorer(self.embeddings, coarse=False)
         return self.scorer_
 
     def texts(self, ids: Sequence[int] | np.ndarray) -> list[str]:
