@@ -68,14 +68,15 @@ def write_summary(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
 
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,
               progress: bool = True, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Execute every study notebook in order; return per-notebook wall time and summary rows."""
+    """Execute every study notebook in order; return the results folder, per-notebook wall time
+    and summary rows."""
     out_root = Path(out_root or REPO_ROOT / "results" / Path(profile).stem).resolve()  # notebooks run in notebooks/
     books = study_notebooks()
     if only:
         books = [b for b in books if any(b.stem.startswith(o) or b.name == o for o in only)]
         if not books:
             raise KgragError(f"no notebook matches {only}; have {[b.name for b in study_notebooks()]}")
-    report: dict[str, Any] = {"profile": profile, "notebooks": []}
+    report: dict[str, Any] = {"profile": profile, "out_root": out_root, "notebooks": []}
     for i, nb in enumerate(books, 1):
         out_dir = out_root / nb.stem
         print(f"[{i}/{len(books)}] {nb.name} (profile {profile}) -> {out_root / 'executed' / nb.name}", flush=True)

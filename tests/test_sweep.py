@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import nbformat
 import pandas as pd
@@ -46,7 +47,8 @@ def test_study_results_md_has_one_table_per_notebook(tmp_path, monkeypatch):
         {"notebook": "21_main.ipynb", "seconds": 2.0, "rows": [{"dataset": "2wiki", "acc": 33.333}]},
         {"notebook": "25_case.ipynb", "seconds": 0.5, "rows": []},
     ]}
-    monkeypatch.setattr("kgrag_lib.notebooks.run_study", lambda *a, **k: report)
+    monkeypatch.setattr("kgrag_lib.notebooks.run_study",
+                        lambda profile, out, **k: {**report, "out_root": Path(out).resolve()})
     args = argparse.Namespace(profile="cpu-smoke", only=None, out=str(tmp_path))
     assert study.handle(args) == 0
     md = (tmp_path / "results.md").read_text()

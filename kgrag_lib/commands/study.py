@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,10 +22,9 @@ def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..notebooks import run_study
-    from ..paths import REPO_ROOT
 
-    out_root = Path(args.out or REPO_ROOT / "results" / Path(args.profile).stem).resolve()
-    report = run_study(args.profile, out_root, only=args.only)
+    report = run_study(args.profile, args.out, only=args.only)
+    out_root = report["out_root"]
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
     pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)
     lines = [f"# kgrag study results ({report['profile']})", ""]

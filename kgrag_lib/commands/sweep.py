@@ -8,12 +8,12 @@ writes to `summary.json` are collected, with the combination's parameters, into 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import yaml
 
@@ -63,7 +63,8 @@ def handle(args: argparse.Namespace) -> int:
             print(f"[{i}/{len(combos)}] {combo}: already done, skipped")
         else:
             print(f"[{i}/{len(combos)}] {combo}: running {nb.name}", flush=True)
-            with _figures_into(run_dir / "figures"):
+            # the kernel inherits our environment: this combination's figures go to its own folder
+            with mock.patch.dict(os.environ, {"KGRAG_FIGURES_DIR": str(run_dir / "figures")}):
                 execute(nb, run_dir / "executed.partial.ipynb", params)
             (run_dir / "executed.partial.ipynb").replace(done_marker)
         for r in read_summary(run_dir) or [{}]:
@@ -84,16 +85,3 @@ def _has_tabulate() -> bool:
     except ImportError:
         return False
 
-
-@contextlib.contextmanager
-def _figures_into(folder: Path):
-    """Point the kernel's figures (it inherits our environment) at one combination's folder."""
-    old = os.environ.get("KGRAG_FIGURES_DIR")
-    os.environ["KGRAG_FIGURES_DIR"] = str(folder)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("KGRAG_FIGURES_DIR", None)
-        else:
-            os.environ["KGRAG_FIGURES_DIR"] = old

@@ -31,7 +31,7 @@ class RetrievalConfig:
     top_k: int = opt(30, "K: triples selected per (sub-)question by embedding dot product (paper: 30)")
     direction: str = opt("both", "BFS direction over the directed KB: out (unidirectional), in, or both (paper: both)")
     kb: str | None = opt(None, "MetaQA KB file in kb.txt format (default: <data root>/metaqa/kb.txt)")
-    query_threads: int = opt(1, "torch threads for embedding one (sub-)question and scoring it (0 = torch default)")
+    query_threads: int = opt(1, "torch threads for embedding one (sub-)question (0 = torch default)")
 
     def validate(self, where: str = "") -> None:
         if self.direction not in DIRECTIONS:
@@ -82,65 +82,13 @@ def top_k_among(matrix: np.ndarray, candidate_ids: np.ndarray, query: np.ndarray
     return cand[sel], scores[sel].astype(np.float32)
 
 
-# A bf16 dot product of vectors with norms |e|, |q| is within ~2**-7 * |e| * |q| of the float32
-# one (both inputs and the output rounded to 8 mantissa bits); twice that is our safety margin.
-BF16_REL_ERROR = 2.0 ** -6
-
-
-class TripleScorer:
-    """Exact top-K over the KB embedding rows, with a fast bfloat16 first pass for big sets.
-
-    Scoring a 3-hop bidirectional candidate set means reading a large share of the (triples x
-    dim) float32 matrix per query, which is memory-bound. A bfloat16 copy halves the bytes;
-    every candidate whose coarse score could still reach the true top-K (coarse score within
-    twice the rounding error bound of the K-th coarse score) is then re-scored in float32,
-    so the result equals `top_k_among` on the float32 rows.
-    """
-
-    def __init__(self, matrix: np.ndarray, coarse: bool = True, gather_fraction: float = 0.08):
-        self.matrix = matrix
-        self.gather_fraction = gather_fraction
-        self._coarse = None
-        self.max_row_norm = 0.0
-        if coarse and matrix.shape[0]:
-            try:
-                import torch
-            except ImportError:  # pragma: no cover - torch comes with sentence-transformers
-                torch = None
-            if torch is not None:
-                step = 16384
-                parts, norms = [], []
-                for a in range(0, matrix.shape[0], step):
-                    block = np.asarray(matrix[a:a + step], dtype=np.float32)
-                    norms.append(float(np.sqrt(np.einsum("ij,ij->i", block, block)).max()))
-                    parts.append(torch.from_numpy(block.copy()).to(torch.bfloat16))
-                self._coarse = torch.cat(parts)
-                self.max_row_norm = max(norms)
-
-    def top_k(self, candidate_ids: np.ndarray, query: np.ndarray, k: int,
-              threads: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, float32 scores) of the best `k` candidates, best first, ties by smaller id."""
-        cand = np.asarray(candidate_ids, dtype=np.int64)
-        n = cand.size
-        if self._coarse is None or n <= self.gather_fraction * self.matrix.shape[0] or n <= k:
-            return top_k_among(self.matrix, cand, query, k)
-        import torch
-
-        q = np.asarray(query, dtype=np.float32).reshape(-1)
-        with torch_threads(threads):
-            coarse = (self._coarse @ torch.from_numpy(q.copy()).to(torch.bfloat16)).float().numpy()[cand]
-        kth = np.partition(coarse, n - k)[n - k]
-        margin = 2 * BF16_REL_ERROR * float(np.linalg.norm(q)) * self.max_row_norm
-        keep = cand[coarse >= kth - margin]
-        return top_k_among(self.matrix, keep, q, k)
-
-
 class torch_threads:
     """Run a block with `n` torch intra-op threads (None or 0: leave as is).
 
     One short query is too small to split across cores: on 1,000 3-hop MetaQA questions on an
-    idle 2-core machine, one thread gave median 21.5 / p95 27 ms per question, two gave
-    23.8 / 87 ms (bench/metaqa_retrieval_bench.py --query-threads); on a busy machine the gap grows.
+    idle 2-core machine, one thread gave median 21.5 / p95 27 ms per question (BFS, embedding,
+    top-K), two gave 23.8 / 87 ms (bench/metaqa_retrieval_bench.py --query-threads); on a busy
+    machine the gap grows.
     """
 
     def __init__(self, n: int | None):
@@ -176,12 +124,11 @@ class Selection:
 class TripleSelector:
     """Candidates of a question and per-(sub-)question top-K, over one MetaQA KB."""
 
-    def __init__(self, kb: Any, embedder: Any, cfg: RetrievalConfig, scorer: TripleScorer | None = None):
+    def __init__(self, kb: Any, embedder: Any, cfg: RetrievalConfig):
         cfg.validate()
         self.kb = kb
         self.embedder = embedder
         self.cfg = cfg
-        self.scorer = scorer or kb.scorer()
 
     def resolve(self, names: Sequence[str]) -> tuple[list[int], list[str]]:
         """Entity ids of the topic entities found in the KB, and the names not found."""
@@ -199,5 +146,5 @@ class TripleSelector:
             return np.asarray(self.embedder.encode([text]), dtype=np.float32)[0]
 
     def select(self, text: str, candidate_ids: np.ndarray) -> Selection:
-        ids, scores = self.scorer.top_k(candidate_ids, self.encode(text), self.cfg.top_k, self.cfg.query_threads)
+        ids, scores = top_k_among(self.kb.embeddings, candidate_ids, self.encode(text), self.cfg.top_k)
         return Selection(ids.tolist(), scores.tolist(), self.kb.texts(ids))

@@ -35,7 +35,6 @@ class MetaQAKB:
     path: Path
     entity_names: list[str] = field(repr=False, default_factory=list)
     relation_names: list[str] = field(repr=False, default_factory=list)
-    scorer_: Any = field(repr=False, default=None)
 
     def __post_init__(self) -> None:
         if not self.entity_names:
@@ -45,21 +44,6 @@ class MetaQAKB:
         self._heads = np.asarray(self.store.heads)
         self._rels = np.asarray(self.store.rels)
         self._tails = np.asarray(self.store.tails)
-
-    def scorer(self) -> Any:
-        """The exact top-K scorer over `embeddings`.
-
-        Plain float32 over the gathered candidate rows: on 1,000 3-hop questions (23k candidates
-        median) it took 7.3 ms per question against 8.2-8.7 ms for the bfloat16 whole-matrix first
-        pass (bench/metaqa_retrieval_bench.py --scorer), with identical selections.
-        """
-        if self.scorer_ is None:
-            from .candidates import TripleScorer
-
-            if self.embeddings is None:
-                raise ValueError("this MetaQAKB was loaded without embeddings; pass an embedder")
-            self.scorer_ = TripleScorer(self.embeddings, coarse=False)
-        return self.scorer_
 
     def texts(self, ids: Sequence[int] | np.ndarray) -> list[str]:
         """Verbalized triples, in the order of `ids`."""
