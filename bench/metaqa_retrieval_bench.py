@@ -5,7 +5,7 @@ bidirectional), embed the question, and select the top-K triples by dot product.
 
   fast   : KGStore.neighborhood (CSR BFS in numpy) + the whole-KB triple embedding matrix,
            computed once and memory-mapped from the cache; the candidates are scored with one
-           vectorized float32 product (top_k_among); the question is embedded on one thread.
+           vectorized float32 product (top_k_dot); the question is embedded on one thread.
   naive  : a Python dict adjacency BFS over names, verbalizing the candidates and
            re-embedding them with the same embedder for every question, then a dot product.
 
@@ -28,11 +28,11 @@ import numpy as np
 
 from kgrag_lib.data.metaqa import load_metaqa_kb
 from kgrag_lib.data.registry import load_questions
-from kgrag_lib.methods.metaqa.candidates import RetrievalConfig, TripleSelector, top_k_among
+from kgrag_lib.methods.metaqa.candidates import RetrievalConfig, TripleSelector
 from kgrag_lib.methods.metaqa.kb import kb_file, load_kb, verbalize
 from kgrag_lib.paths import cache_dir as default_cache_dir
 from kgrag_lib.paths import data_root as default_data_root
-from kgrag_lib.retrieval import load_embedder
+from kgrag_lib.retrieval import load_embedder, top_k_dot
 
 
 def stats(ms: list[float]) -> dict[str, float]:
@@ -130,7 +130,7 @@ def main() -> int:
         t1 = time.perf_counter()
         qv = sel.encode(q.question)
         t2 = time.perf_counter()
-        top_ids, _ = top_k_among(kb.embeddings, cand, qv, cfg.top_k)
+        _, top_ids = top_k_dot(qv, kb.embeddings, cfg.top_k, cand)
         t3 = time.perf_counter()
         total.append((t3 - t0) * 1e3)
         bfs_ms.append((t1 - t0) * 1e3)

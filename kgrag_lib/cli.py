@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
+from .commands import cache, data, kg, run, score, study, sweep
 from .errors import KgragError
 
-COMMANDS = ("run", "study", "sweep", "score", "data", "kg")
+COMMANDS = (run, study, sweep, score, data, kg, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,9 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reproduce KG-augmented RAG papers: run methods, score predictions, inspect data and KGs.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        mod = importlib.import_module(f"kgrag_lib.commands.{name}")
-        mod.register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return parser
 
 

@@ -27,26 +27,94 @@ def opt(default: Any, help: str, **kw: Any) -> Any:
     return field(default=default, metadata={"help": help}, **kw)
 
 
+PROFILE_KEYS = {
+    "name": "the profile's name (default: the file's stem)",
+    "description": "one line saying what the profile is for",
+    "run": "RunConfig defaults of every run (n, seed, model, embedder, data_root, cache_dir, ...)",
+    "models": "the LLM per study family (metaqa, kg-infused, ...): beats run.model for that family's methods",
+    "methods": "per-method settings, one section per method name (each method's config dataclass)",
+    "notebooks": "per-notebook settings, one section per notebook name (kgrag_lib.studies)",
+}
+
+
 def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
-def load_profile(name_or_path: str | Path) -> dict[str, Any]:
-    """Read a profile by name (shipped in kgrag_lib/profiles) or by YAML path."""
+def load_profile(name_or_path: str | Path | dict) -> dict[str, Any]:
+    """Read and check a profile: by name (shipped in kgrag_lib/profiles), YAML path, or a dict.
+
+    Every key is checked at every level (top level, run, models, methods.<method>,
+    notebooks.<notebook>), so a misspelt section is refused with the file, the key and the
+    accepted keys instead of silently falling back to code defaults.
+    """
+    if isinstance(name_or_path, dict):
+        data = dict(name_or_path)
+        data.setdefault("name", "custom")
+        check_profile(data, f"profile {data['name']!r}")
+        return data
     p = Path(name_or_path)
     if not p.suffix:
         p = PROFILE_DIR / f"{name_or_path}.yaml"
-    if not p.exists():
+    if not p.is_file():
         raise ConfigError(
-            f"profile {name_or_path!r} not found; expected one of {available_profiles()} "
-            f"or a path to a YAML file"
+            f"profile {str(name_or_path)!r} not found{' (it is a directory)' if p.is_dir() else ''}; "
+            f"expected one of {available_profiles()} or a path to a YAML file"
         )
-    with open(p, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+    try:
+        with open(p, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); expected a YAML profile") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{p}{at}: YAML syntax error: {what}; expected a YAML mapping of sections") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a profile must be a YAML mapping at the top level")
     data.setdefault("name", p.stem)
+    check_profile(data, str(p))
     return data
+
+
+def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    sec = data.get(key)
+    if sec is None:
+        return {}
+    if not isinstance(sec, dict):
+        raise ConfigError(f"{where}: section {key!r} must be a mapping, got {type(sec).__name__}")
+    return sec
+
+
+def _unknown(keys: Any, accepted: Any, where: str, what: str) -> None:
+    bad = sorted(set(keys) - set(accepted))
+    if bad:
+        raise ConfigError(f"{where}: unknown {what} {', '.join(map(repr, bad))}; accepted: {', '.join(sorted(accepted))}")
+
+
+def check_profile(data: dict[str, Any], where: str) -> None:
+    """Refuse unknown keys and ill-typed values anywhere in a profile (see `load_profile`)."""
+    from .methods.registry import available_methods
+    from .studies import NOTEBOOKS
+
+    _unknown(data, PROFILE_KEYS, where, "top-level key(s)")
+    make_config(RunConfig, _section(data, "run", where), where=f"{where}, section run")
+    methods = available_methods()
+    families = sorted({m.family for m in methods.values()})
+    models = _section(data, "models", where)
+    _unknown(models, families, f"{where}, section models", "study family(ies)")
+    for fam, spec in models.items():
+        if spec is not None and not isinstance(spec, str):
+            raise ConfigError(f"{where}, models.{fam}: expected a model spec string, got {spec!r}")
+    msecs = _section(data, "methods", where)
+    _unknown(msecs, methods, f"{where}, section methods", "method(s)")
+    for name, sec in msecs.items():
+        methods[name].check_config(sec or {}, where=f"{where}, methods.{name}")
+    nsecs = _section(data, "notebooks", where)
+    _unknown(nsecs, NOTEBOOKS, f"{where}, section notebooks", "notebook(s)")
+    for name, sec in nsecs.items():
+        make_config(NOTEBOOKS[name], sec or {}, where=f"{where}, notebooks.{name}")
 
 
 def profile_section(profile: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -63,39 +131,62 @@ def field_help(cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in fields(cls)}
 
 
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict}
+
+
+def _allowed_types(f: dataclasses.Field) -> tuple[set[type], bool] | None:
+    """The plain types a field's annotation admits, and whether None is allowed; None when the
+    annotation is not a simple union of int/float/str/bool/list/dict (then nothing is checked)."""
+    ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    kinds: set[type] = set()
+    optional = False
+    for part in (a.strip() for a in ann.split("|")):
+        base = part.split("[", 1)[0]
+        if base == "None":
+            optional = True
+        elif base in _TYPES:
+            kinds.add(_TYPES[base])
+        else:
+            return None
+    return (kinds, optional) if kinds else None
+
+
 def make_config(cls: type[T], *layers: dict[str, Any] | None, where: str = "") -> T:
     """Build a dataclass config from layered dicts (later layers win; None values are skipped).
 
-    An unknown key is a ConfigError naming it and listing the accepted fields, so a typo in a
-    profile or a papermill parameter never passes silently.
+    An unknown key is a ConfigError naming it and listing the accepted fields, and a value of
+    the wrong type (a string for a number, a boolean for an integer) is refused too, so a typo
+    in a profile or a papermill parameter never passes silently.
     """
     names = {f.name: f for f in fields(cls)}
+    at = f"{where}: " if where else ""
     merged: dict[str, Any] = {}
     for layer in layers:
+        if layer is not None and not isinstance(layer, dict):
+            raise ConfigError(f"{at}settings for {cls.__name__}: expected a mapping, got {type(layer).__name__}")
         for k, v in (layer or {}).items():
-            key = k.replace("-", "_")
+            key = str(k).replace("-", "_")
             if key not in names:
                 raise ConfigError(
-                    f"unknown parameter {k!r}{' in ' + where if where else ''} for {cls.__name__}; "
-                    f"accepted: {', '.join(sorted(names))}"
+                    f"{at}unknown parameter {k!r} for {cls.__name__}; accepted: {', '.join(sorted(names))}"
                 )
             if v is not None:
                 merged[key] = v
+    for name, val in merged.items():
+        allowed = _allowed_types(names[name])
+        if allowed is None:
+            continue
+        kinds, _ = allowed
+        if float in kinds and isinstance(val, int) and not isinstance(val, bool):
+            merged[name] = val = float(val)
+        ok = isinstance(val, tuple(kinds)) and not (isinstance(val, bool) and bool not in kinds)
+        if not ok:
+            expected = " or ".join(sorted(k.__name__ for k in kinds))
+            raise ConfigError(f"{at}parameter {name!r} must be {expected}, got {val!r}")
     try:
-        cfg = cls(**merged)
+        return cls(**merged)
     except TypeError as exc:  # pragma: no cover - dataclass signature errors
         raise ConfigError(f"{cls.__name__}: {exc}") from exc
-    for name, f in names.items():
-        val = getattr(cfg, name)
-        if f.default is not dataclasses.MISSING and f.default is not None and val is not None:
-            want = type(f.default)
-            if want is float and isinstance(val, int) and not isinstance(val, bool):
-                setattr(cfg, name, float(val))
-            elif want in (int, float, str, bool) and not isinstance(val, want):
-                raise ConfigError(
-                    f"parameter {name!r}{' in ' + where if where else ''} must be {want.__name__}, got {val!r}"
-                )
-    return cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -108,11 +199,12 @@ class RunConfig:
 
     method: str = opt("kg-rag", "method name (see `kgrag run --help` for the list)")
     dataset: str = opt("metaqa-1hop", "dataset name, e.g. metaqa-2hop, hotpotqa, 2wiki")
-    split: str = opt("test", "dataset split where the dataset has several (MetaQA: test|dev)")
+    split: str | None = opt(None, "dataset split (None: the dataset's default, e.g. MetaQA test, 2Wiki dev200)")
     qa_file: str | None = opt(None, "a question file in the dataset's format, instead of the default")
     n: int | None = opt(None, "number of questions to sample (None = all)")
     seed: int = opt(0, "seed of the question sample and of every sampled choice in the method")
-    model: str = opt("qwen2.5-coder-0.5b-q4", "LLM preset, .gguf path, hf:<id|dir> or openai:<url>#<model>")
+    model: str | None = opt(None, "LLM preset, .gguf path, hf:<id|dir> or openai:<url>#<model> (None: the "
+                                  "profile's models.<family>, else the embedded default)")
     embedder: str = opt("minilm", "embedding model: minilm, mpnet, or a sentence-transformers id/path")
     data_root: str | None = opt(None, "dataset root (default: $KGRAG_DATA_ROOT, then ../shared/data)")
     cache_dir: str | None = opt(None, "cache folder for LLM calls, embeddings and models (default: $KGRAG_CACHE_DIR, then .cache/)")

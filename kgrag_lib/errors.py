@@ -29,9 +29,17 @@ class MissingDataError(KgragError, FileNotFoundError):
     """A dataset file is not where the configuration says; the message says how to get it."""
 
 
+class UnreadableFileError(KgragError, OSError):
+    """A path where an input file is expected names a directory, or a file that cannot be opened."""
+
+
 class ConfigError(KgragError, ValueError):
     """A bad configuration value; names the parameter and the accepted values."""
 
 
 class BackendUnavailableError(KgragError, RuntimeError):
     """A requested backend (GPU, vLLM, a server) cannot run on this machine."""
+
+
+class CacheDamagedError(KgragError, RuntimeError):
+    """A cache file is damaged; the message names the file and how to recover (nothing is written to it)."""

@@ -1,71 +1,115 @@
-"""One experiment = one method on one dataset sample under one profile.
+"""One experiment = one method on one dataset sample under one profile: the one run path.
 
-The CLI (`kgrag run`) and the notebooks both call `run_experiment`, so a notebook cell and a
-shell command with the same parameters produce the same files (and share the LLM cache).
+`resolve_run` is the one place settings are merged (code defaults < profile < explicit
+overrides) and the model is chosen; `run_experiment` answers the sample through the one
+runner. `kgrag run`, every notebook (`kgrag_lib.studies.setup`) and every grid
+(`kgrag_lib.grid`) call it, so a notebook cell and a shell command with the same parameters
+write the same files and share the LLM cache.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import RunConfig, load_profile, make_config, profile_section
-from .methods.base import RunContext, get_method
+from .errors import ConfigError
+from .methods.base import MethodSpec, RunContext
+from .methods.registry import check_dataset, get_method
 
 RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
-def make_context(profile: str | dict = "cpu-smoke", *, model: str | None = None, family: str | None = None,
-                 embedder: str | None = None, seed: int = 0, data_root: str | None = None,
-                 cache_dir: str | None = None) -> RunContext:
-    """A RunContext for a profile; the LLM is picked by `model`, else the profile's `models[family]`."""
-    prof = load_profile(profile) if isinstance(profile, (str, Path)) else profile
-    run = profile_section(prof, "run")
-    chosen = model or (profile_section(prof, "models").get(family) if family else None) or run.get("model")
-    return RunContext(
-        model=chosen or RunConfig.model,
-        embedder_spec=embedder or run.get("embedder") or RunConfig.embedder,
-        seed=seed,
-        data_root_=data_root,
-        cache_dir_=cache_dir,
-        profile=prof,
-    )
+def resolve_model(profile: dict[str, Any], family: str | None, explicit: str | None = None) -> str:
+    """The LLM of a run: an explicit choice, else the profile's `models[family]`, else its
+    `run.model`, else the embedded default."""
+    from .llm import DEFAULT_SPEC
+
+    models = profile_section(profile, "models")
+    return explicit or (models.get(family) if family else None) or profile_section(profile, "run").get("model") \
+        or DEFAULT_SPEC
 
 
-def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str | dict = "cpu-smoke",
-                   ctx: RunContext | None = None, progress: bool = True, **overrides: Any) -> dict[str, Any]:
-    """Run `method` on `dataset` into `out`; `overrides` are RunConfig fields or method config fields.
+@dataclass
+class ResolvedRun:
+    """Everything that decides what a run computes, merged from the profile and the overrides."""
+
+    spec: MethodSpec
+    run: RunConfig          # with `model` resolved
+    method_cfg: dict[str, Any]
+    profile: dict[str, Any]
+
+
+def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path | dict = "cpu-smoke",
+                **overrides: Any) -> ResolvedRun:
+    """Settings of one run. `overrides` are RunConfig fields or fields of the method's config;
+    None values mean "not given". An unknown name, a wrong type or a dataset the method does
+    not support is refused here, before anything is loaded."""
+    prof = load_profile(profile)
+    spec = get_method(method)
+    check_dataset(spec, dataset)
+    run_over = {k: v for k, v in overrides.items() if k in RUN_FIELDS and v is not None}
+    method_over = {k: v for k, v in overrides.items() if k not in RUN_FIELDS and v is not None}
+    run_cfg = make_config(RunConfig, profile_section(prof, "run"),
+                          {"method": method, "dataset": dataset, "out": str(out), "profile": prof["name"]},
+                          run_over, where=f"profile {prof['name']!r} / run overrides")
+    run_cfg.model = resolve_model(prof, spec.family, run_over.get("model"))
+    method_cfg = {**profile_section(prof, "methods", method), **method_over}
+    spec.check_config(method_cfg, where=f"method {method} (profile {prof['name']!r} + overrides)")
+    return ResolvedRun(spec, run_cfg, method_cfg, prof)
+
+
+def make_context(run: RunConfig) -> RunContext:
+    """The shared parts (LLM, embedder, KGs, caches) a run with these settings needs."""
+    return RunContext(model=run.model, embedder_spec=run.embedder, data_root_=run.data_root,
+                      cache_dir_=run.cache_dir)
+
+
+def check_context(ctx: RunContext, run: RunConfig) -> None:
+    """A context shared between runs must hold what this run resolved, never silently replace it."""
+    from .paths import cache_dir, data_root
+
+    wanted = {"model": (ctx.model, run.model), "embedder": (ctx.embedder_spec, run.embedder),
+              "data_root": (str(ctx.data_root), str(data_root(run.data_root))),
+              "cache_dir": (str(ctx.cache_dir), str(cache_dir(run.cache_dir)))}
+    diff = {k: v for k, v in wanted.items() if v[0] != v[1]}
+    if diff:
+        what = "; ".join(f"{k}: context {a!r}, run {b!r}" for k, (a, b) in diff.items())
+        raise ConfigError(f"the shared context was made for other settings than this run ({what}); "
+                          f"make the context from the same profile and parameters, or leave ctx out")
+
+
+def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str | Path | dict = "cpu-smoke",
+                   ctx: RunContext | None = None, progress: bool = True, overwrite: bool = False,
+                   **overrides: Any) -> dict[str, Any]:
+    """Run `method` on `dataset` into `out`; `overrides` are RunConfig or method config fields.
 
     Pass the same `ctx` to several calls (as the notebooks do) to share the loaded LLM,
-    embedder, KGs and indexes between them.
+    embedder, KGs and indexes between them. The run seed draws the question sample and seeds
+    the method's LLM calls, whichever way the run is started. A folder holding a run with other
+    settings is refused unless `overwrite` (see `runner.run_method`).
     """
     from .data.registry import load_questions
     from .runner import run_method
 
-    prof = load_profile(profile) if isinstance(profile, (str, Path)) else profile
-    spec = get_method(method)
-    run_over = {k: v for k, v in overrides.items() if k in RUN_FIELDS}
-    method_over = {k: v for k, v in overrides.items() if k not in RUN_FIELDS and v is not None}
-    run_cfg = make_config(RunConfig, profile_section(prof, "run"),
-                          {"method": method, "dataset": dataset, "out": str(out), "profile": prof.get("name")},
-                          run_over, where=f"profile {prof.get('name')!r} / run overrides")
+    r = resolve_run(method, dataset, out, profile, **overrides)
     if ctx is None:
-        ctx = make_context(prof, model=run_over.get("model"), family=spec.family, embedder=run_over.get("embedder"),
-                           seed=run_cfg.seed, data_root=run_cfg.data_root, cache_dir=run_cfg.cache_dir)
-    method_cfg = {**profile_section(prof, "methods", method), **method_over}
-    runner_method = spec.factory(ctx, method_cfg)
-    questions = load_questions(dataset, split=run_cfg.split, path=run_cfg.qa_file, root=run_cfg.data_root,
-                               n=run_cfg.n, seed=run_cfg.seed)
+        ctx = make_context(r.run)
+    else:
+        check_context(ctx, r.run)
+    questions = load_questions(dataset, split=r.run.split, path=r.run.qa_file, root=ctx.data_root,
+                               n=r.run.n, seed=r.run.seed)
+    runner_method = r.spec.factory(ctx, r.method_cfg, r.run.seed)
     method_config = getattr(runner_method, "config", None)
+    llm = ctx.llm
     config = {
-        "run": dataclasses.asdict(run_cfg),
-        "model": ctx.model,
+        "run": dataclasses.asdict(r.run),
+        "method_config": dataclasses.asdict(method_config) if dataclasses.is_dataclass(method_config) else r.method_cfg,
         "embedder": ctx.embedder_spec,
-        "method_config": dataclasses.asdict(method_config) if dataclasses.is_dataclass(method_config) else method_cfg,
-        "profile": prof,
+        "llm_identity": getattr(llm, "identity", None),
+        "profile": r.profile,
         "qids": [q.qid for q in questions],
     }
-    llm = ctx.llm
-    config["llm_identity"] = getattr(llm, "identity", None)
-    return run_method(runner_method, questions, out, config, llm=llm, progress=progress)
+    return run_method(runner_method, questions, out, config, llm=llm, progress=progress, overwrite=overwrite)

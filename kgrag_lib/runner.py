@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .errors import KgragError
 from .progress import progress as progress_bar
@@ -24,22 +25,43 @@ METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
 
 
-def read_predictions(path: str | Path) -> list[dict[str, Any]]:
-    """Read a predictions file, tolerating (and dropping) a torn final line left by a kill."""
+EXPECTED = 'a JSON object per line like {"prediction": "Paris", "answers": ["Paris", "City of Light"]}'
+
+
+def read_predictions(path: str | Path, *, allow_torn_tail: bool = False) -> list[dict[str, Any]]:
+    """Read and check a predictions file (a run's predictions.jsonl, or predictions from elsewhere).
+
+    Every line must be a JSON object with a string "prediction" and a list "answers"; a bad
+    line raises DataFormatError naming the file and line. With `allow_torn_tail` (the runner
+    resuming after a kill) an unparsable *last* line is dropped instead: it is the write the
+    kill interrupted.
+    """
+    from .data.common import open_text
+    from .errors import DataFormatError
+
     path = Path(path)
-    if not path.exists():
-        return []
+    with open_text(path, EXPECTED) as fh:  # names a directory, binary or non-UTF-8 file
+        lines = fh.read().splitlines()
     rows: list[dict[str, Any]] = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines, 1):
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines):  # torn tail from an interrupted write
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if allow_torn_tail and lineno == len(lines):
                 break
-            raise KgragError(f"{path}:{i}: not a JSON line; expected one prediction object per line")
+            raise DataFormatError(path, lineno, EXPECTED, f"not JSON ({e.msg}): {line.strip()[:200]}") from None
+        if not isinstance(rec, dict):
+            raise DataFormatError(path, lineno, EXPECTED, line.strip()[:200])
+        pred, answers = rec.get("prediction"), rec.get("answers")
+        if "prediction" not in rec or not (pred is None or isinstance(pred, str)):
+            raise DataFormatError(path, lineno, EXPECTED, f'field "prediction" missing or not a string in {line.strip()[:200]}')
+        if not isinstance(answers, list) or not all(isinstance(a, (str, int, float)) for a in answers):
+            raise DataFormatError(path, lineno, EXPECTED, f'field "answers" missing or not a list of strings in {line.strip()[:200]}')
+        rec["prediction"] = pred or ""
+        rec["answers"] = [a if isinstance(a, str) else json.dumps(a) for a in answers]
+        rows.append(rec)
     return rows
 
 
@@ -68,6 +90,114 @@ def _failure_types() -> tuple[type[BaseException], ...]:
     return (LLMParseError,)
 
 
+@contextmanager
+def _recording(llm: Any) -> Iterator[list[str]]:
+    """The LLM's request ids during one question ([] for a method without an LLM)."""
+    if llm is None or not hasattr(llm, "recording"):
+        yield []
+        return
+    with llm.recording() as keys:
+        yield keys
+
+
+# What a run's results depend on: a resume must find the same values in manifest.json.
+# Paths of the data and caches and the profile's other sections are not part of it.
+_VOLATILE_RUN = ("out", "profile", "data_root", "cache_dir")
+LOCK_FILE = ".run.lock"
+
+
+class StaleRunError(KgragError):
+    """The output folder holds a run made with other settings."""
+
+
+class FolderBusyError(KgragError):
+    """Another process is writing into the output folder."""
+
+
+def run_identity(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run's config that decides its results (see `_VOLATILE_RUN`)."""
+    ident = {k: v for k, v in config.items() if k != "profile"}
+    if isinstance(ident.get("run"), dict):
+        ident["run"] = {k: v for k, v in ident["run"].items() if k not in _VOLATILE_RUN}
+    return json.loads(json.dumps(ident, default=str))  # tuples and paths as the manifest stores them
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def identity_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Readable differences between two run identities, e.g. `run.method: 'llm-kg' -> 'llm'`."""
+    a, b = _flat(run_identity(stored)), _flat(run_identity(wanted))
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k, "<absent>") != b.get(k, "<absent>"):
+            if k == "qids":
+                out.append(f"qids: another question sample ({len(a.get(k) or [])} stored, {len(b.get(k) or [])} asked)")
+            else:
+                out.append(f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}")
+    return out
+
+
+@contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """Hold the output folder for this process: a second run into it is refused, naming the holder."""
+    import platform
+    import sys
+
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(out / LOCK_FILE), timeout=0)
+    info = out / (LOCK_FILE + ".json")
+    try:
+        lock.acquire()
+    except Timeout:
+        try:
+            h = json.loads(info.read_text(encoding="utf-8"))
+            who = f"process {h.get('pid')} on {h.get('host')}, started {h.get('started')}: {h.get('command')}"
+        except (OSError, ValueError):
+            who = "another process"
+        raise FolderBusyError(f"{out} is being written by {who}; wait for it to finish or use another output "
+                              f"folder") from None
+    try:
+        _atomic_json(info, {"pid": os.getpid(), "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                            "command": " ".join(sys.argv)})
+        yield
+    finally:
+        lock.release()
+
+
+def _check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bool) -> dict[str, Any] | None:
+    """The stored manifest when resuming is safe; None when starting afresh. Refuses a folder
+    whose stored predictions were made with other settings, unless `overwrite`."""
+    man_path = out / MANIFEST_FILE
+    if not man_path.exists():
+        if n_stored:
+            raise StaleRunError(f"{out} holds {n_stored} predictions but no {MANIFEST_FILE}, so nothing says what made "
+                                f"them; use another output folder, or overwrite it (--overwrite / overwrite=True)")
+        return None
+    try:
+        prev = json.loads(man_path.read_text(encoding="utf-8"))
+        stored = prev["config"]
+    except (ValueError, KeyError, TypeError):
+        raise StaleRunError(f"{man_path}: not a run manifest (damaged?); use another output folder, or overwrite it "
+                            f"(--overwrite / overwrite=True)") from None
+    diff = identity_diff(stored, config)
+    if not diff:
+        return prev
+    if overwrite or not n_stored:
+        return None
+    shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
+    raise StaleRunError(f"{out} holds {n_stored} predictions made with other settings ({shown}); nothing was changed. "
+                        f"Use another output folder (--out / out_dir), or overwrite it (--overwrite / overwrite=True) "
+                        f"to discard them and start again")
+
+
 def run_method(
     method: Any,
     questions: Iterable[Question],
@@ -77,57 +207,96 @@ def run_method(
     llm: Any = None,
     metrics: tuple[str, ...] | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Answer every question not yet in `out_dir`, then score all of them.
 
-    Returns the metrics dict (also written to metrics.json). `llm` (if given) is used to
-    attribute LLM cost (calls, tokens, seconds) to each question.
+    Resuming is refused when the folder's manifest records other settings (`run_identity`),
+    unless `overwrite` (which discards the stored predictions). The folder is locked while
+    the run writes. Returns the metrics dict (also written to metrics.json): scores over the
+    whole sample, per-question costs, and `this_run`, what this invocation answered, reused
+    and sent. `llm` (if given) attributes LLM cost (calls, tokens, seconds) to each question.
     """
-    from .eval.summary import summarize
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pred_path = out / PRED_FILE
-    done = read_predictions(pred_path)
-    if pred_path.exists():
-        _rewrite_clean(pred_path, done)
-    done_ids = {r["qid"] for r in done}
-    man_path = out / MANIFEST_FILE
-    man = manifest(config or {})
-    if man_path.exists():
-        prev = json.loads(man_path.read_text(encoding="utf-8"))
-        man["resumed_from"] = prev.get("started")
-        man["started"] = prev.get("started", man["started"])
-    _atomic_json(man_path, man)
-
+    config = config or {}
     questions = list(questions)
+    if not questions:
+        raise KgragError(f"no questions to run into {out}: the question sample is empty")
+    with folder_lock(out):
+        pred_path = out / PRED_FILE
+        done = read_predictions(pred_path, allow_torn_tail=True) if pred_path.exists() else []
+        prev = _check_resume(out, config, len(done), overwrite)
+        if prev is None:
+            done = []
+            for f in (PRED_FILE, METRICS_FILE):
+                (out / f).unlink(missing_ok=True)
+        elif pred_path.exists():
+            _rewrite_clean(pred_path, done)
+        man = manifest(config)
+        if prev is not None:
+            man["resumed_from"] = prev.get("started")
+            man["started"] = prev.get("started", man["started"])
+        _atomic_json(out / MANIFEST_FILE, man)
+        result = _answer_and_score(method, questions, done, pred_path, llm, progress, metrics)
+        _atomic_json(out / METRICS_FILE, result)
+    _warn_issues(result, out)
+    return result
+
+
+def _answer_and_score(method: Any, questions: list[Question], done: list[dict[str, Any]], pred_path: Path,
+                      llm: Any, progress: bool, metrics: tuple[str, ...] | None) -> dict[str, Any]:
+    from .eval.summary import summarize
+
+    done_ids = {r["qid"] for r in done}
     todo = [q for q in questions if q.qid not in done_ids]
     fail_types = _failure_types()
     t_run = time.perf_counter()
+    usage0 = llm.usage.snapshot() if llm is not None else None
     with open(pred_path, "a", encoding="utf-8") as fh:
         bar = progress_bar(todo, desc=f"{getattr(method, 'name', 'method')}", unit="q", disable=not progress,
-                   initial=len(questions) - len(todo), total=len(questions))
+                           initial=len(questions) - len(todo), total=len(questions))
         for q in bar:
             snap = llm.usage.snapshot() if llm is not None else None
             t0 = time.perf_counter()
-            try:
-                pred: Prediction = method.answer(q)
-            except fail_types as exc:  # recorded, not fatal
-                pred = Prediction(q.qid, q.question, "", list(q.answers), getattr(method, "name", ""),
-                                  trace=getattr(exc, "trace", {}) or {}, failed=True, error=f"{type(exc).__name__}: {exc}")
+            with _recording(llm) as requests:
+                try:
+                    pred: Prediction = method.answer(q)
+                except fail_types as exc:  # recorded, not fatal
+                    pred = Prediction(q.qid, q.question, "", list(q.answers), getattr(method, "name", ""),
+                                      trace=getattr(exc, "trace", {}) or {}, failed=True,
+                                      error=f"{type(exc).__name__}: {exc}")
             cost = {"seconds": round(time.perf_counter() - t0, 3)}
             if snap is not None:
                 cost.update({f"llm_{k}": v for k, v in llm.usage.since(snap).to_dict().items()})
             pred.cost = {**cost, **(pred.cost or {})}
             row = pred.to_dict()
             row["dataset"] = q.dataset
+            row["requests"] = list(requests)  # request ids: what a grid of runs shares
             fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
             done.append(row)
-    wanted = {q.qid for q in questions}
-    rows = [r for r in done if r["qid"] in wanted]
-    result = summarize(rows, metrics=metrics)
-    result["wall_seconds_this_run"] = round(time.perf_counter() - t_run, 2)
-    _atomic_json(out / METRICS_FILE, result)
+    by_qid = {r["qid"]: r for r in done}
+    result = summarize([by_qid[q.qid] for q in questions], metrics=metrics)
+    this = {"answered": len(todo), "reused": len(questions) - len(todo),
+            "wall_seconds": round(time.perf_counter() - t_run, 2)}
+    if usage0 is not None:
+        used = llm.usage.since(usage0)
+        this.update({"llm_calls_sent": used.calls, "llm_cache_hits": used.cache_hits,
+                     "llm_prompt_tokens_sent": used.prompt_tokens, "llm_completion_tokens_sent": used.completion_tokens,
+                     "llm_seconds": round(used.seconds, 2)})
+    result["this_run"] = this
     return result
+
+
+def _warn_issues(result: dict[str, Any], out: Path) -> None:
+    """Questions whose method recorded a problem (a topic entity missing from the KB, an
+    unusable decomposition, ...) are counted in metrics.json and said at the end of the run."""
+    import sys
+
+    n_bad = result.get("questions_with_issues") or 0
+    if n_bad:
+        kinds = ", ".join(f"{k} {v}" for k, v in (result.get("issues") or {}).items())
+        print(f"kgrag: warning: {n_bad} of {result['n']} questions recorded issues ({kinds}); their traces say "
+              f"which (trace.issues in {out / PRED_FILE})", file=sys.stderr)

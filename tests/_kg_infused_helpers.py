@@ -1,12 +1,10 @@
-"""Shared fixtures of the KG-Infused RAG tests: a tiny real-format KG, a bag-of-words embedder
-and a scripted LLM that answers each stage's prompt by its final cue line."""
+"""Shared fixtures of the KG-Infused RAG tests: a tiny real-format KG and a scripted LLM that
+answers each stage's prompt by its final cue line (the embedder is `fakes.BagOfWordsEmbedder`)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-
-import numpy as np
 
 from kgrag_lib.kg import KGStore
 from kgrag_lib.records import Passage, Triple
@@ -42,23 +40,6 @@ def tiny_store() -> KGStore:
     store = KGStore.from_triples([Triple(*t) for t in TRIPLES])
     store.set_descriptions({p.title: p.text for p in PASSAGES if store.find_entity(p.title) is not None})
     return store
-
-
-class BagOfWordsEmbedder:
-    """Deterministic hashed bag-of-words vectors: enough for retrieval tests, no model needed."""
-
-    identity = "test:bag-of-words-256"
-    dim = 256
-    normalize = True
-
-    def encode(self, texts, batch_size=64, normalize=None, show_progress=False):
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in re.findall(r"\w+", t.lower()):
-                h = int.from_bytes(hashlib.md5(w.encode()).digest()[:4], "little")
-                out[i, h % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.maximum(norms, 1e-9)
 
 
 def cue(messages) -> str:

@@ -1,4 +1,4 @@
-"""`kgrag kg stats|neighbors|build` on small files in the real formats and on the real MetaQA KB."""
+"""`kgrag kg stats|neighbors|build` on small files in the real formats, KG specs and the real MetaQA KB."""
 
 from __future__ import annotations
 
@@ -103,6 +103,21 @@ def test_build_then_query_store(small_kb: Path, tmp_path: Path, capsys) -> None:
     _, lines = run(["kg", "neighbors", "--store", str(tmp_path / "store"), "--entity", "1932", "--direction", "in"],
                    capsys)
     assert lines.splitlines() == ["<Blonde Venus | release_year | 1932>"]
+
+
+def test_kg_spec_goes_through_load_kg(small_kb: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KGRAG_DATA_ROOT", str(tmp_path / "no-data"))
+    rc, out = run(["kg", "stats", "--kg", f"metaqa:{small_kb}"], capsys)
+    assert rc == 0 and json.loads(out) == {"entities": 5, "relations": 3, "triples": 4}
+    assert list((tmp_path / "cache" / "kg").glob("metaqa-*/stats.json"))   # built once into the KG cache
+    rc, out = run(["kg", "build", "--kg", f"metaqa:{small_kb}", "--out", str(tmp_path / "copy")], capsys)
+    assert rc == 0 and json.loads(out)["triples"] == 4
+    _, lines = run(["kg", "neighbors", "--store", str(tmp_path / "copy"), "--entity", "1932", "--direction", "in"],
+                   capsys)
+    assert lines.splitlines() == ["<Blonde Venus | release_year | 1932>"]
+    with pytest.raises(KgragError, match="kg='2wiki-evidence'.*lag_2wiki_dev_4000_nocontext.json"):
+        run(["kg", "stats", "--kg", "2wiki-evidence"], capsys)
 
 
 @needs_kb

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from _kg_infused_helpers import PASSAGES, BagOfWordsEmbedder, cue, stage_responder, tiny_store
+from _kg_infused_helpers import PASSAGES, cue, stage_responder, tiny_store
+from fakes import BagOfWordsEmbedder
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.llm.cache import LLMCache
 from kgrag_lib.llm.fake import ScriptedLLM
 from kgrag_lib.methods import available_methods
 from kgrag_lib.methods.base import RunContext
-from kgrag_lib.methods.kg_infused import GridRun, count_requests, make_method, paper_grid, run_grid
+from kgrag_lib.grid import GridRun, run_grid
+from kgrag_lib.methods.kg_infused import make_method
 from kgrag_lib.methods.kg_infused.corpus import CorpusIndex
 from kgrag_lib.methods.kg_infused.kg_sources import KGSource, seed_candidates
 from kgrag_lib.methods.kg_infused.stages import clean_query, clean_text, merge_dual, retrieve_dual
 from kgrag_lib.records import Question
+from kgrag_lib.studies.kg_infused import paper_grid
 from kgrag_lib.retrieval import DenseIndex
 
 QUESTIONS = [
@@ -33,7 +36,7 @@ class Setup:
         self.corpus = CorpusIndex("tiny-corpus", PASSAGES, DenseIndex.build(self.emb.encode([p.as_text() for p in PASSAGES])))
         self.cache = LLMCache(tmp_path / "llm.sqlite")
         self.llm = ScriptedLLM(responder or stage_responder(), cache=self.cache)
-        self.ctx = RunContext(seed=0, cache_dir_=str(tmp_path), llm_=self.llm, embedder_=self.emb)
+        self.ctx = RunContext(cache_dir_=str(tmp_path), llm_=self.llm, embedder_=self.emb)
 
     def method(self, name, **cfg):
         return make_method(name, self.ctx, cfg, kg_source=self.kg, corpus_loader=lambda n: self.corpus)
@@ -169,11 +172,26 @@ def test_output_cleanup():
     assert clean_query("") == ""
 
 
-def test_grid_sends_only_distinct_requests_and_a_warm_rerun_sends_none(s):
+def write_2wiki(path, questions):
+    import json
+
+    path.write_text(json.dumps([{"_id": q.qid, "question": q.question, "answer": q.answers[0]} for q in questions]),
+                    encoding="utf-8")
+    return path
+
+
+def test_grid_sends_only_distinct_requests_and_a_warm_rerun_sends_none(s, tmp_path):
+    """The grid runs every configuration through the one runner (a folder per run) and counts,
+    from the request ids the runner records, what independent runs would send."""
     runs = paper_grid(rounds=(1, 2, 3))
-    assert len(runs) == 12 and runs[3].label == "kg-infused@1"
-    kw = {"base_cfg": {"k_p": 4}, "method_kw": {"kg_source": s.kg, "corpus_loader": lambda n: s.corpus}}
-    report = run_grid(s.ctx, QUESTIONS, runs, **kw)
+    assert len(runs) == 12 and runs[3].label == "kg-infused[rounds=1]"
+    # the runs find the tiny KG and corpus where the method looks them up: the context's memo
+    s.ctx.shared[f"kg-infused:kg:tiny-kg:{s.emb.identity}"] = s.kg
+    s.ctx.shared[f"kg-infused:corpus:2wiki:{s.emb.identity}"] = s.corpus
+    qa = write_2wiki(tmp_path / "qa.json", QUESTIONS)
+    kw = dict(ctx=s.ctx, profile={"name": "t"}, progress=False, qa_file=str(qa), cache_dir=str(tmp_path),
+              kg="tiny-kg", k_p=4)
+    report = run_grid(runs, ["2wiki"], tmp_path / "grid", **kw)
     assert report.requests == sum(r["requests"] for r in report.per_config)
     assert report.sent == report.distinct == sum(r["new_distinct"] for r in report.per_config)
     assert report.distinct < 0.6 * report.requests
@@ -182,13 +200,19 @@ def test_grid_sends_only_distinct_requests_and_a_warm_rerun_sends_none(s):
     assert by["vanilla-qe"]["requests_per_q"] == 3
     # kg-infused@1 ran first: kg-aug-only@1 adds only its augmentation (of vanilla RAG's note)
     # and answer; kg-qe-only@1 only its answer (from kg-infused's note, un-augmented).
-    assert by["kg-infused@1"]["new_distinct"] == 2 * 6 and by["kg-aug-only@1"]["new_distinct"] == 2 * 2
-    assert by["kg-qe-only@1"]["new_distinct"] == 2 * 1     # only the answer is its own
-    assert len(report.predictions["kg-infused@2"]) == 2 and "ratio" in report.summary()
-    sent, naive = count_requests(s.ctx, QUESTIONS, runs, **kw)
-    assert sent == 0 and naive == report.requests
+    assert by["kg-infused[rounds=1]"]["new_distinct"] == 2 * 6 and by["kg-aug-only[rounds=1]"]["new_distinct"] == 2 * 2
+    assert by["kg-qe-only[rounds=1]"]["new_distinct"] == 2 * 1     # only the answer is its own
+    assert len(report.predictions["kg-infused[rounds=2]"]) == 2 and "ratio" in report.summary()
+    cell = report.cells[0]
+    assert (cell.out / "manifest.json").exists() and (cell.out / "metrics.json").exists()
+    assert cell.out == tmp_path / "grid" / "runs" / "2wiki" / "nall_seed0" / "nor"
+    # a rerun resumes every run from its files: nothing is sent, the counts are the same
+    again = run_grid(runs, ["2wiki"], tmp_path / "grid", **kw)
+    assert again.sent == 0 and (again.requests, again.distinct) == (report.requests, report.distinct)
+    assert again.counts_row("all")["ratio_distinct_to_independent"] == round(report.ratio, 3)
 
 
 def test_grid_run_labels():
-    assert GridRun.of("kg-infused", rounds=3, k_p=4).label == "kg-infused@3[k_p=4]"
-    assert GridRun.of("vanilla-rag", rounds=3).label == "vanilla-rag"
+    assert GridRun.of("kg-infused", rounds=3, k_p=4).label == "kg-infused[k_p=4,rounds=3]"
+    assert GridRun.of("kg-infused", rounds=3, k_p=4).folder == "kg-infused_k_p=4,rounds=3".replace(",", "_")
+    assert GridRun.of("vanilla-rag").label == "vanilla-rag"

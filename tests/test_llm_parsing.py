@@ -110,6 +110,67 @@ def test_clean_answer(text, expected):
     assert clean_answer(text) == expected
 
 
+# (reply, short answer, keep_lines=True, yes_no=True): the outputs of the three clean_answer
+# functions this one replaced (llm.parsing, metaqa.stages, kg_infused.stages), computed
+# before they were merged. MetaQA pastes its cleaned sub-answers into later prompts, so a
+# changed byte here changes prompts and invalidates the LLM cache.
+CLEAN_ANSWER_PINNED = [
+    ('', '', '', ''),
+    ('   \n\t\n', '', '', ''),
+    ('Answer: Louis Malle\n\n', 'Louis Malle', 'Louis Malle', 'Louis Malle'),
+    ('<think>hmm</think>\nFinal answer: 1958', '1958', '1958', '1958'),
+    ('<THINK>a\nb</THINK>Answer:\tJ.R.R. Tolkien.', 'J.R.R. Tolkien', 'J.R.R. Tolkien.', 'J.R.R. Tolkien'),
+    ('<think>unclosed reasoning, yes', '', '', ''),
+    ('**Final Answer:** **Jeanne Moreau**', 'Jeanne Moreau', '**Jeanne Moreau**', 'Jeanne Moreau'),
+    ('### Answer: 1932\nReasoning: the film was released in 1932.',
+      '1932', '1932\nReasoning: the film was released in 1932.', '1932'),
+    ('Sub-answer 2: Louis Malle\nJeanne Moreau\n',
+      'Sub-answer 2: Louis Malle', 'Louis Malle\nJeanne Moreau', 'Sub-answer 2: Louis Malle'),
+    ('Sub answer 3: Drama', 'Sub answer 3: Drama', 'Sub answer 3: Drama', 'Sub answer 3: Drama'),
+    ('Rewritten question: Who directed The Lovers?',
+      'Rewritten question: Who directed The Lovers?', 'Who directed The Lovers?',
+      'Rewritten question: Who directed The Lovers?'),
+    ('Reformulated question: What films did Louis Malle direct?',
+      'Reformulated question: What films did Louis Malle direct?', 'What films did Louis Malle direct?',
+      'Reformulated question: What films did Louis Malle direct?'),
+    ('Question: who directed it?\nAnswer: Louis Malle',
+      'Louis Malle', 'who directed it?\nAnswer: Louis Malle', 'Louis Malle'),
+    ('answer:\n\nLouis Malle', 'Louis Malle', 'Louis Malle', 'Louis Malle'),
+    ('Final answer: Louis Malle\nSub-answer 1: x', 'Louis Malle', 'Louis Malle\nSub-answer 1: x', 'Louis Malle'),
+    ('  \n\nLouis Malle, Burt Lancaster.\n\n  \n',
+      'Louis Malle, Burt Lancaster', 'Louis Malle, Burt Lancaster.', 'Louis Malle, Burt Lancaster'),
+    ('Line one   \r\nLine two\t\n\n\nLine three', 'Line one', 'Line one\nLine two\nLine three', 'Line one'),
+    ('The answer is: Paris.', 'Paris', 'The answer is: Paris.', 'Paris'),
+    ('The final answer is - "Paris".', 'Paris', 'The final answer is - "Paris".', 'Paris'),
+    ("Short answer: 'Louis Malle'", 'Louis Malle', "Short answer: 'Louis Malle'", 'Louis Malle'),
+    ('\u201cSmart quotes\u201d and \u2018more\u2019.',
+      'Smart quotes" and \'more', '\u201cSmart quotes\u201d and \u2018more\u2019.', 'Smart quotes" and \'more'),
+    ('   *Drama*  ', 'Drama', '*Drama*', 'Drama'),
+    ('**Answer**: `Paris`', 'Answer**: `Paris', '`Paris`', 'Answer**: `Paris'),
+    ('Answers: A; B', 'Answers: A; B', 'Answers: A; B', 'Answers: A; B'),
+    ('I think the answer-ish is unclear', 'ish is unclear', 'I think the answer-ish is unclear', 'ish is unclear'),
+    ('Washington, D.C.', 'Washington, D.C.', 'Washington, D.C.', 'Washington, D.C.'),
+    ('Answer: U.S.', 'U.S.', 'U.S.', 'U.S.'),
+    ('Wait...', 'Wait...', 'Wait...', 'Wait...'),
+    ('Yes, it is.', 'Yes, it is', 'Yes, it is.', 'yes'),
+    ('No.\nAnswer: yes', 'yes', 'No.\nAnswer: yes', 'no'),
+    ('The answer is yes', 'The answer is yes', 'The answer is yes', 'yes'),
+    ('true', 'true', 'true', 'yes'),
+    ('FALSE.', 'FALSE', 'FALSE.', 'no'),
+    ('Falsehood and None of them',
+      'Falsehood and None of them', 'Falsehood and None of them', 'Falsehood and None of them'),
+    ('It is not known.', 'It is not known', 'It is not known.', 'It is not known'),
+    ('Answer: Nope, never.', 'Nope, never', 'Nope, never.', 'Nope, never'),
+]
+
+
+@pytest.mark.parametrize("text, short, lines, yes_no", CLEAN_ANSWER_PINNED)
+def test_clean_answer_modes_are_pinned(text, short, lines, yes_no):
+    assert clean_answer(text) == short
+    assert clean_answer(text, keep_lines=True) == lines
+    assert clean_answer(text, yes_no=True) == yes_no
+
+
 def test_strip_think_unclosed():
     assert strip_think("before <think> never closed") == "before "
 

@@ -1,4 +1,4 @@
-"""Unit tests of the MetaQA systems (KG-RAG paper) with a scripted LLM and a word-hash embedder.
+"""Unit tests of the MetaQA systems (KG-RAG paper) with a scripted LLM and a bag-of-words embedder.
 
 Covers decomposition parsing (clean and noisy), reformulation, BFS direction handling on a
 hand-built KG, top-K selection, the four pipelines end to end (trace structure, inference
@@ -7,26 +7,25 @@ parameters, fallbacks), Hit@1 on hand-checked cases, and the real MetaQA KB.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fakes import BagOfWordsEmbedder
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval import metrics as M
 from kgrag_lib.kg import KGStore
 from kgrag_lib.llm import ScriptedLLM
-from kgrag_lib.methods.base import RunContext, available_methods
+from kgrag_lib.methods import RunContext, available_methods
 from kgrag_lib.methods.metaqa import prompts as P
-from kgrag_lib.methods.metaqa.candidates import (RetrievalConfig, TripleSelector, candidate_triples, top_k_among,
-                                                torch_threads)
+from kgrag_lib.methods.metaqa.candidates import RetrievalConfig, TripleSelector, candidate_triples, torch_threads
 from kgrag_lib.methods.metaqa.decompose import DecomposeConfig, DecomposedQA
 from kgrag_lib.methods.metaqa.kaping import KapingConfig, KapingQA
 from kgrag_lib.methods.metaqa.kb import MetaQAKB, kb_embeddings, load_store, verbalize
 from kgrag_lib.methods.metaqa.kg_rag import KGRAGConfig, build_kg_rag
-from kgrag_lib.methods.metaqa.stages import clean_answer, clean_reformulation, parse_decomposition
+from kgrag_lib.methods.metaqa.stages import clean_reformulation, parse_decomposition
 from kgrag_lib.methods.metaqa.zero_shot import ZeroShotConfig, ZeroShotLLM
 from kgrag_lib.paths import data_root
 from kgrag_lib.records import Question, Triple
@@ -56,22 +55,6 @@ def parse_kb(text: str) -> list[Triple]:
     return [Triple(*ln.split("|")) for ln in text.strip().splitlines()]
 
 
-class WordHashEmbedder:
-    """Bag of lower-cased words hashed into 256 dims, unit length: similar words, similar vectors."""
-
-    identity = "test:word-hash-256"
-    dim = 256
-    normalize = True
-
-    def encode(self, texts, batch_size=64, normalize=None, show_progress=False):
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in re.findall(r"[a-z0-9]+", t.lower()):
-                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % self.dim] += 1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1, norms)
-
-
 @pytest.fixture(scope="module")
 def store() -> KGStore:
     return KGStore.from_triples(parse_kb(KB_LINES))
@@ -80,7 +63,7 @@ def store() -> KGStore:
 @pytest.fixture(scope="module")
 def kb(store, tmp_path_factory) -> MetaQAKB:
     k = MetaQAKB(store=store, embeddings=None, path=Path("kb.txt"))
-    k.embeddings = kb_embeddings(k, WordHashEmbedder(), tmp_path_factory.mktemp("cache"), show_progress=False)
+    k.embeddings = kb_embeddings(k, BagOfWordsEmbedder(), tmp_path_factory.mktemp("cache"), show_progress=False)
     return k
 
 
@@ -157,10 +140,36 @@ def test_clean_reformulation_restores_question_mark_and_strips_labels():
     assert q0 == "Who directed these movies?" and "empty output" in issue
 
 
-def test_clean_answer():
-    assert clean_answer("Answer: Louis Malle\n\n") == "Louis Malle"
-    assert clean_answer("<think>hmm</think>\nFinal answer: 1958") == "1958"
-    assert clean_answer("") == ""
+# Outputs of clean_reformulation before its label and <think> handling moved to llm.parsing.
+@pytest.mark.parametrize("text, question, issue", [
+    ('', 'Kept?', 'reformulation: empty output, kept the sub-question as written'),
+    ('<THINK>a\nb</THINK>Answer:\tJ.R.R. Tolkien.', 'J.R.R. Tolkien.?', None),
+    ('<think>unclosed reasoning, yes', 'Kept?', 'reformulation: empty output, kept the sub-question as written'),
+    ('**Final Answer:** **Jeanne Moreau**', '**Jeanne Moreau?', None),
+    ('Sub-answer 2: Louis Malle\nJeanne Moreau\n', 'Louis Malle?', None),
+    ('Sub answer 3: Drama', 'Sub answer 3: Drama?', None),
+    ('Rewritten question: Who directed The Lovers?', 'Who directed The Lovers?', None),
+    ('Question: who directed it?\nAnswer: Louis Malle', 'who directed it?', None),
+    ('answer:\n\nLouis Malle', 'Kept?', 'reformulation: empty output, kept the sub-question as written'),
+    ("Short answer: 'Louis Malle'", "Short answer: 'Louis Malle?", None),
+    ('\u201cSmart quotes\u201d and \u2018more\u2019.', '\u201cSmart quotes\u201d and \u2018more\u2019.?', None),
+    ('   *Drama*  ', 'Drama?', None),
+    ('**Answer**: `Paris`', '`Paris`?', None),
+])
+def test_clean_reformulation_is_pinned(text, question, issue):
+    assert clean_reformulation(text, "Kept?") == (question, issue)
+
+
+def test_sub_answers_keep_every_line():
+    """Sub-answers go whole into the later prompts: only a leading label and blank lines go."""
+    llm = scripted({"decompose": [TWO_HOP], "answer": ["Sub-answer 1: The Lovers\n\nThe Train.", "**Answer:** Louis Malle."],
+                    "reformulate": ["Who directed The Lovers and The Train?"],
+                    "synthesize": ["Final answer: Louis Malle.\nBoth films."]})
+    pred = DecomposedQA("llm-qd", llm, DecomposeConfig()).answer(q("x", "Jeanne Moreau", ["Louis Malle"]))
+    assert [s["answer"] for s in pred.trace["steps"]] == ["The Lovers\nThe Train.", "Louis Malle."]
+    assert pred.prediction == "Louis Malle.\nBoth films."
+    later = [r.prompt for r in llm.requests if role_of(r.messages) in ("reformulate", "synthesize")]
+    assert len(later) == 2 and all("The Lovers\nThe Train." in p for p in later)
 
 
 # ---- candidate retrieval: BFS directions -------------------------------------------------------
@@ -202,30 +211,6 @@ def test_bfs_rejects_unknown_direction(store):
         RetrievalConfig(direction="up").validate()
 
 
-# ---- top-K selection ------------------------------------------------------------------------
-def test_top_k_hand_checked_and_tie_break():
-    m = np.array([[1, 0], [0, 1], [0.5, 0.5], [1, 0], [0.9, 0.1]], dtype=np.float32)
-    qv = np.array([1, 0], dtype=np.float32)
-    ids, scores = top_k_among(m, np.array([1, 2, 3, 4, 0]), qv, 3)
-    assert ids.tolist() == [0, 3, 4]  # 0 and 3 tie at 1.0: smaller id first
-    assert np.allclose(scores, [1, 1, 0.9])
-    ids, _ = top_k_among(m, np.array([1, 2]), qv, 30)  # k larger than the candidate set
-    assert ids.tolist() == [2, 1]
-    assert top_k_among(m, np.array([], dtype=np.int64), qv, 3)[0].size == 0
-
-
-def test_top_k_full_scan_equals_gather():
-    rng = np.random.default_rng(0)
-    m = rng.standard_normal((500, 16)).astype(np.float32)
-    cand = np.sort(rng.choice(500, 300, replace=False))
-    qv = rng.standard_normal(16).astype(np.float32)
-    a = top_k_among(m, cand, qv, 30, full_scan_fraction=0.0)
-    b = top_k_among(m, cand, qv, 30, full_scan_fraction=1.0)
-    assert a[0].tolist() == b[0].tolist()
-    brute = cand[np.argsort(-(m[cand] @ qv), kind="stable")[:30]]
-    assert a[0].tolist() == brute.tolist()
-
-
 def test_torch_threads_is_restored():
     torch = pytest.importorskip("torch")
     before = torch.get_num_threads()
@@ -234,8 +219,8 @@ def test_torch_threads_is_restored():
     assert torch.get_num_threads() == before
 
 
-def test_selector_picks_the_relevant_triples(kb):
-    sel = TripleSelector(kb, WordHashEmbedder(), RetrievalConfig(hops=2, top_k=3, direction="both"))
+def test_selector_picks_the_relevant_triples(kb, fake_embedder):
+    sel = TripleSelector(kb, fake_embedder, RetrievalConfig(hops=2, top_k=3, direction="both"))
     ids, missing = sel.resolve(["Jeanne Moreau", "Nobody Here"])
     assert missing == ["Nobody Here"] and len(ids) == 1
     s = sel.select("which movies did jeanne moreau star in", sel.candidates(ids))
@@ -263,7 +248,7 @@ TWO_HOP = ("Reasoning: Find the films Jeanne Moreau acted in, then their directo
            "Sub-questions:\n1. Which movies did Jeanne Moreau act in?\n2. Who directed these movies?")
 
 
-def test_kg_rag_full_trace_and_parameters(kb):
+def test_kg_rag_full_trace_and_parameters(kb, fake_embedder):
     llm = scripted({
         "decompose": [TWO_HOP],
         "answer_kg": ["The Lovers, Elevator to the Gallows, The Train", "Louis Malle, John Frankenheimer"],
@@ -271,7 +256,7 @@ def test_kg_rag_full_trace_and_parameters(kb):
         "synthesize": ["Louis Malle and John Frankenheimer directed her films."],
     })
     cfg = KGRAGConfig(hops=3, top_k=4, direction="both")
-    m = build_kg_rag(llm, TripleSelector(kb, WordHashEmbedder(), cfg), cfg, seed=7)
+    m = build_kg_rag(llm, TripleSelector(kb, fake_embedder, cfg), cfg, seed=7)
     pred = m.answer(q("who directed the films that Jeanne Moreau acted in", "Jeanne Moreau",
                       ["Louis Malle", "John Frankenheimer"]))
     t = pred.trace
@@ -318,10 +303,10 @@ def test_llm_qd_has_no_triples_and_same_loop():
     assert len(llm.requests) == 5  # decompose, answer, reformulate, answer, synthesize
 
 
-def test_decomposition_failure_falls_back_to_the_question(kb):
+def test_decomposition_failure_falls_back_to_the_question(kb, fake_embedder):
     llm = scripted({"decompose": ["Sorry, I cannot help."], "answer_kg": ["Spanish"], "synthesize": ["Spanish"]})
     cfg = KGRAGConfig(hops=1, top_k=5)
-    m = build_kg_rag(llm, TripleSelector(kb, WordHashEmbedder(), cfg), cfg)
+    m = build_kg_rag(llm, TripleSelector(kb, fake_embedder, cfg), cfg)
     pred = m.answer(q("what language is Lost Embrace in", "Lost Embrace", ["Spanish"]))
     assert not pred.failed and pred.prediction == "Spanish"
     assert pred.trace["steps"][0]["asked"] == "what language is Lost Embrace in"
@@ -329,10 +314,10 @@ def test_decomposition_failure_falls_back_to_the_question(kb):
     assert "decomposition: fell back to the original question" in pred.trace["issues"]
 
 
-def test_empty_outputs_give_failed_prediction_with_trace(kb):
+def test_empty_outputs_give_failed_prediction_with_trace(kb, fake_embedder):
     llm = ScriptedLLM(lambda msgs, params: "" if role_of(msgs) != "decompose" else TWO_HOP)
     cfg = KGRAGConfig(hops=2, top_k=3)
-    m = build_kg_rag(llm, TripleSelector(kb, WordHashEmbedder(), cfg), cfg)
+    m = build_kg_rag(llm, TripleSelector(kb, fake_embedder, cfg), cfg)
     pred = m.answer(q("who directed the films that Jeanne Moreau acted in", "Jeanne Moreau", ["Louis Malle"]))
     assert pred.failed and pred.prediction == "" and "empty" in pred.error
     issues = pred.trace["issues"]
@@ -348,20 +333,20 @@ def test_empty_synthesis_uses_last_sub_answer():
     assert "synthesis: empty output, used the last sub-answer" in pred.trace["issues"]
 
 
-def test_unknown_topic_entity_still_answers(kb):
+def test_unknown_topic_entity_still_answers(kb, fake_embedder):
     llm = scripted({"answer_kg": ["I do not know"]})
     cfg = KapingConfig(top_k=5)
-    pred = KapingQA(llm, TripleSelector(kb, WordHashEmbedder(), cfg), cfg).answer(
+    pred = KapingQA(llm, TripleSelector(kb, fake_embedder, cfg), cfg).answer(
         q("who directed Nowhere Film", "Nowhere Film", ["X"]))
     assert pred.trace["retrieval"]["num_candidates"] == 0 and pred.trace["steps"][0]["triples"] == []
     assert "(no facts found)" in llm.requests[0].prompt
     assert any("not in the KB" in i for i in pred.trace["issues"])
 
 
-def test_kaping_and_zero_shot(kb):
+def test_kaping_and_zero_shot(kb, fake_embedder):
     llm = scripted({"answer_kg": ["Louis Malle"], "answer": ["Louis Malle"]})
     cfg = KapingConfig(hops=1, top_k=2, direction="both")
-    pred = KapingQA(llm, TripleSelector(kb, WordHashEmbedder(), cfg), cfg).answer(
+    pred = KapingQA(llm, TripleSelector(kb, fake_embedder, cfg), cfg).answer(
         q("who directed The Lovers", "The Lovers", ["Louis Malle"]))
     assert pred.trace["steps"][0]["triples"][0] == "(The Lovers, directed by, Louis Malle)"
     assert len(pred.trace["steps"][0]["triples"]) == 2 and pred.trace["decomposition"] is None
@@ -385,29 +370,29 @@ def test_hit1_hand_checked(pred, golds, hit, mention):
 
 
 # ---- configs and registration ---------------------------------------------------------------
-def test_registered_methods_and_config_errors(tmp_path):
+def test_registered_methods_and_config_errors(tmp_path, fake_embedder):
     methods = available_methods()
     for name in ("llm", "llm-qd", "llm-kg", "kg-rag"):
         assert methods[name].family == "metaqa"
         assert methods[name].datasets == ("metaqa-1hop", "metaqa-2hop", "metaqa-3hop")
-    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=WordHashEmbedder(), cache_dir_=str(tmp_path))
+    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=fake_embedder, cache_dir_=str(tmp_path))
     with pytest.raises(ConfigError, match="hops"):
-        methods["llm"].factory(ctx, {"hops": 2})  # the zero-shot LLM has no retrieval
+        methods["llm"].factory(ctx, {"hops": 2}, 0)  # the zero-shot LLM has no retrieval
     with pytest.raises(ConfigError, match="direction"):
-        methods["kg-rag"].factory(ctx, {"direction": "sideways", "kb": str(tmp_path / "none.txt")})
+        methods["kg-rag"].factory(ctx, {"direction": "sideways", "kb": str(tmp_path / "none.txt")}, 0)
 
 
-def test_factory_builds_kb_once_and_caches_it(tmp_path):
+def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
     kb_path = tmp_path / "kb.txt"
     kb_path.write_text(KB_LINES, encoding="utf-8")
     llm = scripted({"answer_kg": ["Louis Malle", "Louis Malle"]})
-    ctx = RunContext(llm_=llm, embedder_=WordHashEmbedder(), cache_dir_=str(tmp_path / "cache"))
+    ctx = RunContext(llm_=llm, embedder_=fake_embedder, cache_dir_=str(tmp_path / "cache"))
     spec = available_methods()["llm-kg"]
-    m = spec.factory(ctx, {"kb": str(kb_path), "hops": 1, "top_k": 3})
-    m2 = available_methods()["kg-rag"].factory(ctx, {"kb": str(kb_path)})
+    m = spec.factory(ctx, {"kb": str(kb_path), "hops": 1, "top_k": 3}, 0)
+    m2 = available_methods()["kg-rag"].factory(ctx, {"kb": str(kb_path)}, 0)
     assert m.selector.kb.store is m2.selector.kb.store  # shared through ctx.memo
     assert m.selector.kb.embeddings is m2.selector.kb.embeddings
-    assert list((tmp_path / "cache" / "metaqa").glob("kg-kb-*/header.json"))
+    assert list((tmp_path / "cache" / "kg").glob("metaqa-*/stats.json"))
     assert list((tmp_path / "cache" / "embeddings").glob("metaqa-kb-triples-*.npy"))
     pred = m.answer(q("who directed The Lovers", "The Lovers", ["Louis Malle"]))
     assert M.hit1(pred.prediction, pred.answers) == 1.0
@@ -416,12 +401,12 @@ def test_factory_builds_kb_once_and_caches_it(tmp_path):
     assert again.num_triples == m.selector.kb.store.num_triples == 16
 
 
-def test_missing_kb_is_a_clear_error(tmp_path):
+def test_missing_kb_is_a_clear_error(tmp_path, fake_embedder):
     from kgrag_lib.errors import MissingDataError
 
-    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=WordHashEmbedder(), cache_dir_=str(tmp_path))
+    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=fake_embedder, cache_dir_=str(tmp_path))
     with pytest.raises(MissingDataError, match="kb.txt|subject\\|relation\\|object"):
-        available_methods()["llm-kg"].factory(ctx, {"kb": str(tmp_path / "nope.txt")})
+        available_methods()["llm-kg"].factory(ctx, {"kb": str(tmp_path / "nope.txt")}, 0)
 
 
 # ---- the real MetaQA KB -----------------------------------------------------------------------
@@ -487,7 +472,7 @@ def test_max_subquestions_must_be_positive():
         DecomposedQA("llm-qd", ScriptedLLM(["x"]), DecomposeConfig(max_subquestions=0))
 
 
-def test_run_method_writes_traces(kb, tmp_path):
+def test_run_method_writes_traces(kb, tmp_path, fake_embedder):
     import json
 
     from kgrag_lib.runner import run_method
@@ -497,7 +482,7 @@ def test_run_method_writes_traces(kb, tmp_path):
                     "reformulate": ["Who directed The Lovers and The Train"],
                     "synthesize": ["Louis Malle", ""]})
     cfg = KGRAGConfig(hops=3, top_k=5)
-    m = build_kg_rag(llm, TripleSelector(kb, WordHashEmbedder(), cfg), cfg)
+    m = build_kg_rag(llm, TripleSelector(kb, fake_embedder, cfg), cfg)
     qs = [q("who directed the films that Jeanne Moreau acted in", "Jeanne Moreau", ["Louis Malle"]),
           Question(qid="t2", question="what language is Lost Embrace in", answers=["Spanish"],
                    dataset="metaqa-1hop", topic_entities=["Lost Embrace"])]

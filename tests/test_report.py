@@ -12,12 +12,12 @@ import pytest
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.paths import REPO_ROOT, data_root
 from kgrag_lib.records import Triple
-from kgrag_lib.report import paper_numbers as PN
-from kgrag_lib.report.metaqa import (dataset_hops, degree_summary, entity_degrees, relation_counts,
-                                     subquestion_counts, trace_text)
-from kgrag_lib.report.metaqa_errors import CATEGORIES, categorize, category_table
-from kgrag_lib.report.tables import (aggregate_seeds, beside_paper, check_claims, json_records, mean_std,
-                                     metrics_row, pivot_mean_std, to_markdown)
+from kgrag_lib.report.metaqa import paper_numbers as PN
+from kgrag_lib.report.metaqa.case_study import subquestion_counts, trace_text
+from kgrag_lib.report.metaqa.errors import CATEGORIES, categorize, category_table
+from kgrag_lib.report.metaqa.tables import (beside_paper, check_claims, dataset_hops, degree_summary, entity_degrees,
+                                            relation_counts)
+from kgrag_lib.report.tables import aggregate_seeds, json_records, mean_std, metrics_row, pivot_mean_std, to_markdown
 
 SEED_PAPER = REPO_ROOT.parent / "shared" / "seeds" / "003_7ba743617a7bf1a2.txt"
 
@@ -304,7 +304,7 @@ def test_grouped_bars_draws_means_stds_and_paper_markers():
     import matplotlib
 
     matplotlib.use("Agg")
-    from kgrag_lib.report.metaqa import grouped_bars
+    from kgrag_lib.report.metaqa.figures import grouped_bars
 
     agg = pd.DataFrame({"dataset": ["metaqa-1hop", "metaqa-1hop", "metaqa-2hop"], "config": ["a", "b", "a"],
                         "hit1_mean": [60.0, 40.0, 30.0], "hit1_std": [5.0, float("nan"), 2.0]})
@@ -319,7 +319,7 @@ def test_grouped_bars_draws_means_stds_and_paper_markers():
 def test_candidate_counts_on_a_small_store():
     from kgrag_lib.kg import KGStore
     from kgrag_lib.records import Question
-    from kgrag_lib.report.metaqa import candidate_counts
+    from kgrag_lib.report.metaqa.tables import candidate_counts
 
     store = KGStore.from_triples([Triple("Big", "directed_by", "Penny Marshall"),
                                   Triple("Big", "starred_actors", "Tom Hanks"),
@@ -334,7 +334,7 @@ def test_candidate_counts_on_a_small_store():
 
 
 def test_pick_example_prefers_named_gold_and_several_steps():
-    from kgrag_lib.report.metaqa import pick_example
+    from kgrag_lib.report.metaqa.case_study import pick_example
 
     plain = _row("nobody", subqs=["a?", "b?"])
     named_one_step = _row("Tom Hanks, Meg Ryan", subqs=["a?"])

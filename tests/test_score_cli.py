@@ -91,7 +91,7 @@ def test_bad_lines_name_file_and_line(tmp_path, capsys, bad_line, fragment):
 
 
 def test_missing_file_and_unknown_metric(tmp_path, capsys):
-    with pytest.raises(MissingDataError, match="no such predictions file"):
+    with pytest.raises(MissingDataError, match="absent.jsonl: no such file; expected a JSON object per line"):
         _run([str(tmp_path / "absent.jsonl")], capsys)
     f = _write(tmp_path / "p.jsonl", ROWS)
     with pytest.raises(ConfigError, match="unknown metric 'bleu'"):

@@ -1,4 +1,9 @@
-"""`kgrag kg`: inspect a knowledge graph (counts, N-hop neighbourhoods) and save it as a fast binary store."""
+"""`kgrag kg`: inspect a knowledge graph (counts, N-hop neighbourhoods) and save it as a fast binary store.
+
+The graph is a triple file (read as it is, any of three formats), a saved store, or a KG the
+methods use, named by its `load_kg` spec (`metaqa`, `2wiki-evidence`, `wikidata5m`, ...: built
+once into the KG cache, see `kgrag_lib.kg.sources`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import json
 from pathlib import Path
 
 FORMATS = ("metaqa", "wikidata5m", "tsv")
+KG_HELP = ("a KG by its spec, e.g. metaqa, metaqa:<kb.txt>, 2wiki-evidence, wikidata5m[:<folder>] "
+           "(data under $KGRAG_DATA_ROOT, built once into $KGRAG_CACHE_DIR or .cache/)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         g = q.add_mutually_exclusive_group(required=True)
         g.add_argument("--triples", help="triple file (MetaQA kb.txt 's|r|o', Wikidata5M or TSV 's<TAB>r<TAB>o')")
         g.add_argument("--store", help="a directory written by `kgrag kg build` / KGStore.save")
+        g.add_argument("--kg", help=KG_HELP)
         q.add_argument("--format", choices=FORMATS, default=None,
                        help="triple file format (default: inferred from the file name and first line)")
 
@@ -33,8 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="out: head->tail, in: tail->head, both: either (default out)")
     q.set_defaults(func=handle_neighbors)
 
-    q = kg_sub.add_parser("build", help="read a triple file and save it as a memory-mappable KG store")
-    q.add_argument("--triples", required=True, help="triple file")
+    q = kg_sub.add_parser("build", help="read a triple file (or a KG spec) and save it as a memory-mappable KG store")
+    g = q.add_mutually_exclusive_group(required=True)
+    g.add_argument("--triples", help="triple file")
+    g.add_argument("--kg", help=KG_HELP)
     q.add_argument("--format", choices=FORMATS, default=None, help="triple file format (default: inferred)")
     q.add_argument("--out", required=True, help="output directory")
     q.set_defaults(func=handle_build)
@@ -49,9 +59,9 @@ def infer_format(path: str | Path) -> str:
     if "wikidata5m" in name:
         return "wikidata5m"
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:  # reading errors are reported by the reader
             first = next((line for line in f if line.strip()), "")
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return "tsv"
     return "metaqa" if "|" in first and "\t" not in first else "tsv"
 
@@ -59,7 +69,10 @@ def infer_format(path: str | Path) -> str:
 def _open(args: argparse.Namespace):
     from ..errors import MissingDataError
     from ..kg import KGStore
+    from ..kg.sources import load_kg
 
+    if args.kg:
+        return load_kg(args.kg).store
     if getattr(args, "store", None):
         if not Path(args.store).is_dir():
             raise MissingDataError(f"--store {args.store}: no such directory (create one with `kgrag kg build`)")
@@ -68,13 +81,18 @@ def _open(args: argparse.Namespace):
 
 
 def _read(path: str, fmt: str | None):
-    from ..data.triples import read_triples
+    from ..data.triples import FORMS, read_triples
     from ..errors import MissingDataError
     from ..kg import KGStore
+    from ..kg.sources import EmptyKGError
 
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise MissingDataError(f"--triples {path}: no such file")
-    return KGStore.from_triples(read_triples(path, fmt or infer_format(path)))
+    fmt = fmt or infer_format(path)
+    store = KGStore.from_triples(read_triples(path, fmt))
+    if store.num_triples == 0:
+        raise EmptyKGError(f"--triples {path}: no triples in the file; expected one per line: {FORMS[fmt]}")
+    return store
 
 
 def handle_stats(args: argparse.Namespace) -> int:
@@ -99,7 +117,7 @@ def handle_neighbors(args: argparse.Namespace) -> int:
 
 
 def handle_build(args: argparse.Namespace) -> int:
-    kg = _read(args.triples, args.format)
+    kg = _open(args)
     out = kg.save(args.out)
     print(json.dumps({"store": str(out), "entities": kg.num_entities, "relations": kg.num_relations,
                       "triples": kg.num_triples}))

@@ -21,14 +21,19 @@ METHOD_FLAGS = (
 
 
 def _parse_set(items: list[str]) -> dict:
+    import yaml
+
+    from ..errors import ConfigError
+
     out = {}
     for item in items or []:
-        if "=" not in item:
-            raise SystemExit(f"kgrag run: --set expects KEY=VALUE (YAML value), got {item!r}")
-        import yaml
-
-        k, v = item.split("=", 1)
-        out[k.strip().replace("-", "_")] = yaml.safe_load(v)
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise ConfigError(f"--set expects KEY=VALUE (the value is read as YAML), got {item!r}")
+        try:
+            out[k.strip().replace("-", "_")] = yaml.safe_load(v)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it, e.g. {k.strip()}='...'") from None
     return out
 
 
@@ -37,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the available methods and exit")
     p.add_argument("--method", help="method name (see `kgrag run --list`)")
     p.add_argument("--dataset", help="metaqa-1hop|metaqa-2hop|metaqa-3hop|hotpotqa|2wiki|musique|bamboogle|strategyqa")
-    p.add_argument("--split", default=None, help="test or dev where the dataset has splits (default test)")
+    p.add_argument("--split", default=None, help="dataset split (default: the dataset's own, e.g. MetaQA test; see `kgrag data check`)")
     p.add_argument("--qa-file", default=None, help="a question file in the dataset's own format")
     p.add_argument("--n", type=int, default=None, help="sample N questions (default: the profile's n)")
     p.add_argument("--seed", type=int, default=None, help="sample and method seed (default: profile's)")
@@ -50,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other method config field (repeatable)")
     p.add_argument("--out", help="output folder (predictions.jsonl, metrics.json, manifest.json)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="if --out holds a run made with other settings, discard it and start again "
+                        "(without this flag such a folder is refused; a run with the same settings resumes)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=handle)
 
@@ -78,11 +86,20 @@ def handle(args: argparse.Namespace) -> int:
             overrides[key] = val
     overrides.update(_parse_set(args.set))
     metrics = run_experiment(args.method, args.dataset, args.out, profile=args.profile,
-                             progress=not args.no_progress, **overrides)
+                             progress=not args.no_progress, overwrite=args.overwrite, **overrides)
     print(json.dumps(metrics, indent=2))
-    cost = metrics.get("cost_per_question", {})
-    print(f"LLM cost per question: {cost.get('llm_calls', 0)} calls "
-          f"({cost.get('llm_cache_hits', 0)} cached), {cost.get('llm_prompt_tokens', 0)} prompt + "
-          f"{cost.get('llm_completion_tokens', 0)} completion tokens, {cost.get('seconds', 0)} s")
+    print(cost_line(metrics))
     print(f"wrote {args.out}/predictions.jsonl, metrics.json, manifest.json")
     return 0
+
+
+def cost_line(metrics: dict) -> str:
+    """What this invocation did and sent, then what a question costs on average (cache hits
+    included: what the method needs, whichever run computed it)."""
+    this, cost = metrics.get("this_run") or {}, metrics.get("cost_per_question") or {}
+    return (f"this run: answered {this.get('answered', 0)} of {metrics.get('n', 0)} questions "
+            f"({this.get('reused', 0)} reused from predictions.jsonl), sent {this.get('llm_calls_sent', 0)} LLM calls "
+            f"({this.get('llm_cache_hits', 0)} more answered by the cache) in {this.get('wall_seconds', 0)} s\n"
+            f"per question (all {metrics.get('n', 0)}): {cost.get('llm_requests', 0)} LLM requests, "
+            f"{cost.get('llm_total_prompt_tokens', 0)} prompt + {cost.get('llm_total_completion_tokens', 0)} "
+            f"completion tokens, {cost.get('seconds', 0)} s when answered")

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-EXPECTED = 'a JSON object per line like {"prediction": "Paris", "answers": ["Paris", "City of Light"]}'
 DEFAULT_METRICS = ("em", "f1", "acc", "hit1")
 
 
@@ -31,35 +29,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handle)
 
 
-def read_predictions(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate a predictions file; a bad line raises DataFormatError(file, line)."""
-    from ..errors import DataFormatError, MissingDataError
-
-    path = Path(path)
-    if not path.is_file():
-        raise MissingDataError(f"{path}: no such predictions file (expected {EXPECTED})")
-    records: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, lineno, EXPECTED, f"not JSON ({e.msg}): {line.strip()}") from None
-            if not isinstance(rec, dict):
-                raise DataFormatError(path, lineno, EXPECTED, line.strip())
-            pred, answers = rec.get("prediction"), rec.get("answers")
-            if "prediction" not in rec or not (pred is None or isinstance(pred, str)):
-                raise DataFormatError(path, lineno, EXPECTED, f'field "prediction" missing or not a string in {line.strip()}')
-            if not isinstance(answers, list) or not all(isinstance(a, (str, int, float)) for a in answers):
-                raise DataFormatError(path, lineno, EXPECTED, f'field "answers" missing or not a list of strings in {line.strip()}')
-            rec["prediction"] = pred or ""
-            rec["answers"] = [a if isinstance(a, str) else json.dumps(a) for a in answers]
-            records.append(rec)
-    return records
-
-
 def _rounded(x: Any) -> Any:
     if isinstance(x, float):
         return round(x, 2)
@@ -69,15 +38,21 @@ def _rounded(x: Any) -> Any:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..errors import ConfigError
+    from ..data.common import check_file
+    from ..errors import ConfigError, DataFormatError
     from ..eval.metrics import get_metric, score_records
+    from ..runner import EXPECTED, read_predictions
 
     metrics = tuple(m.strip() for m in str(args.metrics).split(",") if m.strip())
     if not metrics:
         raise ConfigError("--metrics: give at least one metric name, e.g. em,f1,acc,hit1")
     for m in metrics:
         get_metric(m)  # unknown names fail before the file is read
-    records = read_predictions(args.file)
+    if args.n_boot < 1:
+        raise ConfigError(f"--n-boot: expected an integer >= 1 (bootstrap resamples for --ci), got {args.n_boot}")
+    records = read_predictions(check_file(args.file, EXPECTED))
+    if not records:
+        raise DataFormatError(args.file, None, f"at least one prediction, {EXPECTED}", "no predictions")
     scores = score_records(records, metrics, ci=args.ci, n_boot=args.n_boot, seed=args.seed,
                            yes_no=not args.no_yes_no)
     print(json.dumps({k: _rounded(v) for k, v in scores.items()}))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import DataFormatError
 from ..records import Question
-from .common import merge_answers, read_json_records
+from .common import merge_answers, open_text, read_json_records
 
 FORM = '{"Question", "Answer", "Q1"?, "A1"?: [...], "Q2"?, "A2"?: [aliases...]}'
 CSV_FORM = "a CSV row 'question,,,,answer,,' (question in column 1, answer in column 5)"
@@ -48,7 +48,7 @@ def _load_json(path: Path, dataset: str) -> list[Question]:
 
 def _load_csv(path: Path, dataset: str) -> list[Question]:
     out = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, CSV_FORM, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f)
         start = 1
         for row in reader:

@@ -108,7 +108,7 @@ def dataset_stats(dataset: str, path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if dataset not in STATS_DATASETS:
         raise ConfigError(f"--dataset {dataset!r}; accepted: {', '.join(STATS_DATASETS)}")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"--path {path}: no such file")
     if dataset == "2wiki" and _is_2wiki_corpus(path):
         corpus = load_2wiki_corpus(path)

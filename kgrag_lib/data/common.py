@@ -1,5 +1,9 @@
-"""Shared reading helpers: JSON/JSONL records that report where they came from, answer merging.
+"""Shared reading helpers: input files checked once, JSON/JSONL records that report where they
+came from, answer merging.
 
+Every input file is opened through `open_text` (or checked by `check_file` when read as bytes),
+so a directory, a missing path, a binary file or text that is not UTF-8 ends in one error naming
+the file, the line where there is one and the expected form, never in a decoding traceback.
 Every dataset here ships either as a JSON list or as JSON Lines (and some as both); one reader
 handles both so each loader only maps fields, and every error it raises names the file and the
 line (JSONL) or record number (JSON list) together with the expected record form.
@@ -10,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TextIO
 
-from ..errors import DataFormatError
+from ..errors import DataFormatError, MissingDataError, UnreadableFileError
 from ..records import Passage
 
 log = logging.getLogger(__name__)
@@ -54,8 +59,64 @@ class Record:
         return value
 
 
-def _first_char(path: Path) -> str:
-    with open(path, encoding="utf-8") as f:
+_SNIFF_BYTES = 8192
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def check_file(path: str | Path, expected: str) -> Path:
+    """`path` if it names a readable file that does not look binary; else a one-line KgragError.
+
+    `expected` describes the file's form ("one 'subject|relation|object' per line") and ends
+    every message. Only the first 8 KiB are sniffed (for NUL bytes), so this is cheap on any size.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise MissingDataError(f"{path}: no such file; expected {expected}")
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise UnreadableFileError(f"{path}: is {kind}, not a file; expected {expected}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError as exc:
+        raise UnreadableFileError(f"{path}: cannot be read ({exc.strerror}); expected {expected}") from None
+    if head.startswith(_UTF16_BOMS):
+        raise DataFormatError(path, 1, f"UTF-8 text, {expected}", "UTF-16 text (re-save the file as UTF-8)")
+    nul = head.find(b"\0")
+    if nul >= 0:
+        raise DataFormatError(path, head.count(b"\n", 0, nul) + 1, f"a text file, {expected}",
+                              f"binary data (a NUL byte at offset {nul}); is this the right file?")
+    return path
+
+
+def _not_utf8(path: Path, expected: str) -> DataFormatError:
+    """Slow path, after a decode failed: the first line that is not UTF-8, for the message."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return DataFormatError(path, lineno, f"UTF-8 text, {expected}",
+                                       f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1} is not UTF-8 "
+                                       f"(Latin-1? re-save the file as UTF-8)")
+    return DataFormatError(path, None, f"UTF-8 text, {expected}", "a byte sequence that is not UTF-8")
+
+
+@contextmanager
+def open_text(path: str | Path, expected: str, *, encoding: str = "utf-8",
+              newline: str | None = None) -> Iterator[TextIO]:
+    """`open(path)` for reading text, after `check_file`; a decoding error inside the block
+    becomes a DataFormatError naming the file and the first line that is not UTF-8."""
+    path = check_file(path, expected)
+    with open(path, encoding=encoding, newline=newline) as f:
+        try:
+            yield f
+        except UnicodeDecodeError:
+            raise _not_utf8(path, expected) from None
+
+
+def _first_char(path: Path, expected: str) -> str:
+    with open_text(path, expected) as f:
         while True:
             chunk = f.read(4096)
             if not chunk:
@@ -68,9 +129,10 @@ def _first_char(path: Path) -> str:
 def read_json_records(path: str | Path, form: str) -> Iterator[Record]:
     """Yield the objects of a JSON list file or a JSON Lines file (detected from the first character)."""
     path = Path(path)
-    if _first_char(path) == "[":
+    expected = f"a JSON list or JSON Lines file of records {form}"
+    if _first_char(path, expected) == "[":
         try:
-            with open(path, encoding="utf-8-sig") as f:
+            with open_text(path, expected, encoding="utf-8-sig") as f:
                 items = json.load(f)
         except json.JSONDecodeError as exc:
             raise DataFormatError(path, exc.lineno, f"a valid JSON list of records {form}", exc.msg) from None
@@ -79,7 +141,7 @@ def read_json_records(path: str | Path, form: str) -> Iterator[Record]:
                 raise DataFormatError(path, i, f"a JSON object {form} (record #{i} of the JSON list)", repr(item)[:120])
             yield Record(path, i, item, True, form)
         return
-    with open(path, encoding="utf-8-sig") as f:
+    with open_text(path, expected, encoding="utf-8-sig") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

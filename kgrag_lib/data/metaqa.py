@@ -11,9 +11,11 @@ from pathlib import Path
 
 from ..errors import DataFormatError
 from ..records import Question, Triple
+from .common import open_text
 from .triples import read_triples
 
 QA_FORM = "'question text with one [topic entity]<TAB>answer1|answer2|...'"
+QTYPE_FORM = "one question type per line (e.g. movie_to_director)"
 _TOPIC = re.compile(r"\[([^\[\]]+)\]")
 
 
@@ -23,7 +25,8 @@ def load_metaqa_kb(path: str | Path) -> list[Triple]:
 
 
 def _read_qtypes(qtype_path: Path, expected: int, qa_path: Path) -> list[str]:
-    lines = [ln.rstrip("\r\n") for ln in open(qtype_path, encoding="utf-8")]
+    with open_text(qtype_path, QTYPE_FORM) as f:
+        lines = [ln.rstrip("\r\n") for ln in f]
     qtypes = [ln.strip() for ln in lines if ln.strip()]
     if len(qtypes) != expected:
         raise DataFormatError(
@@ -38,7 +41,7 @@ def load_metaqa_qa(path: str | Path, qtype_path: str | Path | None = None, datas
     """Questions of one QA file; `qtype_path` (the aligned `*_qtype.txt`) adds `meta["qtype"]`."""
     path = Path(path)
     questions: list[Question] = []
-    with open(path, encoding="utf-8") as f:
+    with open_text(path, f"one question per line: {QA_FORM}") as f:
         for lineno, raw in enumerate(f, 1):
             line = raw.rstrip("\r\n")
             if not line.strip():

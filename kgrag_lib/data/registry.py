@@ -14,16 +14,18 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ConfigError, MissingDataError
+from ..errors import ConfigError, DataFormatError, MissingDataError
 from ..paths import data_root
 from ..records import Passage, Question
+from . import bamboogle, hotpotqa, musique, strategyqa, twowiki
 from .bamboogle import load_bamboogle
-from .common import pool_passages
+from .common import check_file, pool_passages
 from .hotpotqa import load_hotpotqa
 from .manifest import obtain_hint
-from .metaqa import load_metaqa_qa
+from .metaqa import QA_FORM, load_metaqa_qa
 from .musique import load_musique
 from .strategyqa import fact_passages, load_strategyqa
+from .triples import FORMS
 from .twowiki import load_2wiki, load_2wiki_corpus
 
 
@@ -37,6 +39,7 @@ class DatasetSpec:
     splits: dict[str, str]
     default_split: str
     corpus: str  # "none" | "pooled" | "facts" | a relative corpus file path
+    form: str  # the question record form, for error messages
     qtypes: dict[str, str] = field(default_factory=dict)  # MetaQA: split -> aligned qtype file
     note: str = ""
 
@@ -46,7 +49,7 @@ def _metaqa(k: int) -> DatasetSpec:
         name=f"metaqa-{k}hop", manifest_key="metaqa",
         loader=load_metaqa_qa,
         splits={"test": f"metaqa/{k}-hop/vanilla/qa_test.txt", "dev": f"metaqa/{k}-hop/vanilla/qa_dev.txt"},
-        default_split="test", corpus="none",
+        default_split="test", corpus="none", form=f"one question per line: {QA_FORM}",
         qtypes={"test": f"metaqa/qtype/{k}hop_qa_test_qtype.txt", "dev": f"metaqa/qtype/{k}hop_qa_dev_qtype.txt"},
         note="KG question answering over metaqa/kb.txt (see metaqa_kb_path); no text corpus.",
     )
@@ -57,7 +60,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "hotpotqa": DatasetSpec(
         "hotpotqa", "hotpotqa", load_hotpotqa,
         {"distractor500": "hotpotqa/AMOR_test500_distractor.jsonl", "dev100": "hotpotqa/AMOR_dev100.jsonl"},
-        "distractor500", "pooled",
+        "distractor500", "pooled", hotpotqa.FORM,
         note="corpus = pooled, de-duplicated context paragraphs of the question file; in the 500-question "
              "file 349 questions lack at least one gold page in their context (meta['gold_in_context']).",
     ),
@@ -68,7 +71,7 @@ DATASETS: dict[str, DatasetSpec] = {
             "dev200": "2wiki/MIGRES_200_2wiki.jsonl",
             "dev4000": "2wiki/lag_2wiki_dev_4000_nocontext.json",
         },
-        "corpus354", "2wiki/HippoRAG_2wiki_1000q_corpus.json",
+        "corpus354", "2wiki/HippoRAG_2wiki_1000q_corpus.json", twowiki.FORM,
         note="default split = the 354 dev questions whose gold pages are all in the 6,119-passage "
              "HippoRAG corpus, so open retrieval over that corpus can find the evidence.",
     ),
@@ -76,33 +79,38 @@ DATASETS: dict[str, DatasetSpec] = {
         "musique", "musique", load_musique,
         {"dev200": "musique/MIGRES_200_musique_ans.jsonl",
          "dev2417": "musique/lag_musique_ans_dev_2417_noparagraphs.json"},
-        "dev200", "pooled",
+        "dev200", "pooled", musique.FORM,
         note="corpus = pooled, de-duplicated paragraphs of the 200 questions with paragraphs.",
     ),
     "bamboogle": DatasetSpec(
         "bamboogle", "bamboogle", load_bamboogle,
         {"test": "bamboogle/bamboogle.json", "csv": "bamboogle/bamboogle.csv"},
-        "test", "none",
+        "test", "none", f"{bamboogle.FORM} (JSON), or {bamboogle.CSV_FORM}",
         note="no corpus ships with Bamboogle (its questions were written against Google search).",
     ),
     "strategyqa": DatasetSpec(
         "strategyqa", "strategyqa", load_strategyqa,
         {"train": "strategyqa/strategyqa_train.json",
          "evidence229": "strategyqa/MIGRES_229_strategyqa_with_evidence.jsonl"},
-        "train", "facts",
+        "train", "facts", strategyqa.FORM,
         note="corpus = the annotated facts (pid 'fact:...'): a gold-derived stand-in for the missing "
              "evidence paragraphs, easier than real retrieval; say so in every table built on it.",
     ),
 }
 
 WIKIPEDIA_PATH = "wikipedia/psgs_w100.tsv"
-# Keyed by `preprocess_wikidata5m`'s parameters: `preprocess_wikidata5m(**wikidata5m_paths())`.
+WIKIDATA5M_DIR = "wikidata5m"
 WIKIDATA5M_FILES = {
-    "triple_paths": ["wikidata5m/wikidata5m_all_triplet.txt"],  # 21,354,359 rows = Table 5's "Wikidata5M"
-    "entity_alias_path": "wikidata5m/wikidata5m_entity.txt",
-    "relation_alias_path": "wikidata5m/wikidata5m_relation.txt",
-    "text_path": "wikidata5m/wikidata5m_text.txt",
+    "entity_alias_path": "wikidata5m_entity.txt",
+    "relation_alias_path": "wikidata5m_relation.txt",
+    "text_path": "wikidata5m_text.txt",
 }
+# The triple files, first complete group wins: all_triplet (21,354,359 rows = Table 5's
+# "Wikidata5M"), else the transductive split.
+WIKIDATA5M_TRIPLES = (
+    ("wikidata5m_all_triplet.txt",),
+    ("wikidata5m_transductive_train.txt", "wikidata5m_transductive_valid.txt", "wikidata5m_transductive_test.txt"),
+)
 
 
 def get_spec(name: str) -> DatasetSpec:
@@ -120,8 +128,10 @@ def _missing(path: Path, manifest_key: str, what: str, root: Path | None = None)
     )
 
 
-def _checked(path: Path, root: Path, manifest_key: str, what: str, must_exist: bool) -> Path:
+def _checked(path: Path, root: Path | None, manifest_key: str, what: str, must_exist: bool, form: str = "") -> Path:
     if must_exist and not path.is_file():
+        if path.exists():  # a directory: named as one, without download advice
+            check_file(path, f"the {what} file" + (f", {form}" if form else ""))
         raise _missing(path, manifest_key, what, root)
     return path
 
@@ -134,13 +144,14 @@ def default_path(name: str, split: str | None = None, root: str | Path | None = 
     if split not in spec.splits:
         raise ConfigError(f"dataset {name!r} has no split {split!r}; accepted: {', '.join(spec.splits)}")
     base = data_root(root)
-    return _checked(base / spec.splits[split], base, spec.manifest_key, f"{name} ({split})", must_exist)
+    return _checked(base / spec.splits[split], base, spec.manifest_key, f"{name} ({split})", must_exist, spec.form)
 
 
 def metaqa_kb_path(root: str | Path | None = None) -> Path:
     """MetaQA's kb.txt under the data root; MissingDataError saying how to get it when absent."""
     base = data_root(root)
-    return _checked(base / "metaqa" / "kb.txt", base, "metaqa", "MetaQA KB", True)
+    return _checked(base / "metaqa" / "kb.txt", base, "metaqa", "MetaQA KB", True,
+                    f"one triple per line: {FORMS['metaqa']}")
 
 
 def wikipedia_path(root: str | Path | None = None, *, must_exist: bool = True) -> Path:
@@ -149,14 +160,22 @@ def wikipedia_path(root: str | Path | None = None, *, must_exist: bool = True) -
     return _checked(base / WIKIPEDIA_PATH, base, "wikipedia-2018", "Wikipedia-2018 psgs_w100", must_exist)
 
 
-def wikidata5m_paths(root: str | Path | None = None, *, must_exist: bool = True) -> dict[str, Path | list[Path]]:
-    """Full Wikidata5M files under the data root, keyed by `preprocess_wikidata5m`'s parameter names."""
-    base = data_root(root)
-    out: dict[str, Path | list[Path]] = {}
-    for key, rel in WIKIDATA5M_FILES.items():
-        rels = rel if isinstance(rel, list) else [rel]
-        paths = [_checked(base / r, base, "wikidata5m", f"Wikidata5M {key}", must_exist) for r in rels]
-        out[key] = paths if isinstance(rel, list) else paths[0]
+def wikidata5m_paths(root: str | Path | None = None, *, folder: str | Path | None = None,
+                     must_exist: bool = True) -> dict[str, Path | list[Path]]:
+    """Full Wikidata5M files in `folder` (default `<data root>/wikidata5m`), keyed by
+    `preprocess_wikidata5m`'s parameter names: `preprocess_wikidata5m(**wikidata5m_paths())`.
+
+    With `must_exist`, a MissingDataError lists every missing file and how to get them.
+    """
+    base = Path(folder).expanduser() if folder else data_root(root) / WIKIDATA5M_DIR
+    triples = next((g for g in WIKIDATA5M_TRIPLES if all((base / n).is_file() for n in g)), WIKIDATA5M_TRIPLES[0])
+    out: dict[str, Path | list[Path]] = {"triple_paths": [base / n for n in triples],
+                                         **{k: base / n for k, n in WIKIDATA5M_FILES.items()}}
+    missing = [n for n in (*triples, *WIKIDATA5M_FILES.values()) if not (base / n).is_file()]
+    if must_exist and missing:
+        raise MissingDataError(
+            f"Wikidata5M files missing in {base}: {', '.join(missing)} (the triples may also be "
+            f"wikidata5m_transductive_{{train,valid,test}}.txt). How to obtain them: {obtain_hint('wikidata5m')}")
     return out
 
 
@@ -168,7 +187,8 @@ def load_questions(
     n: int | None = None,
     seed: int = 0,
 ) -> list[Question]:
-    """Questions of a dataset split (or of `path`, read with the dataset's loader).
+    """Questions of a dataset split (or of `path`, read with the dataset's loader); a file
+    without questions is refused.
 
     `n` draws a seeded sample without replacement, `numpy.random.default_rng(seed).choice`,
     kept in the drawn order; the same (file, n, seed) always gives the same questions. An `n`
@@ -181,9 +201,7 @@ def load_questions(
         split = split or spec.default_split
         file = default_path(name, split, root, must_exist=True)
     else:
-        file = Path(path)
-        if not file.is_file():
-            raise _missing(file, spec.manifest_key, name)
+        file = _checked(Path(path), None, spec.manifest_key, name, True, spec.form)
     kwargs = {}
     if spec.qtypes:
         qsplit = split if path is None else next((s for s, rel in spec.splits.items()
@@ -191,6 +209,8 @@ def load_questions(
         if qsplit is not None and (data_root(root) / spec.qtypes[qsplit]).is_file():
             kwargs["qtype_path"] = data_root(root) / spec.qtypes[qsplit]
     questions = spec.loader(file, dataset=name, **kwargs)
+    if not questions:
+        raise DataFormatError(file, None, f"at least one {name} question, each {spec.form}", "no questions")
     if n is None:
         return questions
     idx = np.random.default_rng(seed).choice(len(questions), size=min(int(n), len(questions)), replace=False)
@@ -213,10 +233,12 @@ def load_corpus(
     if spec.corpus == "none":
         return []
     if spec.corpus not in ("pooled", "facts"):
-        file = Path(path) if path else data_root(root) / spec.corpus
-        if not file.is_file():
-            raise _missing(file, spec.manifest_key, f"{name} corpus", None if path else data_root(root))
-        return load_2wiki_corpus(file)
+        file = _checked(Path(path) if path else data_root(root) / spec.corpus, None if path else data_root(root),
+                        spec.manifest_key, f"{name} corpus", True, twowiki.CORPUS_FORM)
+        passages = load_2wiki_corpus(file)
+        if not passages:
+            raise DataFormatError(file, None, f"at least one passage, each {twowiki.CORPUS_FORM}", "no passages")
+        return passages
     questions = load_questions(name, split=split, path=path, root=root)
     if spec.corpus == "facts":
         return pool_passages(fact_passages(q) for q in questions)

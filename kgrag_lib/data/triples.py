@@ -12,6 +12,7 @@ from typing import Iterator
 
 from ..errors import ConfigError, DataFormatError
 from ..records import Triple
+from .common import open_text
 
 FORMS = {
     "metaqa": "'subject|relation|object' (three non-empty fields separated by '|')",
@@ -29,7 +30,7 @@ def read_triples(path: str | Path, format: str = "metaqa") -> Iterator[Triple]:
     path = Path(path)
     sep = "|" if format == "metaqa" else "\t"
     check_ids = format == "wikidata5m"
-    with open(path, encoding="utf-8") as f:
+    with open_text(path, f"one triple per line: {FORMS[format]}") as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if not line.strip():

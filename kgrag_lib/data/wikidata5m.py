@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import DataFormatError
+from .common import check_file, open_text
 from .triples import FORMS
 
 # Table 5 of the KG-Infused RAG paper: (# entity, # relation, # triple).
@@ -57,7 +58,7 @@ def _line_id(path: Path, lineno: int, line: str, head: str, prefix: str, form: s
 def _alias_lines(path: Path, kind: str) -> Iterator[tuple[int, str]]:
     """(id, the raw tab-separated names) per line, validated but not yet split into names."""
     prefix, form = ("Q" if kind == "entity" else "P"), ALIAS_FORM[kind]
-    with open(path, encoding="utf-8") as f:
+    with open_text(path, f"one {kind} per line: {form}") as f:
         for lineno, raw in enumerate(f, 1):
             line = raw.rstrip("\r\n")
             if not line:
@@ -82,7 +83,7 @@ def read_aliases(path: str | Path, kind: str = "entity") -> Iterator[tuple[int, 
 def read_descriptions(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield (numeric entity id, description) per line of wikidata5m_text.txt (empty texts included)."""
     path = Path(path)
-    with open(path, encoding="utf-8") as f:
+    with open_text(path, f"one description per line: {TEXT_FORM}") as f:
         for lineno, raw in enumerate(f, 1):
             line = raw.rstrip("\r\n")
             if not line:
@@ -161,7 +162,7 @@ def read_triple_ids(path: str | Path, block_bytes: int = 16 << 20) -> Iterator[t
 
     No Python object is made per triple: each block of complete lines is parsed by `_parse_block`.
     """
-    path = Path(path)
+    path = check_file(path, f"one triple per line: {FORMS['wikidata5m']}")
     next_line = 1
     rest = b""
     with open(path, "rb") as f:

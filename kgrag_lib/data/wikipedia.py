@@ -13,6 +13,7 @@ from typing import Iterator
 
 from ..errors import DataFormatError
 from ..records import Passage
+from .common import open_text
 
 HEADER = ["id", "text", "title"]
 FORM = 'a row id<TAB>"passage text"<TAB>title'
@@ -27,7 +28,7 @@ def iter_passages(path: str | Path, *, limit: int | None = None) -> Iterator[Pas
     path = Path(path)
     if limit is not None and limit <= 0:
         return
-    with open(path, encoding="utf-8", newline="") as f:
+    with open_text(path, f"a header 'id<TAB>text<TAB>title', then {FORM} per line", newline="") as f:
         reader = csv.reader(f, delimiter="\t", quotechar='"', doublequote=True, strict=True)
         start = 1
         n = 0

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError
-from .base import LLM, Completion, PromptTooLongError, SamplingParams, Usage
+from .base import LLM, Completion, Generator, PromptTooLongError, SamplingParams, Usage
 from .cache import LLMCache, default_cache_path
 from .fake import ScriptedLLM
 from .parsing import LLMParseError, clean_answer, parse_json, parse_list, parse_triples, parse_yes_no
@@ -23,7 +23,7 @@ from .presets import DEFAULT_OLLAMA_URL, DEFAULT_VLLM_URL, PRESETS, VLLM_URL_ENV
 DEFAULT_SPEC = "qwen2.5-coder-0.5b-q4"
 
 __all__ = [
-    "LLM", "Completion", "SamplingParams", "Usage", "LLMCache", "ScriptedLLM", "PRESETS", "Preset",
+    "LLM", "Completion", "Generator", "SamplingParams", "Usage", "LLMCache", "ScriptedLLM", "PRESETS", "Preset",
     "LLMParseError", "PromptTooLongError", "load_llm", "describe_specs", "parse_json", "parse_list",
     "parse_triples", "parse_yes_no", "clean_answer", "DEFAULT_SPEC", "default_cache_path",
 ]

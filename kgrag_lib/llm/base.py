@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace as dc_replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 from ..errors import ConfigError, KgragError
 
@@ -195,6 +196,12 @@ def flatten_messages(messages: Messages) -> str:
     return "\n\n".join(m["content"] for m in messages)
 
 
+class Generator(Protocol):
+    """What a method's stages need from a model: an `LLM`, or a test double with `generate`."""
+
+    def generate(self, messages: Messages, params: SamplingParams | None = None, **kw: Any) -> str: ...
+
+
 class LLM:
     """Base class for every backend.
 
@@ -223,11 +230,26 @@ class LLM:
         self.n_ctx = n_ctx
         self.usage = Usage()
         self._lock = threading.Lock()
+        self._recorders: list[list[str]] = []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, identity={self.identity!r})"
 
     # ---- public API -------------------------------------------------------------------
+    @contextmanager
+    def recording(self) -> Iterator[list[str]]:
+        """Collect the key of every request served inside the block, cached or not.
+
+        The runner stores them per question, so how many requests a grid of runs shares
+        (distinct / independent) is counted from the result files, even after a resume.
+        """
+        keys: list[str] = []
+        self._recorders.append(keys)
+        try:
+            yield keys
+        finally:
+            self._recorders.remove(keys)
+
     def generate(
         self, messages: Messages, params: SamplingParams | None = None, **overrides: Any
     ) -> str:
@@ -247,6 +269,11 @@ class LLM:
         results: list[str | None] = [None] * len(prepared)
         keys: list[str | None] = [None] * len(prepared)
         todo: list[int] = []
+        if self._recorders:
+            for i, msgs in enumerate(prepared):
+                rk = request_key(self.backend, self.identity, msgs, p)
+                for rec in self._recorders:
+                    rec.append(rk)
         for i, msgs in enumerate(prepared):
             if self.cache is not None:
                 keys[i] = self.cache.make_key(self.backend, self.identity, msgs, p)
@@ -341,6 +368,13 @@ class LLM:
     def _prepare(self, messages: Messages) -> Messages:
         msgs = check_messages(messages)
         return fold_system(msgs) if self.fold_system_prompt else msgs
+
+
+def request_key(backend: str, identity: str, messages: Messages, params: SamplingParams) -> str:
+    """A short stable id of one exact request (the first 16 hex digits of the cache key)."""
+    from .cache import LLMCache
+
+    return LLMCache.make_key(backend, identity, messages, params)[:16]
 
 
 def _request_fingerprint(messages: Messages) -> str:

@@ -4,7 +4,11 @@ Reruns, sweeps that share stages and ablations must not pay for the same call tw
 run killed half-way must keep every answer it already paid for. So every call is one
 auto-committed row in a WAL-mode database: a SIGKILL loses at most the call in flight, and
 several processes (a papermill sweep) can share the file; writers wait on a busy timeout
-and retry.
+and retry. A damaged file (a disk fault, a copy cut short) is found by a read-only
+`PRAGMA quick_check` when the cache is opened, and a damage error from any later statement is
+caught too: both raise CacheDamagedError naming the file and the recovery (`salvage_cache`,
+i.e. `kgrag cache salvage`), and nothing is ever written into a file that failed the check.
+The check reads the whole file once per process (0.06 s for 85 MB with a warm page cache).
 """
 
 from __future__ import annotations
@@ -13,18 +17,22 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from ..errors import CacheDamagedError, MissingDataError, UnreadableFileError
 from ..paths import cache_dir
 from .base import Messages, SamplingParams
 
 KEY_VERSION = 1  # bump when the key recipe changes, so old rows cannot be mistaken for new
 T = TypeVar("T")
+_DAMAGE_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -69,6 +77,40 @@ def canonical_request(
     return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+def _is_damage(exc: sqlite3.Error) -> bool:
+    """True for the errors that mean a damaged file (not a lock, a full disk or a bad statement)."""
+    return str(getattr(exc, "sqlite_errorname", "")).startswith(_DAMAGE_CODES)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _damaged(path: Path, detail: str) -> CacheDamagedError:
+    """The one-line error for a damaged cache file, with both ways out."""
+    return CacheDamagedError(
+        f"LLM cache {path} is damaged ({_one_line(detail)}); keep its readable answers with "
+        f"`kgrag cache salvage {path}`, or move it aside and rerun (its answers are then recomputed)")
+
+
+def _read_only(path: Path, timeout_s: float = 60.0) -> sqlite3.Connection:
+    """A connection that cannot write: it never checkpoints a write-ahead log into the file."""
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s)
+
+
+def quick_check(path: Path, timeout_s: float = 60.0) -> str:
+    """"ok", or the first problem `PRAGMA quick_check` reports, read through a read-only connection."""
+    conn = _read_only(path, timeout_s)
+    try:
+        return str(conn.execute("PRAGMA quick_check(1)").fetchone()[0])
+    except sqlite3.DatabaseError as exc:
+        if _is_damage(exc):
+            return str(exc)
+        raise
+    finally:
+        conn.close()
+
+
 class LLMCache:
     """SQLite call cache; one connection per process and thread-safe within it."""
 
@@ -92,16 +134,24 @@ class LLMCache:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
+        if self.path.exists():
+            problem = self._retry(lambda: quick_check(self.path, self.busy_timeout_s))
+            if problem != "ok":
+                raise _damaged(self.path, f"quick_check: {problem}")
         conn = sqlite3.connect(
             str(self.path), timeout=self.busy_timeout_s, isolation_level=None,
             check_same_thread=False,
         )
-        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-        self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
-        # NORMAL is durable against a killed process in WAL mode (only an OS crash could
-        # drop the last commits) and much cheaper than FULL.
-        conn.execute("PRAGMA synchronous=NORMAL")
-        self._retry(lambda: conn.execute(_SCHEMA))
+        try:
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone())
+            # NORMAL is durable against a killed process in WAL mode (only an OS crash could
+            # drop the last commits) and much cheaper than FULL.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._retry(lambda: conn.execute(_SCHEMA))
+        except BaseException:
+            conn.close()
+            raise
         self._conn, self._pid = conn, os.getpid()
         return conn
 
@@ -110,9 +160,12 @@ class LLMCache:
         for attempt in range(self.retries + 1):
             try:
                 return fn()
-            except sqlite3.OperationalError as e:
+            except sqlite3.DatabaseError as e:
+                if _is_damage(e):
+                    raise _damaged(self.path, str(e)) from None
                 msg = str(e).lower()
-                if attempt == self.retries or ("locked" not in msg and "busy" not in msg):
+                if (not isinstance(e, sqlite3.OperationalError) or attempt == self.retries
+                        or ("locked" not in msg and "busy" not in msg)):
                     raise
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 2.0)
@@ -204,3 +257,158 @@ class LLMCache:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"], busy_timeout_s=state["busy_timeout_s"], retries=state["retries"])
+
+
+# ---- checking and salvaging a cache file ------------------------------------------------
+_COLUMNS = "key, backend, identity, request, response, prompt_tokens, completion_tokens, seconds, created"
+_WINDOW = 512  # row ids read per query; a window that fails is halved until the damaged rows are isolated
+_MIN_ROW_BYTES = 100  # no stored call is smaller (the key alone is 64 bytes): bounds the row ids to try
+
+
+@dataclass(frozen=True)
+class SalvageReport:
+    """What `salvage_cache` did. `moved_to` is None when the file was healthy and left alone."""
+
+    path: Path
+    kept: int
+    unreadable: int | None  # row ids unreadable or failing the key check (an upper bound on rows lost); None: unknown
+    moved_to: Path | None
+
+
+def _cache_file(path: str | os.PathLike | None) -> Path:
+    path = Path(path).expanduser() if path else default_cache_path()
+    if not path.exists():
+        raise MissingDataError(f"{path}: no such LLM cache file (the default is {default_cache_path()})")
+    if not path.is_file():
+        raise UnreadableFileError(f"{path}: is a directory, not a file; expected an LLM cache (SQLite) file")
+    return path
+
+
+def _query(conn: sqlite3.Connection, sql: str, args: tuple = ()) -> list[tuple] | None:
+    """The rows of `sql`, or None where the file's damage makes them unreadable."""
+    try:
+        return conn.execute(sql, args).fetchall()
+    except sqlite3.DatabaseError as exc:
+        if _is_damage(exc) or "no such table" in str(exc):
+            return None
+        raise
+
+
+def check_cache(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The full `PRAGMA integrity_check` (first 20 problems) and the row count of a cache file,
+    through a read-only connection; "rows" is None when the damage hides it."""
+    path = _cache_file(path)
+    conn = _read_only(path)
+    try:
+        try:
+            problems = [_one_line(r[0]) for r in conn.execute("PRAGMA integrity_check(20)")]
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise
+            problems = [str(exc)]
+        count = _query(conn, "SELECT COUNT(*) FROM calls")
+    finally:
+        conn.close()
+    ok = problems == ["ok"]
+    return {"path": str(path), "ok": ok, "problems": [] if ok else problems,
+            "rows": count[0][0] if count else None}
+
+
+def _valid_row(row: tuple) -> bool:
+    """Types as stored by `put`, and the key is the hash of the stored request."""
+    if len(row) != 9 or not all(isinstance(v, str) for v in row[:5]):
+        return False
+    if not all(isinstance(v, int) for v in row[5:7]) or not all(isinstance(v, (int, float)) for v in row[7:]):
+        return False
+    return hashlib.sha256(row[3].encode("utf-8")).hexdigest() == row[0]
+
+
+def _scratch_copy(path: Path, folder: Path) -> Path:
+    """The file and its write-ahead log copied into `folder`, zero-padded to the page count its
+    header records: SQLite refuses a truncated file outright, though every page before the cut is
+    intact, while zeroed pages only fail the reads that touch them."""
+    copy = folder / "copy.sqlite"
+    shutil.copyfile(path, copy)
+    if Path(f"{path}-wal").exists():
+        shutil.copyfile(f"{path}-wal", f"{copy}-wal")
+    with open(copy, "rb+") as f:
+        header = f.read(100)
+        if len(header) == 100 and header[:16] == b"SQLite format 3\0":
+            page = int.from_bytes(header[16:18], "big")
+            page = 65536 if page == 1 else page
+            pages = int.from_bytes(header[28:32], "big")
+            size = f.seek(0, os.SEEK_END)
+            want = max(pages * page, -(-size // page) * page)
+            f.write(b"\0" * (want - size))
+    return copy
+
+
+def _readable_rows(path: Path) -> tuple[list[tuple], int | None]:
+    """Every row of a scratch copy that can be read and passes `_valid_row`, and the count of
+    row ids that cannot (None when the damage hides how many rows there were)."""
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.salvage-", dir=path.parent) as tmp:
+        conn = sqlite3.connect(str(_scratch_copy(path, Path(tmp))))
+        try:
+            return _rows_of(conn, path.stat().st_size)
+        finally:
+            conn.close()
+
+
+def _rows_of(conn: sqlite3.Connection, file_size: int) -> tuple[list[tuple], int | None]:
+    rows: list[tuple] = []
+    bad = 0
+    if _query(conn, "SELECT sql FROM sqlite_master WHERE name = 'calls'") in (None, []):
+        return [], None
+    top = _query(conn, "SELECT max(rowid) FROM calls")
+    if top is not None and top[0][0] is None:
+        return [], 0  # an empty table
+    hi = int(top[0][0]) if top else file_size // _MIN_ROW_BYTES  # unknown: try every id the file could hold
+    pending = [(lo, min(lo + _WINDOW, hi + 1)) for lo in range(1, hi + 1, _WINDOW)][::-1]
+    while pending:
+        lo, end = pending.pop()
+        got = _query(conn, f"SELECT {_COLUMNS} FROM calls WHERE rowid >= ? AND rowid < ?", (lo, end))
+        if got is None and end - lo > 1:
+            mid = (lo + end) // 2
+            pending += [(mid, end), (lo, mid)]
+        elif got is None:
+            bad += 1
+        else:
+            good = [r for r in got if _valid_row(r)]
+            bad += len(got) - len(good)
+            rows += good
+    return rows, bad if top else None
+
+
+def salvage_cache(path: str | os.PathLike | None = None) -> SalvageReport:
+    """Copy every readable row of a damaged cache into a fresh file at the same path.
+
+    The damaged file (with its -wal/-shm) is moved aside to `<name>.damaged-<time>`, only after
+    the fresh file is complete; a file that passes `integrity_check` is left alone. Stop the runs
+    using the cache first (a damaged cache stops them anyway).
+    """
+    path = _cache_file(path)
+    status = check_cache(path)
+    if status["ok"]:
+        return SalvageReport(path, int(status["rows"] or 0), 0, None)
+    rows, bad = _readable_rows(path)
+    fresh = path.with_name(path.name + ".salvage-tmp")
+    fresh.unlink(missing_ok=True)
+    conn = sqlite3.connect(str(fresh))
+    try:
+        conn.execute(_SCHEMA)
+        with conn:
+            conn.executemany(f"INSERT OR REPLACE INTO calls ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        kept = int(conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+    finally:
+        conn.close()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{path}{suffix}").exists():
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+    os.replace(fresh, path)
+    return SalvageReport(path, kept, bad, aside)

@@ -318,11 +318,33 @@ def parse_yes_no(text: str) -> str | None:
 
 
 _ANSWER_PREFIX = re.compile(r"^\s*(?:final\s+answer|short\s+answer|answer)\s*(?:is)?\s*[:\-]\s*", re.I)
+_REPLY_LABEL = re.compile(r"^\s*[*#]*\s*(final\s+answer|answer|sub-?answer(\s*\d+)?|rewritten\s+question|"
+                          r"reformulated\s+question|question)\s*[*]*\s*:\s*[*]*\s*", re.I)
 
 
-def clean_answer(text: str) -> str:
-    """A short answer from a chatty reply: the text after 'Answer:' if present, else the
-    first non-empty line, without surrounding quotes, markdown emphasis or final period."""
+def drop_label(text: str) -> str:
+    """`text` without one leading label such as 'Final answer:', '**Sub-answer 2:**' or
+    'Rewritten question:' (the label a model echoes from a multi-step prompt)."""
+    return _REPLY_LABEL.sub("", text, count=1)
+
+
+def clean_answer(text: str, *, keep_lines: bool = False, yes_no: bool = False) -> str:
+    """The answer in a chatty reply, without `<think>` blocks.
+
+    Default: a short answer, the text after 'Answer:' if present, else the first non-empty
+    line, without surrounding quotes, markdown emphasis or final period.
+    `keep_lines`: every non-blank line, only one leading label dropped (`drop_label`), as
+    written otherwise: MetaQA pastes sub-answers whole into its later prompts.
+    `yes_no`: 'yes' or 'no' when the reply has a yes/no/true/false word (`parse_yes_no`),
+    else as above.
+    """
+    if yes_no:
+        yn = parse_yes_no(text)
+        if yn is not None:
+            return yn
+    if keep_lines:
+        body = drop_label(strip_think(text).strip()).strip()
+        return "\n".join(ln.rstrip() for ln in body.splitlines() if ln.strip()).strip()
     text = strip_think(text).translate(_SMART).strip()
     m = re.search(r"(?:final\s+answer|answer)\s*(?:is)?\s*[:\-]\s*(.+)", text, re.I)
     line = m.group(1) if m else next((ln for ln in text.splitlines() if ln.strip()), "")

@@ -1,5 +1,6 @@
-"""Methods: one module per paper plus baselines; each registers its CLI names."""
+"""Methods: one package per paper; `registry` lists them all by CLI name."""
 
-from .base import Method, MethodSpec, RunContext, available_methods, get_method, register_method
+from .base import Method, MethodSpec, RunContext
+from .registry import available_methods, check_dataset, get_method
 
-__all__ = ["Method", "MethodSpec", "RunContext", "available_methods", "get_method", "register_method"]
+__all__ = ["Method", "MethodSpec", "RunContext", "available_methods", "check_dataset", "get_method"]

@@ -1,19 +1,20 @@
-"""What a method is, and how `kgrag run` finds one.
+"""What a method is, and what it runs with.
 
-A method is a small object with `answer(question) -> Prediction`. It is made by a factory
-registered under a CLI name; the factory receives a `RunContext` (shared, lazily loaded
-parts: LLM, embedder, KGs) and the method's own config dict (profile section merged with
-overrides), so the same method runs from the CLI, a notebook or a test.
+A method is a small object with `answer(question) -> Prediction`. Its `MethodSpec` names it,
+lists the datasets it supports, its config dataclass, and the factory that builds it from a
+`RunContext` (shared, lazily loaded parts: LLM, embedder, KGs), its config dict (profile
+section merged with overrides) and the run seed; so the same method runs from the CLI, a
+notebook or a test. The table of all methods is `methods.registry`.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..errors import ConfigError
+from ..llm import DEFAULT_SPEC
 from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
 from ..records import Prediction, Question
@@ -25,75 +26,40 @@ class Method(Protocol):
     def answer(self, question: Question) -> Prediction: ...
 
 
-Factory = Callable[["RunContext", dict], Method]
+Factory = Callable[["RunContext", dict, int], Method]
 
 
-@dataclass
+@dataclass(frozen=True)
 class MethodSpec:
     name: str
-    factory: Factory
-    datasets: tuple[str, ...]
+    factory: Factory               # (ctx, config dict, run seed) -> Method
+    config: type                   # the config dataclass the factory builds from the dict
+    datasets: tuple[str, ...]      # datasets the method can run on (others are refused)
     summary: str
-    family: str  # which study (and profile `models:` entry) the method belongs to
+    family: str                    # study (and profile `models:` entry) the method belongs to
 
+    def check_config(self, section: dict[str, Any], where: str) -> Any:
+        """The method's config from a settings dict; unknown keys and bad values refused."""
+        from ..config import make_config
 
-_REGISTRY: dict[str, MethodSpec] = {}
-
-# Modules that register methods on import; listed here so the CLI sees all of them.
-METHOD_MODULES = (
-    "kgrag_lib.methods.metaqa",
-    "kgrag_lib.methods.kg_infused",
-)
-
-
-def register_method(
-    name: str, *, family: str, datasets: tuple[str, ...] = (), summary: str = ""
-) -> Callable[[Factory], Factory]:
-    """Decorator: make `factory(ctx, cfg) -> Method` available to `kgrag run --method NAME`.
-
-    `family` groups methods of one study ("metaqa", "kg-infused"); a profile's `models:`
-    mapping picks the LLM per family (the papers used different models).
-    """
-
-    def deco(factory: Factory) -> Factory:
-        doc = summary or (factory.__doc__ or "").strip().split("\n")[0]
-        _REGISTRY[name] = MethodSpec(name, factory, tuple(datasets), doc, family)
-        return factory
-
-    return deco
-
-
-def _load_all() -> None:
-    for mod in METHOD_MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:  # a real import error inside the module: surface it
-                raise
-
-
-def available_methods() -> dict[str, MethodSpec]:
-    _load_all()
-    return dict(sorted(_REGISTRY.items()))
-
-
-def get_method(name: str) -> MethodSpec:
-    methods = available_methods()
-    if name not in methods:
-        raise ConfigError(f"unknown method {name!r}; expected one of: {', '.join(methods)}")
-    return methods[name]
+        cfg = make_config(self.config, section, where=where)
+        validate = getattr(cfg, "validate", None)
+        if validate is not None:
+            try:
+                validate()
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        return cfg
 
 
 @dataclass
 class RunContext:
     """Shared parts of a run, loaded on first use so a method only pays for what it needs."""
 
-    model: str = "qwen2.5-coder-0.5b-q4"
+    model: str = DEFAULT_SPEC
     embedder_spec: str = "minilm"
-    seed: int = 0
     data_root_: str | None = None
     cache_dir_: str | None = None
-    profile: dict[str, Any] = field(default_factory=dict)
     llm_: Any = None
     embedder_: Any = None
     shared: dict[str, Any] = field(default_factory=dict)

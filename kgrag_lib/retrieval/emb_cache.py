@@ -3,13 +3,15 @@
 A corpus such as the 133k MetaQA triples takes minutes to embed on a CPU; every later
 process (a sweep, a notebook rerun) memory-maps the stored .npy instead. Files are written
 to a temporary name and renamed, under a file lock, so concurrent or interrupted runs
-never leave a half-written array under the final name.
+never leave a half-written array under the final name. A stored file that fails its check
+(damaged on disk: truncated, overwritten) is named in a warning and recomputed, never used.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -18,9 +20,13 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from kgrag_lib.errors import CacheDamagedError
 from kgrag_lib.paths import cache_dir as default_cache_dir
 
+log = logging.getLogger(__name__)
+
 CHUNK = 1024  # texts per encode call: bounds memory and drives the progress bar
+SAMPLED_ROWS = 64  # rows checked for finite (and unit, when normalized) values on every load
 
 
 class SupportsEncode(Protocol):
@@ -65,14 +71,27 @@ def _effective_normalize(embedder: SupportsEncode, normalize: bool | None) -> bo
     return bool(getattr(embedder, "normalize", True))
 
 
-def _load_valid(path: Path, n: int, dim: int) -> np.ndarray | None:
+def _open_checked(path: Path, n: int, dim: int, normalize: bool) -> tuple[np.ndarray | None, str]:
+    """(the memory-mapped array, "") if `path` holds the (n, dim) float32 array expected, else
+    (None, what is wrong). Checks the header, the exact file size and a sample of rows (finite;
+    unit length or zero when normalized), without reading the whole file: garbage and cut files
+    are caught, zeroed rows are not (an embedder may return a zero vector)."""
     try:
-        arr = np.load(path, mmap_mode="r")
-    except (OSError, ValueError):
-        return None
-    if arr.shape != (n, dim) or arr.dtype != np.float32:
-        return None
-    return arr
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        return None, f"not a readable .npy array: {exc}"
+    if arr.dtype != np.float32 or arr.shape != (n, dim):
+        return None, f"holds {arr.dtype} {arr.shape}, expected float32 {(n, dim)}"
+    size, want = path.stat().st_size, arr.offset + arr.nbytes
+    if size != want:
+        return None, f"{size} bytes, expected {want}"
+    rows = np.asarray(arr[np.unique(np.linspace(0, n - 1, min(n, SAMPLED_ROWS)).astype(np.int64))])
+    if not np.isfinite(rows).all():
+        return None, "non-finite values"
+    norms = np.linalg.norm(rows, axis=1)
+    if normalize and not np.all((np.abs(norms - 1) < 1e-3) | (norms < 1e-6)):
+        return None, "rows that should be unit vectors are not"
+    return arr, ""
 
 
 def embed_cached(
@@ -88,7 +107,8 @@ def embed_cached(
     """Embeddings of `texts`, computed at most once per (model identity, texts, normalize).
 
     Returns a read-only memory-mapped float32 (n, dim) array. `name` only labels the file.
-    `normalize=None` takes the embedder's default.
+    `normalize=None` takes the embedder's default. A damaged stored file is recomputed (with a
+    warning naming it); CacheDamagedError if the fresh file fails the same check.
     """
     from filelock import FileLock
 
@@ -97,21 +117,26 @@ def embed_cached(
         return np.zeros((0, embedder.dim), dtype=np.float32)
     norm = _effective_normalize(embedder, normalize)
     path = cache_path(embedder, texts, cache_dir=cache_dir, name=name, normalize=norm)
-    hit = _load_valid(path, len(texts), embedder.dim) if path.exists() else None
-    if hit is not None:
-        return hit
+    shape = (len(texts), embedder.dim, norm)
+    if path.exists():
+        hit, problem = _open_checked(path, *shape)
+        if hit is not None:
+            return hit
+        log.warning("embedding cache file %s is damaged (%s); recomputing it", path, problem)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
-        hit = _load_valid(path, len(texts), embedder.dim) if path.exists() else None
-        if hit is not None:
+        hit = _open_checked(path, *shape)[0] if path.exists() else None
+        if hit is not None:  # another process wrote it meanwhile
             return hit
         _encode_to(path, embedder, texts, norm, batch_size, show_progress)
         meta = {"identity": embedder.identity, "n": len(texts), "dim": embedder.dim,
                 "normalize": norm, "texts_sha256": texts_digest(texts), "name": name}
         _atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
-    arr = _load_valid(path, len(texts), embedder.dim)
-    if arr is None:  # pragma: no cover - would mean the filesystem lost our write
-        raise OSError(f"embedding cache file {path} is unreadable right after writing it")
+    arr, problem = _open_checked(path, *shape)
+    if arr is None:
+        raise CacheDamagedError(f"embedding cache file {path} fails its check right after being written "
+                                f"({problem}): does {embedder.identity} return {embedder.dim}-dim vectors"
+                                f"{', unit length' if norm else ''}? Delete the file after fixing the embedder")
     return arr
 
 

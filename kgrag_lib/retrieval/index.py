@@ -2,8 +2,8 @@
 
 `DenseIndex` serves whole-corpus retrieval (passages, entity names); exact flat search by
 default, IVF or HNSW when the corpus is large. `top_k_dot` serves the MetaQA method, which
-ranks only the few thousand triples around a question's entity: gathering those rows and
-an argpartition beats building an index per question.
+ranks only the triples around a question's entity: one product over those rows (or over the
+whole matrix when they are many) and an argpartition beat building an index per question.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import numpy as np
 from kgrag_lib.errors import ConfigError
 
 KINDS = ("flat", "ivf", "hnsw")
+# Above this share of the matrix's rows, one contiguous product over the whole matrix plus a
+# gather of scalars reads memory faster than gathering the candidate rows first.
+FULL_SCAN_FRACTION = 0.12
 GPU_MAX_K = 2048
 METRICS = ("ip", "l2")
 
@@ -182,36 +185,40 @@ def top_k_dot(
     matrix: Any,
     k: int,
     candidate_ids: Sequence[int] | np.ndarray | None = None,
+    *,
+    full_scan_fraction: float = FULL_SCAN_FRACTION,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k rows of `matrix` by dot product with each query, optionally among candidates only.
 
-    `matrix` may be a memory-mapped (N, dim) array; only candidate rows are read. Returns
-    (scores, ids) with ids indexing `matrix`, best first, ties broken by the smaller id so
-    results are deterministic. A 1-D query gives 1-D outputs; (nq, dim) gives (nq, k').
+    `matrix` may be a memory-mapped (N, dim) array. Up to `full_scan_fraction` * N candidates,
+    only their rows are read; above it the whole matrix is multiplied and the candidates'
+    scores picked out. Returns (scores, ids) with ids indexing `matrix`, best first, ties
+    broken by the smaller id so results are deterministic. A 1-D query gives 1-D outputs;
+    (nq, dim) gives (nq, k').
     """
     if k < 1:
         raise ValueError(f"k must be >= 1; got {k}")
     q = np.asarray(query_vecs, dtype=np.float32)
-    single = q.ndim == 1
-    q2 = q[None, :] if single else q
+    if q.ndim not in (1, 2) or q.shape[-1] != matrix.shape[1]:
+        raise ValueError(f"query_vecs must be (dim,) or (nq, dim) with dim = {matrix.shape[1]} (the matrix's); "
+                         f"got shape {q.shape}")
     if candidate_ids is None:
         ids = np.arange(matrix.shape[0], dtype=np.int64)
-        sub = np.asarray(matrix, dtype=np.float32)
     else:
         ids = np.asarray(candidate_ids, dtype=np.int64).ravel()
         if ids.size and (ids.min() < 0 or ids.max() >= matrix.shape[0]):
-            raise IndexError(f"candidate ids must lie in [0, {matrix.shape[0]}); got range [{ids.min()}, {ids.max()}]")
-        sub = np.asarray(matrix[ids], dtype=np.float32)
-    if q2.shape[1] != sub.shape[1] and sub.shape[0]:
-        raise ValueError(f"queries have dimension {q2.shape[1]}, the matrix has {sub.shape[1]}")
+            raise IndexError(f"candidate_ids must lie in [0, {matrix.shape[0]}); got range [{ids.min()}, {ids.max()}]")
+    single = q.ndim == 1
+    nq = 1 if single else q.shape[0]
     kk = min(int(k), ids.size)
     if kk == 0:
-        empty = (np.zeros((q2.shape[0], 0), np.float32), np.zeros((q2.shape[0], 0), np.int64))
+        empty = (np.zeros((nq, 0), np.float32), np.zeros((nq, 0), np.int64))
         return (empty[0][0], empty[1][0]) if single else empty
-    scores = q2 @ sub.T  # (nq, ncand)
-    out_s = np.empty((q2.shape[0], kk), np.float32)
-    out_i = np.empty((q2.shape[0], kk), np.int64)
-    for r in range(q2.shape[0]):
+    scores = _dot_scores(q, matrix, ids, full_scan=ids.size > full_scan_fraction * matrix.shape[0])
+    scores = scores[None, :] if single else scores
+    out_s = np.empty((nq, kk), np.float32)
+    out_i = np.empty((nq, kk), np.int64)
+    for r in range(nq):
         row = scores[r]
         if kk < row.size:
             # Keep everything tied with the k-th best so the tie-break below is exact.
@@ -223,3 +230,14 @@ def top_k_dot(
         out_i[r] = ids[pos[order]]
         out_s[r] = row[pos[order]]
     return (out_s[0], out_i[0]) if single else (out_s, out_i)
+
+
+def _dot_scores(q: np.ndarray, matrix: Any, ids: np.ndarray, full_scan: bool) -> np.ndarray:
+    """Scores of rows `ids`, (n,) for a 1-D query, else (nq, n). The two branches can differ
+    in the last float bit (BLAS splits the products differently), which can reorder near-ties:
+    keep each product as written, the MetaQA triple selection (and the LLM cache) depends on it."""
+    if full_scan:
+        whole = np.asarray(matrix, dtype=np.float32)
+        return (whole @ q)[ids] if q.ndim == 1 else (q @ whole.T)[:, ids]
+    sub = np.asarray(matrix[ids], dtype=np.float32)
+    return sub @ q if q.ndim == 1 else q @ sub.T

@@ -9,58 +9,24 @@ entity remains.
 Everything a round shows the LLM depends only on the question, the seeds and the earlier
 rounds, never on the total number of rounds: the per-entity triple sample is seeded by
 (seed, entity name), so a (k+1)-round run sends exactly the k-round run's requests first and
-the LLM cache serves them.
+the LLM cache serves them. The graph bookkeeping (sample, activated set, eq. 6 step) is in
+`kgrag_lib.kg.traverse`; this module adds the prompts and the parsing of the LLM's selection.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
-import numpy as np
-
+from ...kg.traverse import Frontier, GraphView, sample_out_triples
+from ...llm.base import Generator
 from ...records import Triple
 from . import prompts as P
 
 STOP_MAX_ROUNDS = "max_rounds"
 STOP_NO_NEW_ENTITIES = "no_new_entities"
 STOP_NO_CANDIDATES = "no_candidate_triples"
-
-
-class GraphView(Protocol):
-    """The part of `kgrag_lib.kg.KGStore` the activation loop reads."""
-
-    tails: np.ndarray
-
-    def out_triples(self, e: int) -> np.ndarray: ...
-    def entity_name(self, i: int) -> str: ...
-    def triple(self, i: int) -> Triple: ...
-
-
-class Generator(Protocol):
-    def generate(self, messages: list[dict[str, str]], params: Any = None, **kw: Any) -> str: ...
-
-
-# ---- sampling -----------------------------------------------------------------------
-def _stable_seed(seed: int, key: str) -> int:
-    digest = hashlib.blake2b(f"{seed}\0{key}".encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
-def sample_out_triples(kg: GraphView, entity: int, cap: int, seed: int) -> np.ndarray:
-    """At most `cap` outgoing triple ids of `entity`, a seeded random sample when it has more.
-
-    The sample depends on (seed, entity name) only, not on the question or the round, so an
-    entity shows the same triples wherever it is activated (the paper samples
-    MAX_TRIPLES_PER_ENTITY at random; we make that sample reproducible). Ids come back sorted.
-    """
-    ids = np.sort(np.asarray(kg.out_triples(entity), dtype=np.int64))
-    if cap <= 0 or len(ids) <= cap:
-        return ids
-    rng = np.random.default_rng(_stable_seed(seed, kg.entity_name(entity)))
-    return np.sort(rng.choice(ids, size=cap, replace=False))
 
 
 # ---- parsing the selection ----------------------------------------------------------
@@ -166,14 +132,10 @@ class ActivationResult:
         return {
             "seed_entities": [kg.entity_name(e) for e in self.seeds],
             "activated_entities": [kg.entity_name(e) for e in self.entity_ids],
-            "subgraph": verbalize(kg, self.triple_ids),
+            "subgraph": kg.verbalize(self.triple_ids),
             "rounds": [asdict(r) for r in self.rounds],
             "stop_reason": self.stop_reason,
         }
-
-
-def verbalize(kg: GraphView, ids: Sequence[int]) -> list[str]:
-    return [kg.triple(int(i)).verbalize() for i in ids]
 
 
 @dataclass(frozen=True)
@@ -193,8 +155,7 @@ def spread_activation(
     params: Any = None,
 ) -> ActivationResult:
     """Run up to `settings.rounds` rounds of LLM-guided activation from `seeds` (E^0)."""
-    activated: list[int] = []
-    act_set: set[int] = set()
+    frontier = Frontier(kg)
     selected: list[int] = []
     sel_set: set[int] = set()
     round_triples: list[list[int]] = []
@@ -215,11 +176,7 @@ def spread_activation(
             triples = [kg.triple(t) for t in ids]
             groups.append((kg.entity_name(e), [t.verbalize() for t in triples]))
             candidates.extend(zip(ids, triples))
-        # Eq. 5, entity half: the round's active entities join E_act whatever is selected.
-        for e in active:
-            if e not in act_set:
-                act_set.add(e)
-                activated.append(e)
+        frontier.activate(active)  # eq. 5, entity half: E^i joins E_act whatever is selected
         if not candidates:
             stop = STOP_NO_CANDIDATES
             break
@@ -230,7 +187,7 @@ def spread_activation(
             stage = "triple_update"
             text = P.TRIPLE_UPDATE.format(
                 question=question,
-                previous=P.format_triple_lines(verbalize(kg, selected)),
+                previous=P.format_triple_lines(kg.verbalize(selected)),
                 new=P.format_grouped_triples(groups),
             )
         output = llm.generate(P.user(text), params)
@@ -240,34 +197,19 @@ def spread_activation(
             sel_set.add(t)
             selected.append(t)
         round_triples.append(new)
-        # Eq. 6: tails of this round's triples that are not activated yet.
-        nxt: list[int] = []
-        leaves: list[str] = []
-        capped: list[str] = []
-        for t in new:
-            tail = int(kg.tails[t])
-            if tail in act_set or tail in nxt:
-                continue
-            name = kg.entity_name(tail)
-            if len(kg.out_triples(tail)) == 0:
-                if name not in leaves:
-                    leaves.append(name)  # a literal or sink: nothing to spread to
-                continue
-            if len(nxt) >= settings.max_entities_per_round:
-                capped.append(name)
-                continue
-            nxt.append(tail)
+        step = frontier.next_from_tails(new, settings.max_entities_per_round)  # eq. 6
         records.append(RoundRecord(
             round=i, stage=stage, active_entities=[kg.entity_name(e) for e in active],
-            n_candidates=len(candidates), raw_output=output, selected=verbalize(kg, new),
-            unmatched=unmatched, next_entities=[kg.entity_name(e) for e in nxt],
-            leaves_skipped=leaves, capped=capped,
+            n_candidates=len(candidates), raw_output=output, selected=kg.verbalize(new),
+            unmatched=unmatched, next_entities=[kg.entity_name(e) for e in step.entities],
+            leaves_skipped=list(dict.fromkeys(kg.entity_name(e) for e in step.leaves)),  # homonyms once
+            capped=[kg.entity_name(e) for e in step.capped],
         ))
-        active = nxt
+        active = step.entities
         if not active:
             stop = STOP_NO_NEW_ENTITIES
             break
     return ActivationResult(
-        seeds=[int(e) for e in seeds], triple_ids=selected, entity_ids=activated,
+        seeds=[int(e) for e in seeds], triple_ids=selected, entity_ids=frontier.activated,
         round_triples=round_triples, rounds=records, stop_reason=stop,
     )

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from ...config import make_config, opt
 from ...errors import ConfigError
 from ...records import Prediction, Question
-from ..base import RunContext, register_method
+from ..base import MethodSpec, RunContext
 from . import stages as S
 from .activation import ActivationResult, ActivationSettings, spread_activation
 from .corpus import CorpusIndex, load_corpus_index, resolve_corpus_name
@@ -95,7 +95,7 @@ class KGInfusedRAG:
     variant only loads the KG, the corpus or the embedder it needs.
     """
 
-    def __init__(self, variant: Variant | str, cfg: KGInfusedConfig, ctx: RunContext, *,
+    def __init__(self, variant: Variant | str, cfg: KGInfusedConfig, ctx: RunContext, *, seed: int = 0,
                  kg_source: KGSource | None = None,
                  corpus_loader: Callable[[str], CorpusIndex] | None = None) -> None:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
@@ -105,7 +105,7 @@ class KGInfusedRAG:
         self.ctx = ctx
         self._kg = kg_source
         self._corpus_loader = corpus_loader or (lambda name: load_corpus_index(ctx, name))
-        self.seed = ctx.seed if cfg.seed is None else int(cfg.seed)
+        self.seed = int(seed) if cfg.seed is None else int(cfg.seed)
 
     # ---- parts ----------------------------------------------------------------------
     @property
@@ -150,12 +150,10 @@ class KGInfusedRAG:
         return S.summarize_subgraph(self.llm, self.params(), question, lines)
 
     def expand_query(self, question: str, summary: str | None) -> str:
-        """q': KG-based (with a summary) or vanilla (without); the question itself if empty."""
+        """q': KG-based (with a summary) or vanilla (without); "" when the model wrote none."""
         if summary is None:
-            q2 = S.expand_query_vanilla(self.llm, self.params("query"), question)
-        else:
-            q2 = S.expand_query_kg(self.llm, self.params("query"), question, summary)
-        return q2 or question
+            return S.expand_query_vanilla(self.llm, self.params("query"), question)
+        return S.expand_query_kg(self.llm, self.params("query"), question, summary)
 
     def retrieve(self, corpus: CorpusIndex, question: str, expanded: str | None = None, qvec=None) -> S.Retrieved:
         """Top k_p passages by q, or k_p/2 by q plus k_p/2 new ones by q' (Appendix C.2)."""
@@ -181,7 +179,7 @@ class KGInfusedRAG:
         v, cfg, q = self.variant, self.cfg, question.question
         yes_no = question.dataset == "strategyqa"
         trace: dict[str, Any] = {"variant": v.name, "kg": None, "corpus": None,
-                                 "config": dataclasses.asdict(cfg), "seed": self.seed}
+                                 "config": dataclasses.asdict(cfg), "seed": self.seed, "issues": []}
         if v.retrieval == "none":
             raw, ans = self.generate_answer(q, None, yes_no)
             return self._prediction(question, raw, ans, trace)
@@ -204,6 +202,9 @@ class KGInfusedRAG:
             got = self.retrieve(corpus, q, None, qvec)
         else:
             q2 = self.expand_query(q, summary if v.retrieval == "kg-qe" else None)
+            if not q2:  # the paper's code falls back to q; we do too, and say so
+                trace["issues"].append("query expansion: the model wrote no q', retrieved by q for both halves")
+                q2 = q
             trace["expanded_query"] = q2
             got = self.retrieve(corpus, q, q2, qvec)
             trace["skipped_duplicates"] = [corpus.passages[i].pid for i in got.skipped_duplicates]
@@ -224,20 +225,20 @@ class KGInfusedRAG:
                           trace=trace, failed=not ans, error="" if ans else "empty answer from the model")
 
 
-def make_method(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, **kw: Any) -> KGInfusedRAG:
+def make_method(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, seed: int = 0,
+                **kw: Any) -> KGInfusedRAG:
     """Build a variant by name from a config dict (unknown keys are a ConfigError)."""
     if name not in VARIANTS:
         raise ConfigError(f"unknown KG-Infused RAG variant {name!r}; expected one of {', '.join(VARIANTS)}")
-    return KGInfusedRAG(name, make_config(KGInfusedConfig, cfg, where=f"method {name}"), ctx, **kw)
+    cfg_obj = make_config(KGInfusedConfig, cfg, where=f"method {name}")
+    return KGInfusedRAG(name, cfg_obj, ctx, seed=seed, **kw)
 
 
-def _register(variant: Variant) -> None:
-    def factory(ctx: RunContext, cfg: dict) -> KGInfusedRAG:
-        return make_method(variant.name, ctx, cfg)
+def _spec(variant: Variant) -> MethodSpec:
+    def factory(ctx: RunContext, cfg: dict, seed: int) -> KGInfusedRAG:
+        return make_method(variant.name, ctx, cfg, seed)
 
-    factory.__doc__ = variant.summary
-    register_method(variant.name, family=FAMILY, datasets=DATASETS, summary=variant.summary)(factory)
+    return MethodSpec(variant.name, factory, KGInfusedConfig, DATASETS, variant.summary, FAMILY)
 
 
-for _v in VARIANTS.values():
-    _register(_v)
+METHODS = tuple(_spec(v) for v in VARIANTS.values())

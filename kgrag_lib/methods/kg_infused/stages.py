@@ -13,12 +13,10 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from ...llm.base import Generator
+from ...llm.parsing import clean_answer
 from ...records import Passage
 from . import prompts as P
-
-
-class Generator(Protocol):
-    def generate(self, messages: list[dict[str, str]], params: Any = None, **kw: Any) -> str: ...
 
 
 class SearchIndex(Protocol):
@@ -45,16 +43,6 @@ def clean_query(output: str) -> str:
         if line:
             return line
     return ""
-
-
-def clean_answer(output: str, yes_no: bool = False) -> str:
-    from ...llm.parsing import clean_answer as _clean, parse_yes_no
-
-    if yes_no:
-        yn = parse_yes_no(output or "")
-        if yn is not None:
-            return yn
-    return _clean(output or "")
 
 
 # ---- dense retrieval -----------------------------------------------------------------
@@ -134,7 +122,7 @@ def answer_question(llm: Generator, params: Any, question: str, context: str | N
     else:
         text = P.WITH_RETRIEVAL.format(style=style, passages=context, question=question)
     raw = llm.generate(P.user(text), params)
-    return raw, clean_answer(raw, yes_no)
+    return raw, clean_answer(raw, yes_no=yes_no)
 
 
 def write_note(llm: Generator, params: Any, question: str, passages: Sequence[Passage]) -> str:

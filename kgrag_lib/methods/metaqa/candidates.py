@@ -1,9 +1,9 @@
 """Candidate triple retrieval (BFS up to N hops) and top-K selection (KG-RAG §3.4.2–3.4.3).
 
-Candidates come from `KGStore.neighborhood` (vectorized CSR BFS). Selection scores the
-candidates against the (sub-)question embedding with one matrix-vector product over the
-rows of the whole-KB triple embedding matrix, which is computed once and memory-mapped:
-nothing is embedded per question except the question itself.
+Candidates come from `KGStore.neighborhood` (vectorized CSR BFS). Selection (`top_k_dot`)
+scores the candidates against the (sub-)question embedding with one matrix-vector product
+over the rows of the whole-KB triple embedding matrix, which is computed once and
+memory-mapped: nothing is embedded per question except the question itself.
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ import numpy as np
 
 from ...config import opt
 from ...errors import ConfigError
+from ...retrieval.index import top_k_dot
 
 DIRECTIONS = ("out", "in", "both")
-
-# Above this share of the KB, one contiguous product over the whole matrix plus a gather of
-# scalars reads memory faster than gathering the candidate rows first.
-FULL_SCAN_FRACTION = 0.12
 
 
 @dataclass
@@ -54,32 +51,6 @@ def candidate_triples(store: Any, entity_ids: Sequence[int], hops: int, directio
     if not ids or hops < 1:
         return np.empty(0, dtype=np.int64)
     return np.asarray(store.neighborhood(ids, hops, direction=direction), dtype=np.int64)
-
-
-def top_k_among(matrix: np.ndarray, candidate_ids: np.ndarray, query: np.ndarray, k: int,
-                full_scan_fraction: float = FULL_SCAN_FRACTION) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, scores) of the `k` candidates with the largest dot product, best first.
-
-    Ties are broken by the smaller triple id, so the selection is deterministic.
-    """
-    cand = np.asarray(candidate_ids, dtype=np.int64)
-    n = cand.size
-    if n == 0 or k < 1:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-    q = np.asarray(query, dtype=np.float32).reshape(-1)
-    if n > full_scan_fraction * matrix.shape[0]:
-        scores = (matrix @ q)[cand]
-    else:
-        scores = matrix[cand] @ q
-    kk = min(int(k), n)
-    if kk < n:
-        thresh = np.partition(scores, n - kk)[n - kk]
-        pos = np.flatnonzero(scores >= thresh)  # everything tied with the k-th best
-    else:
-        pos = np.arange(n)
-    order = np.lexsort((cand[pos], -scores[pos]))[:kk]
-    sel = pos[order]
-    return cand[sel], scores[sel].astype(np.float32)
 
 
 class torch_threads:
@@ -146,5 +117,5 @@ class TripleSelector:
             return np.asarray(self.embedder.encode([text]), dtype=np.float32)[0]
 
     def select(self, text: str, candidate_ids: np.ndarray) -> Selection:
-        ids, scores = top_k_among(self.kb.embeddings, candidate_ids, self.encode(text), self.cfg.top_k)
+        scores, ids = top_k_dot(self.encode(text), self.kb.embeddings, self.cfg.top_k, candidate_ids)
         return Selection(ids.tolist(), scores.tolist(), self.kb.texts(ids))

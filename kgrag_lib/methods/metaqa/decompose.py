@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import make_config
 from ...records import Prediction, Question
-from ..base import RunContext, register_method
+from ..base import MethodSpec, RunContext
 from . import stages
 from .candidates import TripleSelector
 from .stages import METAQA_DATASETS, DecompositionConfig, SamplingConfig
@@ -102,8 +101,9 @@ class DecomposedQA:
         return final
 
 
-@register_method("llm-qd", family="metaqa", datasets=METAQA_DATASETS,
-                 summary="question decomposition + zero-shot sub-answers + synthesis, no KG (baseline 'LLM+QD')")
-def make_decompose(ctx: RunContext, cfg: dict) -> DecomposedQA:
-    c = make_config(DecomposeConfig, cfg, where="methods.llm-qd")
-    return DecomposedQA("llm-qd", ctx.llm, c, ctx.seed)
+def make_decompose(ctx: RunContext, cfg: dict, seed: int) -> DecomposedQA:
+    return DecomposedQA("llm-qd", ctx.llm, SPEC.check_config(cfg, "methods.llm-qd"), seed)
+
+
+SPEC = MethodSpec("llm-qd", make_decompose, DecomposeConfig, METAQA_DATASETS,
+                  "question decomposition + zero-shot sub-answers + synthesis, no KG (baseline 'LLM+QD')", "metaqa")

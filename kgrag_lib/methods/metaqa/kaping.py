@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import make_config
 from ...records import Prediction, Question
-from ..base import RunContext, register_method
+from ..base import MethodSpec, RunContext
 from . import stages
 from .candidates import RetrievalConfig, TripleSelector
 from .kb import metaqa_kb
@@ -47,10 +46,12 @@ class KapingQA:
         return stages.answer_once(self.llm, question, self.name, self.params, trace, step, sel.texts)
 
 
-@register_method("llm-kg", family="metaqa", datasets=METAQA_DATASETS,
-                 summary="KAPING: top-K of the triples up to N hops from the question entity, one answer call (baseline 'LLM+KG')")
-def make_kaping(ctx: RunContext, cfg: dict) -> KapingQA:
-    c = make_config(KapingConfig, cfg, where="methods.llm-kg")
-    c.validate(" in methods.llm-kg")
-    selector = TripleSelector(metaqa_kb(ctx, c.kb), ctx.embedder, c)
-    return KapingQA(ctx.llm, selector, c, ctx.seed)
+def make_kaping(ctx: RunContext, cfg: dict, seed: int) -> KapingQA:
+    c = SPEC.check_config(cfg, "methods.llm-kg")
+    kb = metaqa_kb(ctx, c.kb)  # a bad KB file is refused before the model loads
+    return KapingQA(ctx.llm, TripleSelector(kb, ctx.embedder, c), c, seed)
+
+
+SPEC = MethodSpec("llm-kg", make_kaping, KapingConfig, METAQA_DATASETS,
+                  "KAPING: top-K of the triples up to N hops from the question entity, one answer call "
+                  "(baseline 'LLM+KG')", "metaqa")

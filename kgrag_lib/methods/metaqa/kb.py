@@ -1,22 +1,21 @@
 """The MetaQA knowledge graph and its whole-KB triple embeddings, built once and reused.
 
 The paper pre-processes kb.txt into an indexed KG and embeds every triple once into a
-dictionary of embeddings (§3.4.2). Here the KG is a `KGStore` saved under the cache folder
-(keyed by the KB file's path, size and mtime) and the embeddings are one (triples x dim)
-float32 matrix in the embedding cache, memory-mapped; row i belongs to triple id i. Within
-a process `RunContext.memo` shares both between the four systems.
+dictionary of embeddings (§3.4.2). Here the KG is the `metaqa:<kb.txt>` source of
+`kgrag_lib.kg.sources.load_kg` (a `KGStore` built once into the KG cache) and the embeddings
+are one (triples x dim) float32 matrix in the embedding cache, memory-mapped; row i belongs to
+triple id i. Within a process `RunContext.memo` shares both between the four systems.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ...errors import MissingDataError
+from ...kg.sources import load_kg, metaqa_kb_file, shared_kg
 
 EMBEDDING_NAME = "metaqa-kb-triples"
 
@@ -57,41 +56,12 @@ class MetaQAKB:
 
 def kb_file(data_root: Path, explicit: str | None = None) -> Path:
     """The kb.txt to read: an explicit path, else `<data root>/metaqa/kb.txt`."""
-    if explicit:
-        p = Path(explicit).expanduser()
-    else:
-        from ...data.registry import metaqa_kb_path
-
-        p = Path(metaqa_kb_path(data_root))
-    if not p.exists():
-        raise MissingDataError(
-            f"MetaQA KB not found at {p}; expected a kb.txt with one 'subject|relation|object' per line "
-            f"(set --kb, --data-root or $KGRAG_DATA_ROOT)"
-        )
-    return p.resolve()
-
-
-def _store_key(path: Path) -> str:
-    st = path.stat()
-    return hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return metaqa_kb_file(explicit or "", Path(data_root))
 
 
 def load_store(path: Path, cache_dir: Path) -> Any:
-    """The KG store of `path`, parsed once and then loaded from `cache_dir/metaqa/`."""
-    from filelock import FileLock
-
-    from ...data.metaqa import load_metaqa_kb
-    from ...kg import KGStore
-
-    folder = Path(cache_dir) / "metaqa"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"kg-{path.stem}-{_store_key(path)}"
-    with FileLock(str(target) + ".lock"):
-        if not (target / "header.json").exists():  # KGStore.save renames the folder into place
-            store = KGStore.from_triples(load_metaqa_kb(path))
-            store.save(target)
-            return store
-    return KGStore.load(target, mmap=True)
+    """The KG store of the kb.txt at `path`, built once into the KG cache under `cache_dir`."""
+    return load_kg(f"metaqa:{path}", cache_dir=cache_dir).store
 
 
 def load_kb(data_root: Path, cache_dir: Path, embedder: Any | None, kb: str | None = None,
@@ -117,7 +87,7 @@ def kb_embeddings(kb: MetaQAKB, embedder: Any, cache_dir: Path, show_progress: b
 def metaqa_kb(ctx: Any, kb: str | None = None, with_embeddings: bool = True) -> MetaQAKB:
     """The run context's shared MetaQA KB (one store and one embedding matrix per process)."""
     path = kb_file(ctx.data_root, kb)
-    base = ctx.memo(f"metaqa.kb:{path}", lambda: MetaQAKB(store=load_store(path, ctx.cache_dir),
+    base = ctx.memo(f"metaqa.kb:{path}", lambda: MetaQAKB(store=shared_kg(ctx, f"metaqa:{path}").store,
                                                           embeddings=None, path=path))
     if not with_embeddings:
         return base

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import make_config
-from ..base import RunContext, register_method
+from ..base import MethodSpec, RunContext
 from .candidates import RetrievalConfig, TripleSelector
 from .decompose import DecomposedQA
 from .kb import metaqa_kb
@@ -28,9 +27,11 @@ def build_kg_rag(llm, selector: TripleSelector, cfg: KGRAGConfig, seed: int = 0)
     return DecomposedQA("kg-rag", llm, cfg, seed, selector=selector)
 
 
-@register_method("kg-rag", family="metaqa", datasets=METAQA_DATASETS,
-                 summary="KG-RAG: decomposition + per-sub-question top-K triples + reformulation + synthesis")
-def make_kg_rag(ctx: RunContext, cfg: dict) -> DecomposedQA:
-    c = make_config(KGRAGConfig, cfg, where="methods.kg-rag")
-    c.validate(" in methods.kg-rag")
-    return build_kg_rag(ctx.llm, TripleSelector(metaqa_kb(ctx, c.kb), ctx.embedder, c), c, ctx.seed)
+def make_kg_rag(ctx: RunContext, cfg: dict, seed: int) -> DecomposedQA:
+    c = SPEC.check_config(cfg, "methods.kg-rag")
+    kb = metaqa_kb(ctx, c.kb)  # a bad KB file is refused before the model loads
+    return build_kg_rag(ctx.llm, TripleSelector(kb, ctx.embedder, c), c, seed)
+
+
+SPEC = MethodSpec("kg-rag", make_kg_rag, KGRAGConfig, METAQA_DATASETS,
+                  "KG-RAG: decomposition + per-sub-question top-K triples + reformulation + synthesis", "metaqa")

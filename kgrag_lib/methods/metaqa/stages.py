@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config import opt
+from ...llm import parsing
 from . import prompts as P
 
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _SUBQ_HEADER = re.compile(r"^\s*[*#]*\s*sub[\s-]?questions?\s*[*]*\s*:?\s*[*]*\s*(.*)$", re.I)
 _REASON_LABEL = re.compile(r"^\s*[*#]*\s*(reasoning|chain[\s-]of[\s-]thought|thought|cot)\s*[*]*\s*:\s*[*]*\s*", re.I)
 _ITEM = re.compile(r"^\s*(?:(?:sub[\s-]?question\s*)?\d+\s*[.):-]|[-*\u2022])\s*(.+)$", re.I)
 _Q_LABEL = re.compile(r"^\s*(sub[\s-]?)?question\s*\d*\s*:\s*", re.I)
-_ANSWER_LABEL = re.compile(r"^\s*[*#]*\s*(final\s+answer|answer|sub-?answer(\s*\d+)?|rewritten\s+question|"
-                           r"reformulated\s+question|question)\s*[*]*\s*:\s*[*]*\s*", re.I)
 
 
 @dataclass
@@ -85,7 +83,7 @@ def parse_decomposition(text: str, max_subquestions: int = 4) -> Decomposition:
     the header line, markdown bold, an echoed 'Question:' line, text after the end marker.
     """
     raw = text or ""
-    body = _THINK.sub("", raw)
+    body = parsing.strip_think(raw)
     cut = body.find(P.END_MARKER)
     if cut != -1:
         body = body[:cut]
@@ -140,20 +138,12 @@ def parse_decomposition(text: str, max_subquestions: int = 4) -> Decomposition:
 
 
 # ---- answers ---------------------------------------------------------------------------
-def clean_answer(text: str) -> str:
-    """The model's answer without reasoning blocks, a leading 'Answer:' label or blank lines."""
-    t = _THINK.sub("", text or "").strip()
-    t = _ANSWER_LABEL.sub("", t, count=1).strip()
-    lines = [ln.rstrip() for ln in t.splitlines()]
-    return "\n".join(ln for ln in lines if ln.strip()).strip()
-
-
 def clean_reformulation(text: str, original: str) -> tuple[str, str | None]:
     """The rewritten question (the '?' stop string cut it off, so it is put back), or the
     original sub-question with an issue note when the output is unusable."""
-    t = _THINK.sub("", text or "").strip()
+    t = parsing.strip_think(text).strip()
     first = next((ln for ln in t.splitlines() if ln.strip()), "")
-    q = _ANSWER_LABEL.sub("", _clean_item(first)).strip().strip("\"'")
+    q = parsing.drop_label(_clean_item(first)).strip().strip("\"'")
     if len(q) < 3:
         return original, "reformulation: empty output, kept the sub-question as written"
     return q.rstrip("?").rstrip() + "?", None
@@ -163,7 +153,7 @@ def answer(llm: Any, question: str, params: Any, facts: list[str] | None = None)
     """(raw output, cleaned answer) of the zero-shot or fact-grounded answer prompt."""
     msgs = P.answer_messages(question) if facts is None else P.answer_with_facts_messages(question, facts)
     raw = llm.generate(msgs, params)
-    return raw, clean_answer(raw)
+    return raw, parsing.clean_answer(raw, keep_lines=True)
 
 
 def answer_once(llm: Any, question: Any, method: str, params: Any, trace: dict[str, Any], step: dict[str, Any],
@@ -196,7 +186,7 @@ def reformulate(llm: Any, subquestion: str, history: list[tuple[str, str]], para
 
 def synthesize(llm: Any, question: str, reasoning: str, steps: list[tuple[str, str]], params: Any) -> tuple[str, str]:
     raw = llm.generate(P.synthesize_messages(question, reasoning, steps), params)
-    return raw, clean_answer(raw)
+    return raw, parsing.clean_answer(raw, keep_lines=True)
 
 
 # ---- predictions -----------------------------------------------------------------------

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import make_config
 from ...records import Prediction, Question
-from ..base import RunContext, register_method
+from ..base import MethodSpec, RunContext
 from . import stages
 from .stages import METAQA_DATASETS, SamplingConfig
 
@@ -34,8 +33,9 @@ class ZeroShotLLM:
         return stages.answer_once(self.llm, question, self.name, self.params, trace, step)
 
 
-@register_method("llm", family="metaqa", datasets=METAQA_DATASETS,
-                 summary="zero-shot LLM answer, no decomposition, no KG (KG-RAG baseline 'LLM')")
-def make_zero_shot(ctx: RunContext, cfg: dict) -> ZeroShotLLM:
-    c = make_config(ZeroShotConfig, cfg, where="methods.llm")
-    return ZeroShotLLM(ctx.llm, c, ctx.seed)
+def make_zero_shot(ctx: RunContext, cfg: dict, seed: int) -> ZeroShotLLM:
+    return ZeroShotLLM(ctx.llm, SPEC.check_config(cfg, "methods.llm"), seed)
+
+
+SPEC = MethodSpec("llm", make_zero_shot, ZeroShotConfig, METAQA_DATASETS,
+                  "zero-shot LLM answer, no decomposition, no KG (KG-RAG baseline 'LLM')", "metaqa")

@@ -34,8 +34,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..eval.metrics import hit1, mentions_gold
-from .metaqa import dataset_hops, subquestions
+from ...eval.metrics import hit1, mentions_gold
+from .case_study import subquestions
+from .tables import dataset_hops
 
 CATEGORIES = ("correct", "run_failure", "answer_format", "entity_not_found", "decomposition",
               "retrieval_miss", "answer_ignores_facts", "synthesis_lost", "wrong_answer")

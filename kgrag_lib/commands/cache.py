@@ -1,0 +1,46 @@
+"""`kgrag cache check | salvage [PATH]`: test the LLM cache file, and rescue the answers of a damaged one.
+
+A damaged cache stops every run with a message naming it. `salvage` copies every row that can
+still be read (and whose key matches its request) into a fresh file at the same path and moves
+the damaged file aside as `<name>.damaged-<time>`; the lost answers are recomputed by the next
+run. Stop the runs that use the cache before salvaging it. PATH defaults to $KGRAG_LLM_CACHE,
+else `<cache dir>/llm_cache.sqlite`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cache", help="check or salvage the LLM cache file", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    cache_sub = p.add_subparsers(dest="cache_command", metavar="CACHE_COMMAND", required=True)
+    q = cache_sub.add_parser("check", help="full integrity check and row count, as JSON (exit 1 when damaged)")
+    q.add_argument("path", nargs="?", default=None, help="the cache file (default: the one runs use)")
+    q.set_defaults(func=handle_check)
+    q = cache_sub.add_parser("salvage", help="copy the readable rows of a damaged cache into a fresh one")
+    q.add_argument("path", nargs="?", default=None, help="the cache file (default: the one runs use)")
+    q.set_defaults(func=handle_salvage)
+
+
+def handle_check(args: argparse.Namespace) -> int:
+    from ..llm.cache import check_cache
+
+    status = check_cache(args.path)
+    print(json.dumps(status))
+    return 0 if status["ok"] else 1
+
+
+def handle_salvage(args: argparse.Namespace) -> int:
+    from ..llm.cache import salvage_cache
+
+    r = salvage_cache(args.path)
+    if r.moved_to is None:
+        print(f"{r.path} passes integrity_check ({r.kept} rows); nothing to salvage")
+        return 0
+    lost = "an unknown number of rows" if r.unreadable is None else f"at most {r.unreadable} rows"
+    print(f"kept {r.kept} rows in a fresh {r.path}; lost {lost} (the next run recomputes them); "
+          f"the damaged file is now {r.moved_to}")
+    return 0

@@ -1,0 +1,203 @@
+"""KG-Infused RAG figures: our scores beside the paper's (Tables 1, 3 and 4 as bars), Figure 2
+(score against activation rounds), KG out-degrees (notebook 20) and Figure 4's subgraph.
+
+Each function returns a matplotlib figure; a notebook saves it with `report.figures.save_figure`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from . import paper_numbers as P
+from .tables import (ABLATION_LABELS, METRIC_LABELS, ROUND_VARIANTS, VARIANT_LABELS, metrics_for, out_degrees,
+                     paper_table4)
+
+
+def _bars_beside_paper(ax, labels: Sequence[str], ours: Sequence[float], paper: Sequence[float]) -> None:
+    """One panel of our bars (values on top) beside the paper's hatched ones, a pair per row label."""
+    import numpy as np
+
+    x = np.arange(len(labels))
+    bars = ax.bar(x - 0.2, ours, 0.4, label="ours", color="#4C72B0")
+    ax.bar_label(bars, labels=["–" if np.isnan(v) else f"{v:.0f}" for v in ours], fontsize=6, padding=1)
+    ax.bar(x + 0.2, paper, 0.4, label="paper", color="#BBBBBB", hatch="//", edgecolor="#777777")
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=7, rotation=35, ha="right")
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def plot_side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, metric: str = "Avg", title: str = "",
+                      match: Mapping[str, str] | None = None):
+    """Grouped bars per dataset: each of our rows beside the paper row it reproduces.
+
+    `match` maps our row label to the paper's (default: same label). StrategyQA falls back to
+    Acc (its only metric).
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    match = dict(match or {})
+    datasets = list(dict.fromkeys(c[0] for c in ours.columns))
+    labels = list(ours.index)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(3.4 * len(datasets), 3.4), squeeze=False, sharey=True)
+    for ax, ds in zip(axes[0], datasets):
+        m = metric if (ds, metric) in ours.columns else "Acc"
+        ov = [ours.loc[l, (ds, m)] for l in labels]
+        pv = [paper.loc[match.get(l, l), (ds, m)] if match.get(l, l) in paper.index and (ds, m) in paper.columns
+              else np.nan for l in labels]
+        _bars_beside_paper(ax, labels, ov, pv)
+        ax.set_title(f"{ds} ({m})", fontsize=9)
+    axes[0][0].set_ylabel("score (%)")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
+                baselines: Iterable[Mapping[str, Any]] = (), title: str = ""):
+    """Figure 2's layout: one panel per dataset, score against activation rounds, one line per
+    KG variant (offset sideways by ±0.06 so equal values stay visible); baselines (no rounds:
+    Vanilla RAG, Vanilla QE) as dashed horizontal lines."""
+    import matplotlib.pyplot as plt
+
+    rows = list(rows)
+    baselines = list(baselines)
+    datasets = [d for d in P.DATASETS if any(r["dataset"] == d for r in rows)]
+    styles = {"kg-infused": ("#C44E52", "o"), "kg-qe-only": ("#4C72B0", "s"), "kg-aug-only": ("#55A868", "^")}
+    base_colors = {"vanilla-rag": "#555555", "vanilla-qe": "#999999", "nor": "#BBBBBB"}
+    fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(3.6 * max(len(datasets), 1), 3.3), squeeze=False)
+    for ax, ds in zip(axes[0], datasets):
+        m = metric if metric in metrics_for(ds) else "acc"
+        for j, variant in enumerate(ROUND_VARIANTS):
+            pts = sorted((r["rounds"], r.get(m)) for r in rows
+                         if r["dataset"] == ds and r["variant"] == variant and r.get("rounds"))
+            if pts:
+                color, marker = styles[variant]
+                shift = 0.06 * (j - 1)  # a small sideways offset keeps equal values visible
+                ax.plot([p[0] + shift for p in pts], [p[1] for p in pts], marker=marker, color=color, alpha=0.9,
+                        label=ABLATION_LABELS[variant] if variant != "kg-infused" else "KG-Infused RAG")
+        for b in baselines:
+            if b["dataset"] == ds and b.get(m) is not None:
+                ax.axhline(b[m], ls="--", lw=1, color=base_colors.get(b["variant"], "#777777"),
+                           label=VARIANT_LABELS.get(b["variant"], b["variant"]))
+        all_rounds = sorted({r["rounds"] for r in rows if r["dataset"] == ds and r.get("rounds")})
+        if all_rounds:
+            ax.set_xticks(all_rounds)
+        ax.set_xlabel("activation rounds")
+        ax.set_ylabel(f"{METRIC_LABELS[m]} (%)")
+        ax.set_ylim(-2, 102)
+        ax.set_title(P.DATASET_LABELS.get(ds, ds), fontsize=10)
+        ax.grid(alpha=0.3)
+    if datasets:
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8,
+                   bbox_to_anchor=(0.5, -0.08))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_recall(ours: pd.DataFrame, k: int = 6, title: str = ""):
+    """Table 4 as bars: our R@k per dataset for each run, the paper's beside it (hatched)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    paper = paper_table4()
+    datasets = list(dict.fromkeys(c[0] for c in ours.columns if c[1] == f"R@{k}"))
+    labels = list(ours.index)
+    fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(3.4 * max(len(datasets), 1), 3.3), squeeze=False,
+                             sharey=True)
+    for ax, ds in zip(axes[0], datasets):
+        ov = [ours.loc[l, (ds, f"R@{k}")] for l in labels]
+        pv = [paper.loc[l, ds] if l in paper.index and ds in paper.columns else np.nan for l in labels]
+        _bars_beside_paper(ax, labels, ov, pv)
+        ns = ", ".join(str(int(ours.loc[l, (ds, "n")])) for l in labels[:1])
+        ax.set_title(f"{ds} (n={ns})", fontsize=9)
+    axes[0][0].set_ylabel(f"Recall@{k} (%)")
+    axes[0][-1].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_out_degrees(kgs: Mapping[str, Any], title: str = ""):
+    """Out-degree distributions (how many triples an activated entity offers the LLM), log-log,
+    one line per KG; MAX_TRIPLES_PER_ENTITY caps what a round shows of the right tail."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    top = 0
+    for (name, heads), color in zip(kgs.items(), ("#4C72B0", "#C44E52", "#55A868", "#8172B2")):
+        deg = out_degrees(heads)
+        if deg.size == 0:
+            continue
+        top = max(top, int(deg.max()))
+        vals, counts = np.unique(deg, return_counts=True)
+        ax.plot(vals, counts, marker="o", ms=3, lw=1, color=color,
+                label=f"{name} ({deg.size:,} heads, max {int(deg.max())})")
+    if top > 30:  # heavy tails (Wikidata5M): log-log; small KGs: integer degrees on a linear axis
+        ax.set_xscale("log")
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_yscale("log")
+    ax.set_xlabel("outgoing triples per entity")
+    ax.set_ylabel("entities")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def draw_subgraph(G, title: str = "", max_label: int = 40, ax=None):
+    """Figure 4's picture: entities as nodes coloured by activation round (seeds ringed),
+    selected triples as labelled arrows."""
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    if ax is None:
+        n = max(G.number_of_nodes(), 1)
+        fig, ax = plt.subplots(figsize=(min(6 + 0.35 * n, 16), min(4.5 + 0.25 * n, 12)))
+    else:
+        fig = ax.figure
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title, fontsize=10)
+    if G.number_of_nodes() == 0:
+        ax.text(0.5, 0.5, "no triple was selected (empty subgraph)", ha="center", va="center")
+        return fig
+    pos = nx.kamada_kawai_layout(nx.Graph(G)) if G.number_of_nodes() > 2 else nx.spring_layout(G, seed=0)
+    rounds = sorted({d["round"] for _, d in G.nodes(data=True)})
+    cmap = plt.get_cmap("viridis", max(len(rounds), 2))
+    color = {r: cmap(i) for i, r in enumerate(rounds)}
+    short = {v: textwrap.shorten(str(v), max_label, placeholder="…") for v in G.nodes}
+    nx.draw_networkx_nodes(G, pos, ax=ax, node_size=900, alpha=0.85,
+                           node_color=[color[G.nodes[v]["round"]] for v in G.nodes],
+                           edgecolors=["#C44E52" if G.nodes[v].get("seed") else "#333333" for v in G.nodes],
+                           linewidths=[3 if G.nodes[v].get("seed") else 1 for v in G.nodes])
+    nx.draw_networkx_labels(G, pos, labels={v: textwrap.fill(short[v], 16) for v in G.nodes}, font_size=7, ax=ax)
+    nx.draw_networkx_edges(G, pos, ax=ax, arrows=True, arrowstyle="-|>", arrowsize=14, node_size=900,
+                           edge_color="#555555", connectionstyle="arc3,rad=0.08")
+    elabels: dict[tuple[str, str], str] = {}
+    for s, o, d in G.edges(data=True):
+        key = (s, o)
+        elabels[key] = (elabels[key] + "; " if key in elabels else "") + f"{d['relation']} (r{d['round']})"
+    nx.draw_networkx_edge_labels(G, pos, edge_labels={k: textwrap.fill(v, 22) for k, v in elabels.items()},
+                                 font_size=6, ax=ax, rotate=False)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=color[r], label="seed entities" if r == 0 else f"reached in round {r}") for r in rounds]
+    ax.legend(handles=handles, fontsize=7, loc="lower left")
+    return fig

@@ -1,0 +1,100 @@
+"""Settings of the KG-Infused RAG notebooks (20-25) and the paper's grid of configurations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..config import opt
+from ..grid import GridRun
+from .base import NotebookSettings, Sample, WithModel
+
+KGI = "kg-infused"
+SHARED = {"kg": (KGI, "kg"), "corpus": (KGI, "corpus")}
+VARIANTS = ("nor", "vanilla-rag", "vanilla-qe", "kg-infused", "kg-qe-only", "kg-aug-only")
+ROUND_VARIANTS = ("kg-infused", "kg-qe-only", "kg-aug-only")
+
+
+@dataclass
+class KGPreprocessing(NotebookSettings):
+    """20_kg_preprocessing: Table 5 and the KG the runs use (no LLM)."""
+
+    from_methods = {"kg": (KGI, "kg")}
+    kg: str | None = opt(None, "the KG to profile (None: methods.kg-infused.kg)")
+    wikidata5m_dir: str | None = opt(None, "folder with the official Wikidata5M files (None: <data root>/wikidata5m)")
+    slice_files: list[str] = opt(["wikidata5m/libkge_test.txt", "wikidata5m/libkge_valid.txt"],
+                                 "the id-only Wikidata5M slice under the data root")
+
+
+@dataclass
+class KGInfusedRuns(Sample, WithModel):
+    """What every KG-Infused RAG notebook that runs methods shares."""
+
+    family = KGI
+    from_methods = SHARED
+    datasets: list[str] = opt(["2wiki", "hotpotqa"], "datasets (the paper: hotpotqa, 2wiki, musique, bamboogle, strategyqa)")
+    kg: str | None = opt(None, "2wiki-evidence | wikidata5m | wikidata5m:<folder> | a saved store (None: methods.kg-infused.kg)")
+    corpus: str | None = opt(None, "auto | pooled | wikipedia (None: methods.kg-infused.corpus)")
+
+
+@dataclass
+class KGInfusedNotebook(KGInfusedRuns):
+    """A notebook that runs KG-Infused RAG with one number of rounds."""
+
+    from_methods = {**SHARED, "rounds": (KGI, "rounds")}
+    rounds: int | None = opt(None, "activation rounds (paper: 2; None: methods.kg-infused.rounds)")
+
+
+@dataclass
+class Main(KGInfusedNotebook):
+    """21_kg_infused_main: Table 1."""
+
+    paper_model: str = opt("Qwen2.5-7B", "Table 1 block beside ours: Qwen2.5-7B | LLaMA3.1-8B")
+
+
+@dataclass
+class Ablation(KGInfusedNotebook):
+    """22_kg_infused_ablation: Table 3."""
+
+
+@dataclass
+class RoundSweep(KGInfusedRuns):
+    """23_activation_rounds: Figure 2 and the whole grid's request counts."""
+
+    from_methods = {**SHARED, "main_rounds": (KGI, "rounds")}
+    rounds: list[int] = opt([1, 2, 3, 4, 5, 6], "round counts of the sweep (the paper: 1-6)")
+    main_rounds: int | None = opt(None, "the rounds of Tables 1 and 3 (None: methods.kg-infused.rounds)")
+
+
+@dataclass
+class Recall(KGInfusedRuns):
+    """24_retrieval_recall: Table 4."""
+
+    rounds: list[int] = opt([1, 2], "activation rounds of the KG-based QE rows (the paper: 1 and 2)")
+    k: int = opt(6, "Recall@k")
+
+
+@dataclass
+class CaseStudy(KGInfusedNotebook):
+    """25_case_study: Table 22 and Figure 4 for one question."""
+
+    qid: str | None = opt(None, "a question id from the sample (None: pick one as the notebook says)")
+
+
+NOTEBOOKS = {
+    "20_kg_preprocessing": KGPreprocessing,
+    "21_kg_infused_main": Main,
+    "22_kg_infused_ablation": Ablation,
+    "23_activation_rounds": RoundSweep,
+    "24_retrieval_recall": Recall,
+    "25_case_study": CaseStudy,
+}
+
+
+def paper_grid(rounds: Iterable[int] = range(1, 7), main_rounds: int = 2) -> list[GridRun]:
+    """Table 1 (NoR, Vanilla RAG, Vanilla QE, KG-Infused RAG) + Table 3 (the two single-component
+    ablations) + Fig. 2 (the three KG variants over `rounds`), each distinct configuration once."""
+    runs = [GridRun.of("nor"), GridRun.of("vanilla-rag"), GridRun.of("vanilla-qe")]
+    for k in sorted(set(rounds) | {main_rounds}):
+        runs += [GridRun.of(m, rounds=k) for m in ROUND_VARIANTS]
+    return runs

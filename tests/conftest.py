@@ -1,0 +1,56 @@
+"""Fixtures shared by every test module."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakes import BagOfWordsEmbedder
+
+
+@pytest.fixture
+def fake_embedder() -> BagOfWordsEmbedder:
+    """A fresh bag-of-words embedder (its call counters start at zero)."""
+    return BagOfWordsEmbedder()
+
+
+@pytest.fixture
+def offline_parts(tmp_path, monkeypatch):
+    """`kgrag run`, notebooks and runs load a scripted LLM (identity `scripted:<spec>`, cached in
+    the run's cache folder) and the bag-of-words embedder instead of the real models."""
+    import kgrag_lib.llm as llm_mod
+    import kgrag_lib.retrieval as retrieval_mod
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.llm.fake import ScriptedLLM
+
+    def fake_llm(spec, cache_path=None, **kw):
+        answer = "Louis Malle" if "qwen" in spec else "Paris"
+        return ScriptedLLM(lambda m, p: answer, identity=f"scripted:{spec}", cache=LLMCache(cache_path))
+
+    monkeypatch.setattr(llm_mod, "load_llm", fake_llm)
+    monkeypatch.setattr(retrieval_mod, "load_embedder", lambda spec, **kw: BagOfWordsEmbedder())
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+
+
+METAQA_KB = """The Lovers|directed_by|Louis Malle
+The Lovers|starred_actors|Jeanne Moreau
+Zazie in the Metro|directed_by|Louis Malle
+Elevator to the Gallows|starred_actors|Jeanne Moreau
+"""
+METAQA_QA = """who directed [The Lovers]\tLouis Malle
+which movies did [Louis Malle] direct\tThe Lovers|Zazie in the Metro
+who acted in [Elevator to the Gallows]\tJeanne Moreau
+who directed [Zazie in the Metro]\tLouis Malle
+"""
+
+
+@pytest.fixture
+def metaqa_root(tmp_path, monkeypatch):
+    """A data root in MetaQA's real layout and formats (a 4-triple KB, 4 test questions), set
+    as $KGRAG_DATA_ROOT."""
+    root = tmp_path / "data"
+    qa = root / "metaqa" / "1-hop" / "vanilla"
+    qa.mkdir(parents=True)
+    (root / "metaqa" / "kb.txt").write_text(METAQA_KB, encoding="utf-8")
+    (qa / "qa_test.txt").write_text(METAQA_QA, encoding="utf-8")
+    monkeypatch.setenv("KGRAG_DATA_ROOT", str(root))
+    return root

@@ -1,0 +1,296 @@
+"""Bad files and paths, fed to every loader and every command that reads a file: an empty, binary,
+Latin-1, truncated or directory input ends in one line naming the file (and the line where there
+is one) and the expected form, exit code 2 on the CLI, never a traceback; `kgrag run` fails
+before any model is loaded. Also kept: a corrupt middle line of predictions.jsonl is an error,
+a torn last line is repaired on resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import kgrag_lib.llm
+import kgrag_lib.retrieval
+from kgrag_lib.cli import main
+from kgrag_lib.data import iter_passages, load_2wiki_corpus, load_metaqa_kb, read_triples
+from kgrag_lib.data.registry import load_corpus, load_questions
+from kgrag_lib.data.wikidata5m import read_aliases, read_descriptions, read_triple_ids
+from kgrag_lib.errors import DataFormatError, KgragError
+from kgrag_lib.kg.sources import load_kg
+from kgrag_lib.records import Prediction, Question
+from kgrag_lib.runner import read_predictions, run_method
+
+KINDS = ("empty", "binary", "latin1", "truncated", "directory")
+BINARY = b"\x00\x01\x02\xffgarbage\x00\xfe" * 40
+
+
+class Sample:
+    """A small valid file in one format; its last record holds an 'é', so its Latin-1 copy is not UTF-8."""
+
+    def __init__(self, name: str, records: list[Any], *, json_list: bool = False, jsonl: bool = False, cut: int = 10):
+        lines = [json.dumps(r, ensure_ascii=False) if (json_list or jsonl) else r for r in records]
+        self.name, self.cut = name, cut
+        self.text = ("[\n" + ",\n".join(lines) + "\n]\n") if json_list else "".join(f"{ln}\n" for ln in lines)
+        self.last = self.text.rindex(lines[-1])  # where the last record starts
+
+    def good(self, folder: Path) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / self.name
+        path.write_text(self.text, encoding="utf-8")
+        return path
+
+    def bad(self, folder: Path, kind: str) -> tuple[Path, int | None]:
+        """The bad file of `kind`, and the line its error must name (None: no line)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / self.name
+        if kind == "directory":
+            path.mkdir()
+            return path, None
+        if kind == "truncated":  # cut inside the last record, where it cannot pass for a whole one
+            text = self.text[: self.last + self.cut]
+            path.write_text(text, encoding="utf-8")
+            return path, text.count("\n") + 1
+        path.write_bytes({"empty": b"", "binary": BINARY, "latin1": self.text.encode("latin-1")}[kind])
+        return path, {"empty": None, "binary": 1, "latin1": self.text[: self.text.index("é")].count("\n") + 1}[kind]
+
+
+QUESTIONS = {
+    "metaqa-1hop": Sample("qa_test.txt", ["who directed [Kismet]\tWilliam Dieterle",
+                                          "what films did [Grégoire Colin] act in\tBefore the Rain"]),
+    "hotpotqa": Sample("h.jsonl", [
+        {"_id": f"h{i}", "question": q, "answer": "Kansas Song", "supporting_facts": [["Kansas Song", 0]],
+         "context": [["Kansas Song", ["Kansas Song is a fight song."]]]}
+        for i, q in enumerate(["What is the fight song?", "What did Grégoire sing?"])], jsonl=True),
+    "2wiki": Sample("w.json", [{"_id": f"w{i}", "question": q, "answer": "no", "type": "comparison"}
+                               for i, q in enumerate(["Same nationality?", "Is Sciopèn by Grégoire?"])],
+                    json_list=True),
+    "musique": Sample("m.jsonl", [
+        {"id": f"m{i}", "question": q, "answer": "Stanley", "paragraphs": [
+            {"idx": 0, "title": "Mountrail County", "paragraph_text": "Stanley is the seat.", "is_supporting": True}]}
+        for i, q in enumerate(["What is the seat?", "Where is Grégoire?"])], jsonl=True),
+    "bamboogle": Sample("bamboogle.json", [{"Question": q, "Answer": "Titan IIIE"}
+                                           for q in ("What launched Voyager 2?", "What launched Grégoire?")],
+                        json_list=True),
+    "bamboogle-csv": Sample("bamboogle.csv", ["What launched Voyager 2?,,,,Titan IIIE,,", "Who is Grégoire?,,,,Me,,"]),
+    "strategyqa": Sample("s.json", [{"qid": f"s{i}", "question": q, "answer": True, "facts": ["A fact."]}
+                                    for i, q in enumerate(["Is it old?", "Is Grégoire old?"])], json_list=True),
+}
+KB = Sample("kb.txt", ["Kismet|directed_by|William Dieterle", "Grégoire Colin|starred_actors|Before the Rain"])
+PREDICTIONS = Sample("predictions.jsonl", [{"prediction": "Kismet", "answers": ["Kismet"]},
+                                           {"prediction": "Grégoire", "answers": ["Grégoire Colin"]}], jsonl=True)
+
+
+def assert_one_line(msg: str, path: Path, line: int | None, kind: str) -> None:
+    """One line naming the file (and line), saying what is wrong; no download advice for a directory."""
+    assert "\n" not in msg.strip() and "Traceback" not in msg
+    where = f"{path}:{line}" if line is not None else str(path)
+    assert where in msg, (where, msg)
+    assert {"binary": "binary data", "latin1": "is not UTF-8", "directory": "is a directory, not a file",
+            "empty": "no ", "truncated": "expected"}[kind] in msg
+    if kind == "directory":
+        assert "How to obtain" not in msg and "Download" not in msg
+
+
+# ---- the library ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dataset", list(QUESTIONS))
+def test_every_question_loader(tmp_path, dataset, kind):
+    name = dataset.removesuffix("-csv")
+    sample = QUESTIONS[dataset]
+    assert len(load_questions(name, path=sample.good(tmp_path / "good"))) == 2
+    path, line = sample.bad(tmp_path, kind)
+    with pytest.raises(KgragError) as err:
+        load_questions(name, path=path)
+    assert_one_line(str(err.value), path, line, kind)
+
+
+CORPUS = Sample("corpus.json", [{"title": "Kismet", "text": "A film."}, {"title": "Sciopèn", "text": "Grégoire."}],
+                json_list=True)
+WD_ALIASES = Sample("wikidata5m_entity.txt", ["Q1\tuniverse\tcosmos", "Q2\tGrégoire"], cut=2)
+WD_TEXT = Sample("wikidata5m_text.txt", ["Q1\tThe universe.", "Q2\tGrégoire is a name."], cut=2)
+WD_TRIPLES = Sample("wikidata5m_all_triplet.txt", ["Q1\tP31\tQ2", "Q2\tP31\tQé"], cut=2)
+PSGS = Sample("psgs_w100.tsv", ["id\ttext\ttitle", '1\t"Kismet is a film."\tKismet', '2\t"Grégoire."\tGrégoire'])
+TSV = Sample("t.tsv", ["Kismet\tdirected by\tWilliam Dieterle", "Grégoire\tstarred in\tBefore the Rain"])
+READERS: dict[str, tuple[Sample, Callable[[Path], Any]]] = {
+    "metaqa kb": (KB, load_metaqa_kb),
+    "tsv triples": (TSV, lambda p: list(read_triples(p, "tsv"))),
+    "2wiki corpus": (CORPUS, load_2wiki_corpus),
+    "wikidata5m aliases": (WD_ALIASES, lambda p: list(read_aliases(p))),
+    "wikidata5m descriptions": (WD_TEXT, lambda p: list(read_descriptions(p))),
+    "wikidata5m triples": (WD_TRIPLES, lambda p: list(read_triple_ids(p))),
+    "wikipedia passages": (PSGS, lambda p: list(iter_passages(p))),
+    "predictions": (PREDICTIONS, read_predictions),
+}
+
+
+@pytest.mark.parametrize("kind", ["binary", "latin1", "truncated", "directory"])
+@pytest.mark.parametrize("reader", list(READERS))
+def test_every_file_reader(tmp_path, reader, kind):
+    sample, read = READERS[reader]
+    path, line = sample.bad(tmp_path, kind)
+    with pytest.raises(KgragError) as err:
+        read(path)
+    msg = str(err.value)
+    if reader == "wikidata5m triples" and kind == "latin1":  # read as bytes: the 'é' is a malformed id
+        assert f"{path}:2" in msg and "Qhead<TAB>Prel<TAB>Qtail" in msg
+    elif reader == "predictions" and kind != "truncated":  # runner.read_predictions' own messages, no line
+        assert str(path) in msg and "\n" not in msg
+    else:
+        assert_one_line(msg, path, line, kind)
+
+
+def test_empty_files_are_refused_where_they_cannot_be_meant(tmp_path):
+    """The readers yield nothing from an empty file; questions, corpora and KGs built from one are refused."""
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    assert load_metaqa_kb(empty) == [] and read_predictions(empty) == []
+    for call, what in [(lambda: load_questions("hotpotqa", path=empty), "no questions"),
+                       (lambda: load_corpus("2wiki", path=empty), "no passages"),
+                       (lambda: load_kg(f"metaqa:{empty}", cache_dir=tmp_path / "cache"), "has no triples")]:
+        with pytest.raises(KgragError, match=what) as err:
+            call()
+        assert str(empty) in str(err.value) and "\n" not in str(err.value)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"at least one metaqa-1hop question, each one question per line"):
+        load_questions("metaqa-1hop", path=blank)
+    no_records = tmp_path / "none.json"
+    no_records.write_text("[]", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="no questions"):
+        load_questions("strategyqa", path=no_records)
+
+
+def test_a_utf16_file_is_named_as_such(tmp_path):
+    path = tmp_path / "qa.txt"
+    path.write_text(QUESTIONS["metaqa-1hop"].text, encoding="utf-16")
+    with pytest.raises(DataFormatError, match=r"qa\.txt:1: .*got 'UTF-16 text \(re-save the file as UTF-8\)'"):
+        load_questions("metaqa-1hop", path=path)
+
+
+def test_a_directory_as_the_data_roots_file_gives_no_download_advice(tmp_path):
+    (tmp_path / "metaqa" / "kb.txt").mkdir(parents=True)
+    with pytest.raises(KgragError) as err:
+        load_kg("metaqa", data_root=tmp_path, cache_dir=tmp_path / "cache")
+    assert "kb.txt: is a directory, not a file; expected the MetaQA KB file" in str(err.value)
+    assert "How to obtain" not in str(err.value)
+
+
+# ---- the CLI -------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_models(monkeypatch, tmp_path):
+    """Caches and data under tmp_path; loading an LLM or an embedder fails the test."""
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(kgrag_lib.llm, "load_llm", refuse)
+    monkeypatch.setattr(kgrag_lib.retrieval, "load_embedder", refuse)
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KGRAG_DATA_ROOT", str(tmp_path / "data"))
+    monkeypatch.delenv("KGRAG_LLM_CACHE", raising=False)
+
+
+def _run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _kgrag_run(tmp_path: Path, *args: str) -> list[str]:
+    return ["run", "--method", "llm-kg", "--dataset", "metaqa-1hop", "--out", str(tmp_path / "out"),
+            "--no-progress", *args]
+
+
+COMMANDS: dict[str, tuple[Sample, Callable[[Path, Path], list[str]]]] = {
+    "score": (PREDICTIONS, lambda tmp, p: ["score", str(p)]),
+    "kg stats": (KB, lambda tmp, p: ["kg", "stats", "--triples", str(p)]),
+    "kg neighbors": (KB, lambda tmp, p: ["kg", "neighbors", "--triples", str(p), "--entity", "Kismet"]),
+    "run --qa-file": (QUESTIONS["metaqa-1hop"], lambda tmp, p: _kgrag_run(tmp, "--qa-file", str(p))),
+    "run --kb": (KB, lambda tmp, p: _kgrag_run(tmp, "--qa-file", str(QUESTIONS["metaqa-1hop"].good(tmp / "good")),
+                                               "--kb", str(p))),
+    "data stats": (QUESTIONS["hotpotqa"], lambda tmp, p: ["data", "stats", "--dataset", "hotpotqa", "--path", str(p)]),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_that_reads_a_file(tmp_path, capsys, no_models, command, kind):
+    sample, argv = COMMANDS[command]
+    if command == "data stats" and kind == "empty":
+        pytest.skip("`kgrag data stats` describes a file: an empty one has 0 questions, which is the truth")
+    path, line = sample.bad(tmp_path / "bad", kind)
+    rc, out, err = _run_cli(argv(tmp_path, path), capsys)
+    assert rc == 2 and out == ""
+    assert err.startswith("kgrag: error: ") and err.count("\n") == 1, err
+    if command == "score" and kind in ("latin1", "directory"):  # runner.read_predictions' own message
+        assert str(path) in err
+    elif kind == "empty" and command in ("kg stats", "kg neighbors", "score"):
+        assert str(path) in err and "no " in err
+    else:
+        assert_one_line(err, path, line, kind)
+
+
+def test_score_bootstrap_needs_resamples(tmp_path, capsys):
+    path = PREDICTIONS.good(tmp_path)
+    for n_boot in ("0", "-5"):
+        rc, out, err = _run_cli(["score", str(path), "--ci", "--n-boot", n_boot], capsys)
+        assert rc == 2 and out == ""
+        assert err == f"kgrag: error: --n-boot: expected an integer >= 1 (bootstrap resamples for --ci), got {n_boot}\n"
+
+
+def test_no_traceback_reaches_the_terminal(tmp_path):
+    """The installed `kgrag` script, in a real process: one line on stderr, exit code 2."""
+    path, _ = PREDICTIONS.bad(tmp_path, "binary")
+    kgrag = Path(sys.executable).with_name("kgrag")
+    proc = subprocess.run([str(kgrag), "score", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"kgrag: error: {path}:1: ") and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr
+
+
+# ---- predictions.jsonl of a run: a corrupt middle line stops, a torn last line is repaired --------------------------
+class FixedMethod:
+    name = "fixed"
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def answer(self, q: Question) -> Prediction:
+        self.asked.append(q.qid)
+        return Prediction(q.qid, q.question, q.answers[0], q.answers, self.name)
+
+
+QS = [Question(f"q{i}", f"question {i}", [f"answer {i}"], dataset="metaqa-1hop") for i in range(1, 5)]
+
+
+def test_a_corrupt_middle_line_is_an_error_and_is_left_as_it_is(tmp_path, capsys):
+    run_method(FixedMethod(), QS, tmp_path, {}, progress=False)
+    pred = tmp_path / "predictions.jsonl"
+    lines = pred.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = lines[1][:25] + "\n"
+    pred.write_text("".join(lines), encoding="utf-8")
+    damaged = pred.read_bytes()
+    rc, out, err = _run_cli(["score", str(pred)], capsys)
+    assert rc == 2 and err.startswith(f"kgrag: error: {pred}:2: malformed input") and err.count("\n") == 1
+    method = FixedMethod()
+    with pytest.raises(DataFormatError, match=rf"{pred}:2: malformed input"):
+        run_method(method, QS, tmp_path, {}, progress=False)
+    assert method.asked == [] and pred.read_bytes() == damaged  # nothing re-asked, nothing dropped
+
+
+def test_a_torn_last_line_is_repaired_on_resume(tmp_path, capsys):
+    run_method(FixedMethod(), QS[:3], tmp_path, {}, progress=False)
+    pred = tmp_path / "predictions.jsonl"
+    with open(pred, "a", encoding="utf-8") as fh:
+        fh.write('{"qid": "q4", "predic')  # the write a kill interrupted
+    rc, out, err = _run_cli(["score", str(pred)], capsys)
+    assert rc == 2 and err.startswith(f"kgrag: error: {pred}:4: ")  # not scorable until resumed
+    method = FixedMethod()
+    metrics = run_method(method, QS, tmp_path, {}, progress=False)
+    assert method.asked == ["q4"] and metrics["n"] == 4
+    rows = [json.loads(line) for line in pred.read_text(encoding="utf-8").splitlines()]
+    assert [r["qid"] for r in rows] == ["q1", "q2", "q3", "q4"]

@@ -1,0 +1,206 @@
+"""Damaged caches on disk: the LLM cache is refused with one line naming the file and the recovery
+(and never written to), `kgrag cache salvage` keeps every readable answer, and a damaged
+embedding file is named and recomputed."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sqlite3
+
+import numpy as np
+import pytest
+
+from kgrag_lib.commands import cache as cache_cmd
+from kgrag_lib.errors import CacheDamagedError, KgragError
+from kgrag_lib.llm import LLMCache, SamplingParams
+from kgrag_lib.llm.cache import check_cache, salvage_cache
+from kgrag_lib.retrieval import embed_cached
+from kgrag_lib.retrieval.emb_cache import cache_path
+
+N_ROWS = 600
+PAGE = 4096
+
+
+def _messages(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"question {i}: " + "padding " * 40}]
+
+
+def _fill(path, n: int = N_ROWS) -> None:
+    cache = LLMCache(path)
+    for i in range(n):
+        msgs = _messages(i)
+        cache.put(LLMCache.make_key("test", "id", msgs, SamplingParams()), f"answer {i}", prompt_tokens=3,
+                  completion_tokens=2, seconds=0.5, backend="test", identity="id", messages=msgs,
+                  params=SamplingParams())
+    cache.close()
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> bytes:
+    """The bytes of a closed, checkpointed cache holding N_ROWS answers (a few hundred KB)."""
+    path = tmp_path_factory.mktemp("healthy") / "llm.sqlite"
+    _fill(path)
+    data = path.read_bytes()
+    assert len(data) > 60 * PAGE and not os.path.exists(f"{path}-wal")
+    return data
+
+
+DAMAGE = {
+    "truncated mid-page": lambda d: d[: len(d) // 2 + 1234],
+    "garbage pages": lambda d: d[: 20 * PAGE] + np.random.default_rng(0).bytes(3 * PAGE) + d[23 * PAGE:],
+    "zeroed pages": lambda d: d[: 30 * PAGE] + b"\0" * (4 * PAGE) + d[34 * PAGE:],
+    "garbage header": lambda d: np.random.default_rng(1).bytes(100) + d[100:],
+    "not a database": lambda d: b"this is a text file, not SQLite\n" * 200,
+}
+
+
+def _damaged_file(tmp_path, healthy: bytes, kind: str):
+    path = tmp_path / "llm.sqlite"
+    path.write_bytes(DAMAGE[kind](healthy))
+    return path
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_damaged_cache_is_refused_in_one_line_and_never_written(tmp_path, healthy, kind):
+    path = _damaged_file(tmp_path, healthy, kind)
+    before = path.read_bytes()
+    with pytest.raises(CacheDamagedError) as err:
+        LLMCache(path)
+    msg = str(err.value)
+    assert isinstance(err.value, KgragError) and "\n" not in msg
+    assert f"LLM cache {path} is damaged" in msg
+    assert f"kgrag cache salvage {path}" in msg and "move it aside and rerun" in msg
+    assert path.read_bytes() == before  # nothing written: no schema, no WAL switch, no checkpoint
+    assert not os.path.exists(f"{path}-wal") or os.path.getsize(f"{path}-wal") == 0
+
+
+def test_damage_found_after_opening_is_reported_too(tmp_path, healthy):
+    path = tmp_path / "llm.sqlite"
+    path.write_bytes(healthy)
+    cache = LLMCache(path)  # passes the check; the table's pages are not read yet
+    with open(path, "r+b") as f:
+        f.seek(10 * PAGE)
+        f.write(np.random.default_rng(2).bytes(40 * PAGE))
+    with pytest.raises(CacheDamagedError, match=r"LLM cache .*llm\.sqlite is damaged \(database disk image is malformed\)"):
+        len(cache)
+    cache.close()
+
+
+def test_a_healthy_cache_opens_and_salvage_leaves_it_alone(tmp_path, healthy):
+    path = tmp_path / "llm.sqlite"
+    path.write_bytes(healthy)
+    assert check_cache(path) == {"path": str(path), "ok": True, "problems": [], "rows": N_ROWS}
+    report = salvage_cache(path)
+    assert (report.kept, report.unreadable, report.moved_to) == (N_ROWS, 0, None)
+    assert path.read_bytes() == healthy and len(LLMCache(path)) == N_ROWS
+
+
+@pytest.mark.parametrize("kind,least,most", [
+    ("truncated mid-page", N_ROWS // 3, N_ROWS // 2 + 20),
+    ("garbage pages", N_ROWS - 40, N_ROWS - 1),
+    ("zeroed pages", N_ROWS - 50, N_ROWS - 1),
+    ("garbage header", 0, 0),
+    ("not a database", 0, 0),
+])
+def test_salvage_keeps_every_readable_row(tmp_path, healthy, kind, least, most):
+    path = _damaged_file(tmp_path, healthy, kind)
+    damaged_bytes = path.read_bytes()
+    status = check_cache(path)
+    assert not status["ok"] and status["problems"]
+    report = salvage_cache(path)
+    assert least <= report.kept <= most
+    assert report.moved_to == tmp_path / report.moved_to.name and report.moved_to.name.startswith("llm.sqlite.damaged-")
+    assert report.moved_to.read_bytes() == damaged_bytes  # kept as it was, beside the fresh file
+    assert check_cache(path)["ok"]
+    fresh = LLMCache(path)
+    assert len(fresh) == report.kept
+    kept = [i for i in range(N_ROWS)
+            if fresh.get(LLMCache.make_key("test", "id", _messages(i), SamplingParams())) is not None]
+    assert len(kept) == report.kept
+    assert all(fresh.get(LLMCache.make_key("test", "id", _messages(i), SamplingParams())).text == f"answer {i}"
+               for i in kept)
+    if report.unreadable is not None:
+        assert report.kept + report.unreadable >= N_ROWS
+
+
+def test_salvage_drops_a_row_whose_key_does_not_match_its_request(tmp_path, healthy):
+    path = tmp_path / "llm.sqlite"
+    path.write_bytes(healthy)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE calls SET request = 'tampered' WHERE rowid = 1")
+    con.commit()
+    con.close()
+    data = bytearray(path.read_bytes())
+    data[40 * PAGE:41 * PAGE] = b"\xff" * PAGE
+    path.write_bytes(bytes(data))
+    report = salvage_cache(path)
+    assert report.kept < N_ROWS - 1 and report.unreadable >= 2
+    assert LLMCache(path).get(LLMCache.make_key("test", "id", _messages(0), SamplingParams())) is None
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="kgrag")
+    cache_cmd.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["cache", *argv])
+    rc = args.func(args)
+    return rc, capsys.readouterr().out
+
+
+def test_cache_commands(tmp_path, healthy, capsys):
+    path = _damaged_file(tmp_path, healthy, "garbage pages")
+    rc, out = _cli(["check", str(path)], capsys)
+    assert rc == 1 and '"ok": false' in out
+    rc, out = _cli(["salvage", str(path)], capsys)
+    assert rc == 0 and len(out.splitlines()) == 1
+    assert out.startswith("kept ") and f"fresh {path}" in out and "llm.sqlite.damaged-" in out
+    rc, out = _cli(["check", str(path)], capsys)
+    assert rc == 0 and '"ok": true' in out
+    rc, out = _cli(["salvage", str(path)], capsys)
+    assert rc == 0 and "nothing to salvage" in out
+    with pytest.raises(KgragError, match="no such LLM cache file"):
+        _cli(["check", str(tmp_path / "absent.sqlite")], capsys)
+    with pytest.raises(KgragError, match="is a directory"):
+        _cli(["salvage", str(tmp_path)], capsys)
+
+
+# ---- embedding cache ------------------------------------------------------------------------
+TEXTS = [f"text number {i} about films" for i in range(200)]
+
+
+def _stored(tmp_path, fake_embedder):
+    arr = np.array(embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False))
+    return arr, cache_path(fake_embedder, TEXTS, cache_dir=tmp_path)
+
+
+EMB_DAMAGE = {
+    "truncated": lambda d: d[: len(d) // 2],
+    "garbage header": lambda d: b"\x93NUMPY garbage" + d[14:],
+    "garbage rows": lambda d: d[:128] + np.random.default_rng(3).bytes(len(d) - 128),
+    "extra bytes": lambda d: d + b"\0" * 64,
+}
+
+
+@pytest.mark.parametrize("kind", list(EMB_DAMAGE))
+def test_damaged_embedding_file_is_named_and_recomputed(tmp_path, fake_embedder, caplog, kind):
+    good, path = _stored(tmp_path, fake_embedder)
+    path.write_bytes(EMB_DAMAGE[kind](path.read_bytes()))
+    calls = fake_embedder.calls
+    with caplog.at_level(logging.WARNING, logger="kgrag_lib.retrieval.emb_cache"):
+        again = embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False)
+    assert fake_embedder.calls > calls
+    np.testing.assert_array_equal(np.asarray(again), good)
+    [record] = caplog.records
+    assert f"embedding cache file {path} is damaged" in record.getMessage() and "recomputing" in record.getMessage()
+    calls = fake_embedder.calls
+    embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False)
+    assert fake_embedder.calls == calls  # repaired: a plain hit again
+
+
+def test_an_embedder_that_breaks_its_promise_gets_one_line(tmp_path, fake_embedder, monkeypatch):
+    monkeypatch.setattr(fake_embedder, "encode", lambda texts, **kw: np.full((len(texts), fake_embedder.dim), 3.0,
+                                                                             dtype=np.float32))
+    with pytest.raises(CacheDamagedError, match=r"fails its check right after being written \(rows that should be "
+                                                r"unit vectors are not\): does test:bag-of-words-256 return 256-dim"):
+        embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False)

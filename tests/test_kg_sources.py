@@ -1,0 +1,218 @@
+"""`load_kg`: every spec kind built from small files in the real formats (and the real 2Wiki
+files when present), the one build cache, and the errors for bad specs, missing files and
+empty KGs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kgrag_lib.data.metaqa import load_metaqa_kb
+from kgrag_lib.errors import ConfigError, MissingDataError
+from kgrag_lib.kg import KGStore
+from kgrag_lib.kg import sources as S
+from kgrag_lib.kg.sources import BuiltKG, EmptyKGError, build_2wiki_evidence_store, load_kg, shared_kg
+from kgrag_lib.methods.base import RunContext
+from kgrag_lib.paths import data_root
+from kgrag_lib.records import Triple
+
+REAL = data_root()
+HAVE_2WIKI = (REAL / S.TWOWIKI_QUESTIONS).exists() and (REAL / S.TWOWIKI_CORPUS).exists()
+
+KB = ["Kismet|directed_by|William Dieterle", "Kismet|starred_actors|Marlene Dietrich",
+      "Blonde Venus|starred_actors|Marlene Dietrich", "Kismet|directed_by|William Dieterle",
+      "Blonde Venus|release_year|1932"]
+LAG = [
+    {"_id": "a1", "type": "bridge_comparison", "question": "Which film has the director who died later, Taxi! or What Price Hollywood??",
+     "entity_ids": "Q1_Q2", "supporting_facts": [["Taxi!", 0], ["What Price Hollywood?", 0]],
+     "evidences": [["Taxi!", "director", "Roy Del Ruth"], ["What Price Hollywood?", "director", "George Cukor"],
+                   ["Roy Del Ruth", "date of death", "April 27, 1961"], ["George Cukor", "date of death", "January 24, 1983"]],
+     "answer": "What Price Hollywood?", "evidences_id": [], "answer_id": "Q2"},
+    {"_id": "a2", "type": "compositional", "question": "Who is the spouse of the director of film Taxi!?",
+     "entity_ids": "Q1", "supporting_facts": [["Taxi!", 0], ["Roy Del Ruth", 0]],
+     "evidences": [["Taxi!", "director", "Roy Del Ruth"], ["Roy Del Ruth", "spouse", "Winnie Lightner"]],
+     "answer": "Winnie Lightner", "evidences_id": [], "answer_id": "Q3"},
+]
+CORPUS = [{"title": "Taxi!", "text": "Taxi! is a 1932 American drama film directed by Roy Del Ruth."},
+          {"title": "George Cukor", "text": "George Cukor was an American film director."}]
+TRANSDUCTIVE = ("wikidata5m_transductive_train.txt", "wikidata5m_transductive_valid.txt",
+                "wikidata5m_transductive_test.txt")
+
+
+def write_2wiki(root: Path) -> Path:
+    """The two 2wiki-evidence input files, two questions and two passages, under `root`."""
+    (root / "2wiki").mkdir(parents=True)
+    (root / S.TWOWIKI_QUESTIONS).write_text(json.dumps(LAG), encoding="utf-8")
+    (root / S.TWOWIKI_CORPUS).write_text(json.dumps(CORPUS), encoding="utf-8")
+    return root
+
+
+def write_wikidata5m(folder: Path, split: bool = False) -> Path:
+    """The official Wikidata5M files, tiny: Q3 lacks a description and Q9 heads no triple."""
+    folder.mkdir(parents=True)
+    rows = ["Q1\tP57\tQ2", "Q2\tP570\tQ3", "Q2\tP26\tQ4", "Q4\tP26\tQ2", "Q5\tP57\tQ2", "Q1\tP577\tQ9"]
+    if split:  # the transductive split instead of all_triplet: 4 + 1 + 1 rows
+        for name, part in zip(TRANSDUCTIVE, (rows[:4], rows[4:5], rows[5:])):
+            (folder / name).write_text("\n".join(part) + "\n", encoding="utf-8")
+    else:
+        (folder / "wikidata5m_all_triplet.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (folder / "wikidata5m_entity.txt").write_text(
+        "Q1\tTaxi!\tTaxi (1932 film)\nQ2\tRoy Del Ruth\nQ3\t1961\nQ4\tWinnie Lightner\nQ5\tBlondie Johnson\n", encoding="utf-8")
+    (folder / "wikidata5m_relation.txt").write_text(
+        "P57\tdirector\tdirected by\nP570\tdate of death\nP26\tspouse\nP577\tpublication date\n", encoding="utf-8")
+    (folder / "wikidata5m_text.txt").write_text(
+        "Q1\tTaxi! is a 1932 film.\nQ2\tRoy Del Ruth was a film director.\nQ4\tWinnie Lightner was an actress.\n"
+        "Q5\tBlondie Johnson is a 1933 film.\nQ9\t1932 is a year.\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def kb_file(tmp_path: Path) -> Path:
+    path = tmp_path / "data" / "metaqa" / "kb.txt"
+    path.parent.mkdir(parents=True)
+    path.write_text("\n".join(KB) + "\n", encoding="utf-8")
+    return path
+
+
+def same_triples(a: KGStore, b: KGStore) -> bool:
+    return a.verbalize(range(a.num_triples)) == b.verbalize(range(b.num_triples)) and all(
+        np.array_equal(getattr(a, k), getattr(b, k)) for k in ("heads", "rels", "tails"))
+
+
+# ---- MetaQA -------------------------------------------------------------------------------
+def test_metaqa_default_and_path_specs_keep_the_file_triple_ids(kb_file, tmp_path):
+    cache = tmp_path / "cache"
+    kg = load_kg("metaqa", data_root=tmp_path / "data", cache_dir=cache)
+    assert isinstance(kg, BuiltKG) and kg.name == "metaqa" and kg.spec == "metaqa"
+    assert kg.stats == {"kg": "metaqa", "source": str(kb_file.resolve()), "entities": 5, "relations": 3, "triples": 4}
+    # ids exactly as KGStore.from_triples gives them for the file: whole-KB embeddings index by them
+    assert same_triples(kg.store, KGStore.from_triples(load_metaqa_kb(kb_file)))
+    other = load_kg(f"metaqa:{kb_file}", data_root=tmp_path / "elsewhere", cache_dir=cache)
+    assert same_triples(other.store, kg.store)
+    built = [p for p in (cache / "kg").iterdir() if p.is_dir()]
+    assert [p.name.split("-")[0] for p in built] == ["metaqa"] and (built[0] / S.STATS_FILE).is_file()
+
+
+def test_second_load_reuses_the_build(kb_file, tmp_path, monkeypatch):
+    calls = []
+    plan = S.SOURCES["metaqa"].plan
+
+    def counting(arg, root):
+        p = plan(arg, root)
+        return S.SourcePlan(p.name, p.inputs, lambda: calls.append(1) or p.build())
+
+    monkeypatch.setitem(S.SOURCES, "metaqa", S.Source(counting, S.SOURCES["metaqa"].forms))
+    first = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
+    again = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
+    assert calls == [1] and again.stats == first.stats and same_triples(again.store, first.store)
+    kb_file.write_text("\n".join(KB[:2]) + "\n", encoding="utf-8")  # changed input: a new build
+    assert load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache").stats["triples"] == 2 and calls == [1, 1]
+
+
+def test_shared_kg_builds_once_per_context(kb_file, tmp_path):
+    ctx = RunContext(data_root_=str(tmp_path / "data"), cache_dir_=str(tmp_path / "cache"))
+    assert shared_kg(ctx, "metaqa") is shared_kg(ctx, "metaqa")
+    assert shared_kg(ctx, "metaqa").stats["triples"] == 4
+
+
+# ---- 2wiki evidence -----------------------------------------------------------------------
+def test_2wiki_evidence_from_small_real_format_files(tmp_path):
+    root = write_2wiki(tmp_path / "data")
+    store, stats = build_2wiki_evidence_store(root)
+    assert stats["triples"] == store.num_triples == 5          # the shared director fact counted once
+    assert stats["questions"] == 2 and stats["evidence_rows"] == 6
+    taxi, roy = store.entity_id("Taxi!"), store.entity_id("Roy Del Ruth")
+    assert store.description(taxi) == CORPUS[0]["text"]        # from the corpus passage
+    assert store.description(roy) == "Roy Del Ruth: date of death April 27, 1961; spouse Winnie Lightner."
+    assert store.description(store.entity_id("April 27, 1961")) == ""   # a literal: no description
+    assert stats["descriptions_from_corpus_passage"] == 2 and stats["descriptions_verbalized_from_triples"] == 2
+    t = next(i for i in range(store.num_triples) if store.triple(i).r == "director" and store.triple(i).s == "Taxi!")
+    assert sorted(store.provenance_of_triple(t)) == ["2wiki-dev:a1", "2wiki-dev:a2"]
+    kg = load_kg("2wiki-evidence", data_root=root, cache_dir=tmp_path / "cache")
+    assert kg.name == "2wiki-evidence" and kg.stats == stats and same_triples(kg.store, store)
+    assert kg.store.description(taxi) == CORPUS[0]["text"] and kg.store.provenance_of_triple(t) == store.provenance_of_triple(t)
+    assert len(list((tmp_path / "cache" / "kg").glob("2wiki-evidence-*/" + S.STATS_FILE))) == 1
+
+
+def test_verbalized_description_caps_the_facts():
+    facts = [("r", f"o{i}") for i in range(S.MAX_VERBALIZED_FACTS + 2)]
+    text = S.verbalized_description("E", facts)
+    assert text.startswith("E: r o0; r o1;") and text.endswith("r o11; and 2 more facts.")
+    assert S.verbalized_description("E", []) == ""
+
+
+@pytest.mark.skipif(not HAVE_2WIKI, reason=f"real 2Wiki files not under the data root {REAL}")
+def test_real_2wiki_evidence_kg_counts(tmp_path):
+    kg = load_kg("2wiki-evidence", data_root=REAL, cache_dir=tmp_path)
+    stats, store = kg.stats, kg.store
+    assert stats["questions"] == 4000
+    assert stats["triples"] == 9168 and stats["relations"] == 33 and stats["entities"] == 12304
+    assert stats["entities_heading_a_triple"] == 8585
+    assert stats["descriptions_from_corpus_passage"] == 995
+    assert stats["descriptions_from_corpus_passage"] + stats["descriptions_verbalized_from_triples"] >= 8585
+    roy = store.entity_id("Roy Del Ruth")
+    assert "<Roy Del Ruth | date of death | April 27, 1961>" in store.verbalize(store.out_triples(roy))
+
+
+# ---- Wikidata5M ---------------------------------------------------------------------------
+def test_wikidata5m_folder_spec(tmp_path):
+    kg = load_kg(f"wikidata5m:{write_wikidata5m(tmp_path / 'w5m')}", data_root=tmp_path, cache_dir=tmp_path / "cache")
+    assert kg.name == "wikidata5m" and kg.stats["kg"] == "wikidata5m"
+    # Q3 has no description, Q9 heads no triple: both dropped with their triples (Appendix B).
+    assert kg.stats["kept"] == {"entities": 4, "relations": 2, "triples": 4}
+    assert kg.stats["original"]["triples"] == 6 and kg.stats["paper_table5"]["Wikidata5M-KG"]["triples"] == 20987217
+    assert kg.store.description(kg.store.entity_id("Roy Del Ruth")) == "Roy Del Ruth was a film director."
+    assert len(list((tmp_path / "cache" / "kg").glob("wikidata5m-*/" + S.STATS_FILE))) == 1
+
+
+def test_wikidata5m_default_folder_and_transductive_split(tmp_path):
+    write_wikidata5m(tmp_path / "data" / "wikidata5m", split=True)
+    kg = load_kg("wikidata5m", data_root=tmp_path / "data", cache_dir=tmp_path / "cache")
+    assert kg.stats["source"] == str(tmp_path / "data" / "wikidata5m")
+    assert kg.stats["original"]["triples"] == 6 and kg.stats["kept"]["triples"] == 4
+
+
+# ---- a saved store ------------------------------------------------------------------------
+def test_saved_store_folder(tmp_path):
+    KGStore.from_triples([Triple("A", "r", "B"), Triple("B", "r", "C")]).save(tmp_path / "my_kg")
+    kg = load_kg(str(tmp_path / "my_kg"), cache_dir=tmp_path / "cache")
+    assert kg.name == "store:my_kg" and kg.stats == {"kg": str(tmp_path / "my_kg"), "entities": 3,
+                                                     "relations": 1, "triples": 2}
+    assert kg.store.verbalize([0, 1]) == ["<A | r | B>", "<B | r | C>"]
+    assert not (tmp_path / "cache" / "kg").exists()   # loaded in place, nothing built
+
+
+# ---- errors -------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec,match", [
+    ("no-such-kg", "unknown KG; accepted: 'metaqa', 'metaqa:<kb.txt-format file>', '2wiki-evidence'"),
+    ("", "unknown KG"),
+    ("2wiki-evidence:x", "2wiki-evidence takes no"),
+])
+def test_bad_specs_name_the_accepted_forms(spec, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        load_kg(spec, data_root=tmp_path, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("metaqa", r"kg='metaqa': MetaQA KB: file not found: .*kb\.txt.*accepted: 'metaqa', 'metaqa:"),
+    ("metaqa:{tmp}/nope.txt", r"kg='metaqa:.*nope\.txt': MetaQA KB not found .*'subject\|relation\|object'"),
+    ("2wiki-evidence", r"lag_2wiki_dev_4000_nocontext\.json.*accepted: '2wiki-evidence'"),
+    ("wikidata5m:{tmp}", r"wikidata5m_all_triplet\.txt, wikidata5m_entity\.txt, .*wikidata5m_text\.txt.*deepgraphlearning"),
+])
+def test_missing_files_name_the_spec_and_the_files(spec, match, tmp_path):
+    with pytest.raises(MissingDataError, match=match):
+        load_kg(spec.format(tmp=tmp_path), data_root=tmp_path, cache_dir=tmp_path / "cache")
+
+
+def test_empty_kb_is_refused_and_not_cached(tmp_path):
+    empty = tmp_path / "kb.txt"
+    empty.write_text("\n", encoding="utf-8")
+    with pytest.raises(EmptyKGError, match=r"kg='metaqa:.*kb\.txt': the KG from .* has no triples"):
+        load_kg(f"metaqa:{empty}", cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "kg").glob("metaqa-*/" + S.STATS_FILE))
+    KGStore.from_triples([]).save(tmp_path / "empty_store")
+    with pytest.raises(EmptyKGError, match="has no triples"):
+        load_kg(str(tmp_path / "empty_store"), cache_dir=tmp_path / "cache")

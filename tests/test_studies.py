@@ -1,0 +1,170 @@
+"""The one settings path: profiles checked at every level, notebook settings resolved one way,
+and a notebook's run writing the same files as the same `kgrag run` command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from kgrag_lib.cli import main as kgrag
+from kgrag_lib.config import load_profile
+from kgrag_lib.errors import ConfigError
+from kgrag_lib.experiment import resolve_run
+from kgrag_lib.grid import GridRun
+from kgrag_lib.llm.fake import ScriptedLLM
+from kgrag_lib.studies import NOTEBOOKS, notebook_settings, setup
+
+
+# ------------------------------------------------------------------ notebook settings
+def test_notebook_settings_precedence():
+    prof = {"name": "p", "run": {"n": 9, "seed": 4},
+            "methods": {"kg-infused": {"rounds": 3, "kg": "wikidata5m"}},
+            "notebooks": {"21_kg_infused_main": {"n": 7, "datasets": ["musique"]}}}
+    s = notebook_settings("21_kg_infused_main", prof, n=None, corpus="pooled")
+    assert s.n == 7 and s.datasets == ["musique"]                 # profile notebook section
+    assert s.seed == 4                                            # the profile's run.seed
+    assert s.rounds == 3 and s.kg == "wikidata5m"                 # the profile's methods.kg-infused
+    assert s.corpus == "pooled"                                   # a papermill parameter
+    assert s.paper_model == "Qwen2.5-7B"                          # the dataclass default
+    s = notebook_settings("22_kg_infused_ablation", {"name": "p"})
+    assert s.n is None and s.seed == 0 and s.rounds == 2 and s.kg == "2wiki-evidence"  # code defaults
+    assert notebook_settings("12_metaqa_baselines", {"name": "p", "run": {"seed": 3}}).seeds == [3]
+
+
+def test_notebook_settings_refuse_unknown_and_ill_typed_values():
+    with pytest.raises(ConfigError, match=r"notebooks.21_kg_infused_main.*'nn'.*accepted"):
+        notebook_settings("21_kg_infused_main", {"name": "p", "notebooks": {"21_kg_infused_main": {"nn": 1}}})
+    with pytest.raises(ConfigError, match="parameters of 21_kg_infused_main.*'rounds'"):
+        notebook_settings("21_kg_infused_main", {"name": "p"}, rounds="two")
+    with pytest.raises(ConfigError, match="'n'.*must be int.*True"):
+        notebook_settings("21_kg_infused_main", {"name": "p"}, n=True)
+    with pytest.raises(ConfigError, match="no settings for notebook"):
+        notebook_settings("99_nothing", {"name": "p"})
+
+
+def test_every_notebook_has_settings_and_every_shipped_profile_resolves():
+    from kgrag_lib.notebooks import study_notebooks
+
+    assert sorted(p.stem for p in study_notebooks()) == sorted(NOTEBOOKS)
+    for profile in ("cpu-smoke", "gpu-paper"):
+        for name in NOTEBOOKS:
+            notebook_settings(name, profile)
+
+
+# ------------------------------------------------------------------ profiles
+@pytest.mark.parametrize("text, match", [
+    ("method:\n  llm: {max_tokens: 3}\n", r"unknown top-level key\(s\) 'method'; accepted: description, methods"),
+    ("methods:\n  llm-kgg: {}\n", r"section methods: unknown method\(s\) 'llm-kgg'"),
+    ("methods:\n  kg-rag: {hopz: 2}\n", r"methods.kg-rag.*unknown parameter 'hopz'.*accepted:.*hops"),
+    ("methods:\n  kg-rag: {top_k: true}\n", r"'top_k'.*must be int, got True"),
+    ("methods:\n  kg-rag: {direction: sideways}\n", r"methods.kg-rag.*direction"),
+    ("models:\n  metaqaa: x\n", r"unknown study family"),
+    ("notebooks:\n  12_metaqa_baseline: {}\n", r"unknown notebook\(s\) '12_metaqa_baseline'"),
+    ("run:\n  n: five\n", r"section run.*'n' .*must be"),
+    ("run: [1, 2]\n", r"section 'run' must be a mapping"),
+    ("run:\n  n: 3\n   seed: 1\n", r"p\.yaml:3: YAML syntax error"),
+])
+def test_profile_mistakes_are_refused_naming_file_and_key(tmp_path, text, match):
+    p = tmp_path / "p.yaml"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=match):
+        load_profile(p)
+
+
+def test_profile_errors_reach_the_cli_as_one_line(tmp_path, capsys):
+    p = tmp_path / "p.yaml"
+    p.write_text("method:\n  llm: {}\n", encoding="utf-8")
+    assert kgrag(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--profile", str(p), "--out",
+                  str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown top-level key(s) 'method'" in err and str(p) in err
+
+
+def test_shipped_profiles_pass_the_checks():
+    for name in ("cpu-smoke", "gpu-paper"):
+        assert load_profile(name)["name"] == name
+
+
+# ------------------------------------------------------------------ model and run settings
+def test_model_is_resolved_once_per_family():
+    r = resolve_run("kg-rag", "metaqa-2hop", "o", "gpu-paper")
+    assert r.run.model == "mistral-7b-instruct-v0.2"              # models.metaqa beats run.model
+    assert resolve_run("kg-infused", "2wiki", "o", "gpu-paper").run.model == "qwen2.5-7b-instruct"
+    assert resolve_run("kg-rag", "metaqa-2hop", "o", "gpu-paper", model="x.gguf").run.model == "x.gguf"
+    nb = setup("12_metaqa_baselines", profile="gpu-paper", out_dir="/tmp/kgrag-test-nb12")
+    assert nb.model == "mistral-7b-instruct-v0.2"
+
+
+def test_impossible_method_dataset_pairs_are_refused_before_loading():
+    with pytest.raises(ConfigError, match="'llm-kg' does not run on dataset 'hotpotqa'.*metaqa-1hop"):
+        resolve_run("llm-kg", "hotpotqa", "o", "cpu-smoke")
+
+
+def test_profile_data_root_reaches_notebooks_and_runs(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    (root / "metaqa" / "1-hop" / "vanilla").mkdir(parents=True)
+    (root / "metaqa" / "1-hop" / "vanilla" / "qa_test.txt").write_text(
+        "who directed [The Lovers]\tLouis Malle\nwhat films did [Louis Malle] direct\tThe Lovers\n", encoding="utf-8")
+    prof = {"name": "mine", "run": {"data_root": str(root), "cache_dir": str(tmp_path / "cache")}}
+    nb = setup("12_metaqa_baselines", profile=prof, out_dir=tmp_path / "nb")
+    assert nb.ctx.data_root == root.resolve()
+    nb.ctx.llm_ = ScriptedLLM(lambda m, p: "Louis Malle")
+    metrics = nb.run("llm", "metaqa-1hop", tmp_path / "nb" / "run", n=2, seed=0)
+    assert metrics["n"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "nb" / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert {r["question"] for r in rows} == {"who directed The Lovers", "what films did Louis Malle direct"}
+
+
+# ------------------------------------------------------------------ a notebook run == the same kgrag run
+def _same_files(nb_dir, cli_dir):
+    """Manifests equal apart from timestamps; predictions equal apart from timings."""
+    def manifest(d):
+        m = json.loads((d / "manifest.json").read_text())
+        for k in ("started", "resumed_from"):
+            m.pop(k, None)
+        return m
+
+    def rows(d):
+        out = []
+        for line in (d / "predictions.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            r["cost"] = {k: v for k, v in r["cost"].items() if "seconds" not in k and k not in
+                         ("llm_calls", "llm_cache_hits", "llm_prompt_tokens", "llm_completion_tokens",
+                          "llm_cached_prompt_tokens", "llm_cached_completion_tokens")}
+            out.append(r)
+        return out
+
+    assert manifest(nb_dir) == manifest(cli_dir)
+    assert rows(nb_dir) == rows(cli_dir)
+
+
+def test_metaqa_notebook_run_equals_kgrag_run_with_the_same_seed(tmp_path, offline_parts):
+    """Notebook 12 runs `llm` per seed on one shared context; seed 1 must seed the sample AND the
+    LLM calls exactly as `kgrag run --seed 1` does (the request ids hold the sampling seed)."""
+    out = tmp_path / "run"
+    nb = setup("12_metaqa_baselines", profile="cpu-smoke", out_dir=tmp_path / "nb")
+    nb.run("llm", "metaqa-1hop", out, n=2, seed=0)         # the shared context has served seed 0 first
+    shutil.rmtree(out)
+    nb.run("llm", "metaqa-1hop", out, n=2, seed=1)
+    nb_rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    shutil.move(out, tmp_path / "from-notebook")
+    assert kgrag(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "2", "--seed", "1",
+                  "--out", str(out), "--no-progress"]) == 0
+    _same_files(tmp_path / "from-notebook", out)
+    seed0 = resolve_run("llm", "metaqa-1hop", out, "cpu-smoke", seed=0)
+    assert seed0.run.seed == 0 and all(r["requests"] for r in nb_rows)
+
+
+def test_kg_infused_grid_run_equals_kgrag_run(tmp_path, offline_parts):
+    """A cell of notebook 21's grid and `kgrag run` of the same method, dataset, n and seed."""
+    nb = setup("21_kg_infused_main", profile="cpu-smoke", out_dir=tmp_path / "nb")
+    report = nb.grid([GridRun.of("vanilla-rag")], ["2wiki"], progress=False, kg=nb.settings.kg,
+                     corpus=nb.settings.corpus)
+    cell = report.cells[0]
+    assert cell.metrics["n"] == 2 and report.requests == 4   # note + answer per question
+    shutil.move(cell.out, tmp_path / "from-notebook")
+    assert kgrag(["run", "--method", "vanilla-rag", "--dataset", "2wiki", "--n", "2", "--seed", "0",
+                  "--out", str(cell.out), "--no-progress"]) == 0
+    _same_files(tmp_path / "from-notebook", cell.out)
