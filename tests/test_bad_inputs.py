@@ -216,19 +216,16 @@ COMMANDS: dict[str, tuple[Sample, Callable[[Path, Path], list[str]]]] = {
 }
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("command", list(COMMANDS))
+# `kgrag data stats` describes a file: an empty one truly has 0 questions, so that pair is not an error.
+@pytest.mark.parametrize("command, kind", [(c, k) for c in COMMANDS for k in KINDS
+                                           if (c, k) != ("data stats", "empty")])
 def test_every_command_that_reads_a_file(tmp_path, capsys, no_models, command, kind):
     sample, argv = COMMANDS[command]
-    if command == "data stats" and kind == "empty":
-        pytest.skip("`kgrag data stats` describes a file: an empty one has 0 questions, which is the truth")
     path, line = sample.bad(tmp_path / "bad", kind)
     rc, out, err = _run_cli(argv(tmp_path, path), capsys)
     assert rc == 2 and out == ""
     assert err.startswith("kgrag: error: ") and err.count("\n") == 1, err
-    if command == "score" and kind in ("latin1", "directory"):  # runner.read_predictions' own message
-        assert str(path) in err
-    elif kind == "empty" and command in ("kg stats", "kg neighbors", "score"):
+    if kind == "empty" and command in ("kg stats", "kg neighbors", "score"):
         assert str(path) in err and "no " in err
     else:
         assert_one_line(err, path, line, kind)
