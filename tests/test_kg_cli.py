@@ -116,8 +116,8 @@ def test_kg_spec_goes_through_load_kg(small_kb: Path, tmp_path: Path, capsys, mo
     _, lines = run(["kg", "neighbors", "--store", str(tmp_path / "copy"), "--entity", "1932", "--direction", "in"],
                    capsys)
     assert lines.splitlines() == ["<Blonde Venus | release_year | 1932>"]
-    with pytest.raises(KgragError, match="kg='2wiki-evidence'.*lag_2wiki_dev_4000_nocontext.json"):
-        run(["kg", "stats", "--kg", "2wiki-evidence"], capsys)
+    with pytest.raises(KgragError, match="kg='2wiki-evidence-oracle'.*lag_2wiki_dev_4000_nocontext.json"):
+        run(["kg", "stats", "--kg", "2wiki-evidence-oracle"], capsys)
 
 
 @needs_kb

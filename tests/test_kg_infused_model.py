@@ -1,5 +1,5 @@
 """Every KG-Infused RAG variant end to end with the real small model on two real 2Wiki questions,
-the real 2wiki-evidence KG and the real 2Wiki corpus (MiniLM). Small budgets keep the file to a
+the real 2wiki-evidence-heldout KG and the real 2Wiki corpus (MiniLM). Small budgets keep the file to a
 few minutes on a CPU: one activation round, 2 passages, short generations; the six variants share
 one fresh LLM cache, so their common stages run once."""
 
@@ -57,7 +57,7 @@ def test_variant_runs_end_to_end(setup, name):
         if name in ("vanilla-qe", "kg-infused", "kg-qe-only"):
             assert t["expanded_query"] and [p["from"] for p in t["passages"]] == ["q", "q'"]
         if name in ("kg-infused", "kg-qe-only", "kg-aug-only"):
-            assert t["kg"] == "2wiki-evidence" and len(t["seed_entity_scores"]) == 3
+            assert t["kg"] == "2wiki-evidence-heldout" and len(t["seed_entity_scores"]) == 3
             act = t["activation"]
             assert len(act["rounds"]) == 1 and act["rounds"][0]["n_candidates"] > 0
             assert set(act["seed_entities"]) <= set(act["activated_entities"])

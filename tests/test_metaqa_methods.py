@@ -356,17 +356,21 @@ def test_kaping_and_zero_shot(kb, fake_embedder):
 
 
 # ---- Hit@1 on hand-checked cases ----------------------------------------------------------------
-@pytest.mark.parametrize("pred,golds,hit,mention", [
-    ("Louis Malle", ["Louis Malle", "John Frankenheimer"], 1.0, 1.0),
-    ("  louis malle ", ["Louis Malle"], 1.0, 1.0),
-    ("John Frankenheimer", ["Louis Malle", "John Frankenheimer"], 1.0, 1.0),
-    ("Louis Malle directed it.", ["Louis Malle"], 0.0, 1.0),
-    ("Malle is the director", ["Louis Malle"], 0.0, 0.0),  # the paper's 'Pitt' example
-    ("", ["Louis Malle"], 0.0, 0.0),
+@pytest.mark.parametrize("pred,golds,exact,hit,first", [
+    ("Louis Malle", ["Louis Malle", "John Frankenheimer"], 1.0, 1.0, 1.0),
+    ("  louis malle ", ["Louis Malle"], 1.0, 1.0, 1.0),
+    ("John Frankenheimer", ["Louis Malle", "John Frankenheimer"], 1.0, 1.0, 1.0),
+    ("Louis Malle directed it.", ["Louis Malle"], 0.0, 1.0, 0.0),
+    ("It was directed by Louis Malle.", ["Louis Malle"], 0.0, 1.0, 0.0),
+    ("Jeanne Moreau, Louis Malle", ["Louis Malle"], 0.0, 1.0, 0.0),
+    ("Louis Malle, Jeanne Moreau", ["Louis Malle"], 0.0, 1.0, 1.0),
+    ("Malle is the director", ["Louis Malle"], 0.0, 0.0, 0.0),  # the paper's 'Pitt' example
+    ("", ["Louis Malle"], 0.0, 0.0, 0.0),
 ])
-def test_hit1_hand_checked(pred, golds, hit, mention):
+def test_hit1_hand_checked(pred, golds, exact, hit, first):
+    assert M.hit1_exact(pred, golds) == exact
     assert M.hit1(pred, golds) == hit
-    assert M.mentions_gold(pred, golds) == mention
+    assert M.hit1_first(pred, golds) == first
 
 
 # ---- configs and registration ---------------------------------------------------------------

@@ -15,14 +15,15 @@ from kgrag_lib.eval import (
     exact_match,
     f1,
     hit1,
-    mentions_gold,
+    hit1_exact,
+    hit1_first,
     normalize_answer,
     normalize_yes_no,
     recall_at_k,
     register_metric,
     score_items,
     score_records,
-    yes_no_accuracy,
+    yesno_agree,
 )
 from kgrag_lib.eval.metrics import METRICS
 from kgrag_lib.paths import data_root
@@ -60,25 +61,34 @@ def test_max_over_golds_even_when_the_last_gold_is_worse():
     assert accuracy("it is Paris", ["Paris", "City of Light"]) == 1.0
 
 
-def test_acc_hit1_mentions_gold_differ_as_the_papers_define_them():
+def test_acc_and_the_three_hit1_differ_as_documented():
     pred = "It is Paris, France."
     assert accuracy(pred, ["paris"]) == 1.0  # substring, case-insensitive
     assert exact_match(pred, ["paris"]) == 0.0
-    assert hit1(pred, ["paris"]) == 0.0
-    assert mentions_gold(pred, ["paris"]) == 1.0
+    assert hit1(pred, ["paris"]) == 1.0       # a gold entity occurs in the answer
+    assert hit1_exact(pred, ["paris"]) == 0.0  # §4.2.1 literally: the answer is the entity
+    assert hit1_first(pred, ["paris"]) == 0.0  # first item "it is paris" is not an entity
     # substring vs whole tokens
     assert accuracy("Parisian", ["Paris"]) == 1.0
-    assert mentions_gold("Parisian", ["Paris"]) == 0.0
-    # Hit@1 strips whitespace and lower-cases only: "Paris." keeps its full stop.
-    assert hit1("  PARIS \n", ["Paris"]) == 1.0
-    assert hit1("Paris.", ["Paris"]) == 0.0
+    assert hit1("Parisian", ["Paris"]) == 0.0
+    # Hit@1 exact strips whitespace and lower-cases only: "Paris." keeps its full stop.
+    assert hit1_exact("  PARIS \n", ["Paris"]) == 1.0
+    assert hit1_exact("Paris.", ["Paris"]) == 0.0
+    assert hit1("Paris.", ["Paris"]) == 1.0 and hit1_first("Paris.", ["Paris"]) == 1.0
     # The MetaQA paper's own example: label "Brad Pitt", answer "Pitt is the actor in question".
     assert hit1("Pitt is the actor in question", ["Brad Pitt"]) == 0.0
-    assert mentions_gold("The answer is Brad Pitt.", ["Brad Pitt"]) == 1.0
+    assert hit1("The answer is Brad Pitt.", ["Brad Pitt"]) == 1.0
+    # entity lists: the first entity decides hit1_first; any gold in the list is a hit1
+    golds = ["Louis Malle"]
+    assert hit1_first("Louis Malle, Jeanne Moreau", golds) == 1.0
+    assert hit1_first("Jeanne Moreau, Louis Malle", golds) == 0.0 and hit1("Jeanne Moreau, Louis Malle", golds) == 1.0
+    assert hit1_first("Louis Malle and Jeanne Moreau", golds) == 1.0
+    assert hit1_first("\nLouis Malle\nJeanne Moreau", golds) == 1.0
+    assert hit1_first("Louis Malle | The Lovers", golds) == 1.0
 
 
 def test_empty_prediction_and_missing_golds():
-    for fn in (exact_match, f1, accuracy, hit1, mentions_gold):
+    for fn in (exact_match, f1, accuracy, hit1, hit1_exact, hit1_first):
         assert fn("", ["London"]) == 0.0
         assert fn(None, ["London"]) == 0.0
         assert fn("London", []) is None
@@ -106,12 +116,12 @@ def test_normalize_yes_no(text, expected):
     assert normalize_yes_no(text) == expected
 
 
-def test_yes_no_accuracy():
-    assert yes_no_accuracy("Yes, it is.", ["yes"]) == 1.0
-    assert yes_no_accuracy("no", [True]) == 0.0
-    assert yes_no_accuracy("Paris", ["yes"]) == 0.0  # an unknown prediction is wrong
-    assert yes_no_accuracy("yes", ["Paris"]) is None  # not a yes/no question
-    assert yes_no_accuracy("False", "false") == 1.0
+def test_yesno_agree():
+    assert yesno_agree("Yes, it is.", ["yes"]) == 1.0
+    assert yesno_agree("no", [True]) == 0.0
+    assert yesno_agree("Paris", ["yes"]) == 0.0  # an unknown prediction is wrong
+    assert yesno_agree("yes", ["Paris"]) is None  # not a yes/no question
+    assert yesno_agree("False", "false") == 1.0
 
 
 def test_recall_at_k():
@@ -125,11 +135,11 @@ def test_recall_at_k():
 
 
 RECORDS = [
-    # pred, golds             em  f1   acc hit1
-    ("Paris", ["Paris"]),                          # 1   1    1   1
-    ("the Eiffel tower in Paris", ["Eiffel Tower"]),  # 0   2/3  1   0
-    ("", ["London"]),                              # 0   0    0   0
-    ("It's Berlin.", ["Berlin"]),                  # 0   2/3  1   0
+    # pred, golds                                    em  f1   acc hit1 hit1_exact hit1_first
+    ("Paris", ["Paris"]),                          # 1   1    1   1    1          1
+    ("the Eiffel tower in Paris", ["Eiffel Tower"]),  # 0   2/3  1   1    0          0
+    ("", ["London"]),                              # 0   0    0   0    0          0
+    ("It's Berlin.", ["Berlin"]),                  # 0   2/3  1   1    0          0
 ]
 
 
@@ -140,7 +150,9 @@ def test_score_records_hand_computed():
     assert s["em"] == pytest.approx(25.0)
     assert s["f1"] == pytest.approx((1 + 2 / 3 + 0 + 2 / 3) / 4 * 100)  # 58.33
     assert s["acc"] == pytest.approx(75.0)
-    assert s["hit1"] == pytest.approx(25.0)
+    assert s["hit1"] == pytest.approx(75.0)
+    full = score_records(recs, ("hit1", "hit1_exact", "hit1_first"))
+    assert (full["hit1"], full["hit1_exact"], full["hit1_first"]) == (75.0, 25.0, 25.0)
     assert "per_item" not in s and not any(k.startswith("n_") for k in s)
     per = score_records(recs, ("em",), per_item=True)["per_item"]["em"]
     assert per == [1.0, 0.0, 0.0, 0.0]
@@ -155,9 +167,9 @@ def test_score_records_skips_items_a_metric_does_not_apply_to():
         {"prediction": "no", "answers": ["yes"], "retrieved_ids": ["p3"], "gold_ids": ["p1", "p9"]},
         {"prediction": "Rome", "answers": ["Rome"]},
     ]
-    s = score_records(recs, ("em", "yes_no", "recall@1", "recall@2"))
+    s = score_records(recs, ("em", "yesno_agree", "recall@1", "recall@2"))
     assert s["n"] == 3 and s["em"] == pytest.approx(200 / 3)
-    assert s["yes_no"] == pytest.approx(50.0) and s["n_yes_no"] == 2
+    assert s["yesno_agree"] == pytest.approx(50.0) and s["n_yesno_agree"] == 2
     # item 1: p2 at rank 2 -> recall@1 0, recall@2 1; item 2: golds p1, p9 not retrieved -> 0; item 3: no golds
     assert s["recall@1"] == 0.0 and s["recall@2"] == pytest.approx(50.0) and s["n_recall@2"] == 2
     empty = score_records([], ("em",), ci=True)
@@ -175,27 +187,31 @@ def test_registry_accepts_new_metrics():
     try:
         vals = score_items([{"prediction": "a b c d", "answers": ["x"]}, {"prediction": "x", "answers": []}], ("answer_len_le3",))
         assert vals == {"answer_len_le3": [0.0, 1.0]}
-        assert METRICS["em"] is exact_match and METRICS["mentions"] is mentions_gold
+        assert METRICS["em"] is exact_match and METRICS["hit1_exact"] is hit1_exact
     finally:
         METRICS.pop("answer_len_le3")
 
 
-def test_yes_no_questions_scored_by_agreement_under_every_metric():
+def test_yes_no_questions_get_standard_em_f1_and_raw_answer_acc():
+    """SQuAD/HotpotQA EM and F1 on the normalized answer for every question; Acc is a gold
+    substring of the raw final answer (the trace's answer_raw); yes/no agreement is its own
+    column."""
     recs = [
         {"prediction": "Yes, because the Nile is longer.", "answers": ["yes"]},
         {"prediction": "No.", "answers": [True]},
         {"prediction": "I cannot tell", "answers": ["no"]},
-        {"prediction": "Rome", "answers": ["Rome"]},  # not a yes/no question: plain scoring
+        {"prediction": "Rome", "answers": ["Rome"], "trace": {"answer_raw": "Answer: Rome"}},
+        {"prediction": "yes", "answers": ["no"], "trace": {"answer_raw": "yes, not no"}},
     ]
-    s = score_records(recs, ("em", "f1", "acc", "hit1"))
-    assert s == {"n": 4, "em": 50.0, "f1": 50.0, "acc": 50.0, "hit1": 50.0}
-    # as plain strings: item 1 em 0; f1: "yes because nile is longer" ("the" dropped) P=1/5, R=1
-    # -> 1/3; acc 1 (substring); item 2: gold True vs "No." -> 0; item 3: acc 1, since "no" is a
-    # substring of "cannot" -- the false credit that yes/no scoring avoids
-    plain = score_records(recs, ("em", "f1", "acc"), yes_no=False)
-    assert plain["em"] == pytest.approx(25.0)
-    assert plain["f1"] == pytest.approx((1 / 3 + 0 + 0 + 1) / 4 * 100)
-    assert plain["acc"] == pytest.approx(75.0)
+    s = score_records(recs, ("em", "f1", "acc", "yesno_agree"))
+    # em: only "Rome" -> 1/5; f1: "yes because nile is longer" ("the" dropped) P=1/5, R=1 -> 1/3,
+    # then 0, 0, 1, 0; acc: "yes" in item 1, "true" not in "no.", "no" in "cannot", "rome" in the
+    # raw answer, "no" in the raw "yes, not no" (not in the cleaned "yes") -> 4/5
+    assert s["em"] == pytest.approx(20.0)
+    assert s["f1"] == pytest.approx((1 / 3 + 0 + 0 + 1 + 0) / 5 * 100)
+    assert s["acc"] == pytest.approx(80.0)
+    # yes/no agreement: items 1 (yes=yes) 2 (no vs True) 3 (unknown) 5 (yes vs no); item 4 n/a
+    assert s["yesno_agree"] == pytest.approx(25.0) and s["n_yesno_agree"] == 4
 
 
 def test_bootstrap_ci():
@@ -219,16 +235,17 @@ def test_real_strategyqa_answers_are_yes_no():
     golds = [normalize_yes_no(r["answer"]) for r in rows]
     assert len(golds) == 2290 and set(golds) == {"yes", "no"}
     # always answering "Yes." scores the share of true answers
-    s = score_records([{"prediction": "Yes.", "answers": [r["answer"]]} for r in rows], ("yes_no",))
-    assert s["yes_no"] == pytest.approx(100 * np.mean([r["answer"] is True for r in rows]))
+    s = score_records([{"prediction": "Yes.", "answers": [r["answer"]]} for r in rows], ("yesno_agree",))
+    assert s["yesno_agree"] == pytest.approx(100 * np.mean([r["answer"] is True for r in rows]))
 
 
 @pytest.mark.skipif(not (DATA / "metaqa" / "1-hop" / "vanilla" / "qa_test.txt").is_file(), reason="MetaQA data not present")
-def test_real_metaqa_answers_score_as_the_paper_defines_hit1():
+def test_real_metaqa_answers_under_the_three_hit1():
     lines = open(DATA / "metaqa" / "1-hop" / "vanilla" / "qa_test.txt", encoding="utf-8").read().splitlines()[:300]
     recs = [{"prediction": ans.split("|")[-1], "answers": ans.split("|")} for _, ans in (l.split("\t") for l in lines)]
-    assert score_records(recs, ("hit1", "em"))["hit1"] == 100.0
-    # wrapping the gold in a sentence fails Hit@1 but not the looser rate
+    s = score_records(recs, ("hit1", "hit1_exact", "hit1_first", "em"))
+    assert s["hit1"] == s["hit1_exact"] == s["hit1_first"] == 100.0
+    # wrapping the gold in a sentence fails the literal and the first-entity Hit@1, not ours
     wrapped = [{"prediction": f"The answer is {r['prediction']}.", "answers": r["answers"]} for r in recs]
-    s = score_records(wrapped, ("hit1", "mentions_gold", "acc"))
-    assert s["hit1"] == 0.0 and s["mentions_gold"] == 100.0 and s["acc"] == 100.0
+    s = score_records(wrapped, ("hit1", "hit1_exact", "hit1_first", "acc"))
+    assert s["hit1"] == 100.0 and s["hit1_exact"] == 0.0 and s["hit1_first"] == 0.0 and s["acc"] == 100.0

@@ -78,14 +78,14 @@ def _row(variant, dataset, acc, f1=None, em=None, rounds=None):
     m = {"acc": acc, "f1": f1 if f1 is not None else acc, "em": em if em is not None else acc, "n": 2,
          "cost_per_question": {"llm_calls": 4.0, "seconds": 2.5}}
     return R.result_row(variant, dataset, m, rounds=rounds,
-                        setting=R.Setting("tiny-model", "2wiki-evidence", n={dataset: 2}))
+                        setting=R.Setting("tiny-model", "2wiki-evidence-heldout", n={dataset: 2}))
 
 
 def test_layout_and_side_by_side():
     rows = [_row("vanilla-rag", "hotpotqa", 50.0, 40.0, 30.0), _row("kg-infused", "hotpotqa", 60.0, rounds=2),
             _row("vanilla-rag", "strategyqa", 100.0), _row("kg-infused", "strategyqa", 50.0, rounds=2)]
     assert rows[1]["label"] == "KG-Infused RAG (w/ 2-Round)" and rows[0]["rounds"] is None
-    assert rows[0]["llm_calls_per_q"] == 4.0 and rows[0]["kg"] == "2wiki-evidence"
+    assert rows[0]["llm_calls_per_q"] == 4.0 and rows[0]["kg"] == "2wiki-evidence-heldout"
     ours = R.layout(rows)
     assert list(ours.index) == ["Vanilla RAG", "KG-Infused RAG (w/ 2-Round)"]
     assert ours.loc["Vanilla RAG", ("HotpotQA", "Avg")] == pytest.approx(40.0)
@@ -107,7 +107,7 @@ def test_layout_leaves_missing_cells_empty():
 
 
 def test_setting_caption_names_model_kg_corpus_and_sizes():
-    cap = R.Setting("qwen-0.5b", "2wiki-evidence", n={"hotpotqa": 3, "2wiki": 2}, profile="cpu-smoke").caption("Table 1")
+    cap = R.Setting("qwen-0.5b", "2wiki-evidence-heldout", n={"hotpotqa": 3, "2wiki": 2}, profile="cpu-smoke").caption("Table 1")
     assert "qwen-0.5b" in cap and "not Wikidata5M-KG" in cap and "not Wikipedia-2018" in cap
     assert "HotpotQA n=3" in cap and "2WikiMQA n=2" in cap and "cpu-smoke" in cap
 
@@ -288,7 +288,7 @@ def _grid_report():
 def test_grid_rows_counts_answers_and_picks():
     report, runs, qs = _grid_report()
     assert (report.requests, report.distinct, report.n_questions) == (10, 8, 2)
-    rows = R.grid_rows(report, runs, R.Setting("m", "2wiki-evidence"))
+    rows = R.grid_rows(report, runs, R.Setting("m", "2wiki-evidence-heldout"))
     by = {(r["label"], r["dataset"]): r for r in rows}
     kg = by[("KG-Infused RAG (w/ 2-Round)", "2wiki")]
     assert kg["acc"] == 100.0 and kg["em"] == 0.0 and kg["requests_per_q"] == 3.0

@@ -32,35 +32,37 @@ ROWS = [
 ]
 
 
-def test_prints_the_four_scores_in_percent(tmp_path, capsys):
+def test_prints_the_scores_and_the_three_hit1_in_percent(tmp_path, capsys):
     f = _write(tmp_path / "p.jsonl", ROWS[:2] + [""] + ROWS[2:])  # a blank line is skipped
     rc, out = _run([str(f)], capsys)
     assert rc == 0
-    # hand-computed: em 1/4, f1 (1 + 2/3 + 0 + 2/3)/4 = 58.33, acc 3/4, hit1 1/4
-    assert json.loads(out) == {"n": 4, "em": 25.0, "f1": 58.33, "acc": 75.0, "hit1": 25.0}
+    # hand-computed: em 1/4, f1 (1 + 2/3 + 0 + 2/3)/4 = 58.33, acc 3/4; hit1 (a gold occurs as whole
+    # tokens) 3/4; hit1_exact (the answer is a gold) 1/4; hit1_first: "Paris" only -> 1/4
+    assert json.loads(out) == {"n": 4, "em": 25.0, "f1": 58.33, "acc": 75.0, "hit1": 75.0, "hit1_exact": 25.0,
+                               "hit1_first": 25.0}
     assert out.count("\n") == 1
 
 
 def test_ci_and_extra_metrics(tmp_path, capsys):
     f = _write(tmp_path / "p.jsonl", ROWS * 5)
-    rc, out = _run([str(f), "--ci", "--metrics", "em,mentions_gold", "--n-boot", "200"], capsys)
+    rc, out = _run([str(f), "--ci", "--metrics", "em,hit1", "--n-boot", "200"], capsys)
     s = json.loads(out)
-    assert rc == 0 and set(s) == {"n", "em", "em_ci95", "mentions_gold", "mentions_gold_ci95"}
+    assert rc == 0 and set(s) == {"n", "em", "em_ci95", "hit1", "hit1_ci95"}
     assert s["n"] == 20 and s["em"] == 25.0
-    # mentions_gold: Paris yes, "eiffel tower" in "eiffel tower in paris" yes, "" no, "berlin" yes -> 75
-    assert s["mentions_gold"] == 75.0
+    # hit1: Paris yes, "eiffel tower" in "eiffel tower in paris" yes, "" no, "berlin" yes -> 75
+    assert s["hit1"] == 75.0
     lo, hi = s["em_ci95"]
     assert 0 <= lo <= 25.0 <= hi <= 100 and lo < hi
     assert s["em_ci95"] == [round(x, 2) for x in s["em_ci95"]]
 
 
-def test_yes_no_golds(tmp_path, capsys):
+def test_yes_no_golds_are_scored_like_any_answer(tmp_path, capsys):
     f = _write(tmp_path / "yn.jsonl", [{"prediction": "Yes, because it is older.", "answers": ["yes"]},
                                         {"prediction": "no", "answers": ["yes"]}])
-    assert json.loads(_run([str(f)], capsys)[1]) == {"n": 2, "em": 50.0, "f1": 50.0, "acc": 50.0, "hit1": 50.0}
-    # plain strings: only the 'acc' substring rule credits the first answer ("yes" in "yes, because...")
-    s = json.loads(_run([str(f), "--no-yes-no"], capsys)[1])
-    assert s == {"n": 2, "em": 0.0, "f1": 16.67, "acc": 50.0, "hit1": 0.0}
+    # EM/F1 as SQuAD: "yes because it is older" vs "yes": P 1/5, R 1 -> F1 1/3 (16.67 over 2);
+    # Acc and hit1 credit the first answer ("yes" occurs); yes/no agreement is its own metric
+    s = json.loads(_run([str(f), "--metrics", "em,f1,acc,hit1,yesno_agree"], capsys)[1])
+    assert s == {"n": 2, "em": 0.0, "f1": 16.67, "acc": 50.0, "hit1": 50.0, "yesno_agree": 50.0}
 
 
 def test_predictions_jsonl_from_a_run_is_scorable(tmp_path, capsys):
@@ -70,7 +72,8 @@ def test_predictions_jsonl_from_a_run_is_scorable(tmp_path, capsys):
                         trace={"retrieved_ids": [1, 2]}, failed=False)]
     f = _write(tmp_path / "predictions.jsonl", [p.to_dict() for p in preds])
     rc, out = _run([str(f)], capsys)
-    assert json.loads(out) == {"n": 1, "em": 100.0, "f1": 100.0, "acc": 100.0, "hit1": 100.0}
+    assert json.loads(out) == {"n": 1, "em": 100.0, "f1": 100.0, "acc": 100.0, "hit1": 100.0, "hit1_exact": 100.0,
+                               "hit1_first": 100.0}
 
 
 @pytest.mark.parametrize("bad_line,fragment", [

@@ -29,7 +29,7 @@ def test_notebook_settings_precedence():
     assert s.corpus == "pooled"                                   # a papermill parameter
     assert s.paper_model == "Qwen2.5-7B"                          # the dataclass default
     s = notebook_settings("22_kg_infused_ablation", {"name": "p"})
-    assert s.n is None and s.seed == 0 and s.rounds == 2 and s.kg == "2wiki-evidence"  # code defaults
+    assert s.n is None and s.seed == 0 and s.rounds == 2 and s.kg == "2wiki-evidence-heldout"  # code defaults
     assert notebook_settings("12_metaqa_baselines", {"name": "p", "run": {"seed": 3}}).seeds == [3]
 
 

@@ -85,3 +85,16 @@ def test_sweep_with_relative_out_writes_beside_the_caller_and_keeps_figures_apar
     assert not (nb_dir / "sweep").exists()
     assert set(table["figs"]) == {str(work / "sweep" / f"x={x}" / "figures" / "cpu-smoke") for x in (1, 2)}
     assert "KGRAG_FIGURES_DIR" not in __import__("os").environ
+
+
+def test_study_results_table_has_one_table_per_kind_of_row():
+    from kgrag_lib.commands.study import notebook_table
+
+    rows = [{"label": "NoR", "dataset": "2wiki", "acc": 40.0, "rounds": None},
+            {"label": "KG-Infused", "dataset": "2wiki", "acc": 50.0, "rounds": 2},
+            {"label": "request counts: grid", "independent_requests": 49, "distinct_requests": 37}]
+    text = notebook_table(rows)
+    assert text.count("```") == 4                     # two fenced tables
+    first, second = text.split("\n\n")
+    assert "independent_requests" not in first and "acc" not in second and "NaN" not in text
+    assert notebook_table([]) == "(no result rows)"

@@ -1,7 +1,7 @@
 """`kgrag kg`: inspect a knowledge graph (counts, N-hop neighbourhoods) and save it as a fast binary store.
 
 The graph is a triple file (read as it is, any of three formats), a saved store, or a KG the
-methods use, named by its `load_kg` spec (`metaqa`, `2wiki-evidence`, `wikidata5m`, ...: built
+methods use, named by its `load_kg` spec (`metaqa`, `2wiki-evidence-heldout`, `wikidata5m`, ...: built
 once into the KG cache, see `kgrag_lib.kg.sources`).
 """
 
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 FORMATS = ("metaqa", "wikidata5m", "tsv")
-KG_HELP = ("a KG by its spec, e.g. metaqa, metaqa:<kb.txt>, 2wiki-evidence, wikidata5m[:<folder>] "
+KG_HELP = ("a KG by its spec, e.g. metaqa, metaqa:<kb.txt>, 2wiki-evidence-heldout, 2wiki-evidence-oracle, wikidata5m[:<folder>] "
            "(data under $KGRAG_DATA_ROOT, built once into $KGRAG_CACHE_DIR or .cache/)")
 
 

@@ -13,7 +13,7 @@ METHOD_FLAGS = (
     ("--hops", int, "max hops N of candidate triple retrieval (MetaQA methods)"),
     ("--top-k", int, "K triples kept per (sub-)question (MetaQA methods)"),
     ("--direction", str, "BFS direction for candidate triples: out or both (MetaQA methods)"),
-    ("--kg", str, "KG-Infused RAG: wikidata5m, 2wiki-evidence or a path to a saved KG store"),
+    ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-oracle (upper bound), wikidata5m or a saved KG store"),
     ("--rounds", int, "KG-Infused RAG: spreading-activation rounds k"),
     ("--max-entities-per-round", int, "KG-Infused RAG: cap on newly activated entities per round"),
     ("--max-triples-per-entity", int, "KG-Infused RAG: cap on sampled 1-hop triples per entity"),

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-DEFAULT_METRICS = ("em", "f1", "acc", "hit1")
+DEFAULT_METRICS = ("em", "f1", "acc", "hit1", "hit1_exact", "hit1_first")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,12 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="JSONL file: one {\"prediction\": str, \"answers\": [str, ...]} per line")
     p.add_argument("--ci", action="store_true", help="add bootstrap 95%% intervals as \"<metric>_ci95\": [lo, hi]")
     p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
-                   help="comma-separated metrics (em, f1, acc, hit1, mentions_gold, yes_no, recall@K); "
-                        "default %(default)s")
+                   help="comma-separated metrics: em, f1, acc (the raw answer contains a gold), hit1 (a gold "
+                        "entity occurs in the answer, as the MetaQA paper's figures behave), hit1_exact (the "
+                        "answer equals a gold), hit1_first (the first listed entity is gold), yesno_agree, "
+                        "recall@K; default %(default)s")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for --ci (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
-    p.add_argument("--no-yes-no", action="store_true",
-                   help="score yes/no golds as plain strings (default: \"Yes, because...\" matches gold \"yes\")")
     p.set_defaults(func=handle)
 
 
@@ -53,7 +53,6 @@ def handle(args: argparse.Namespace) -> int:
     records = read_predictions(check_file(args.file, EXPECTED))
     if not records:
         raise DataFormatError(args.file, None, f"at least one prediction, {EXPECTED}", "no predictions")
-    scores = score_records(records, metrics, ci=args.ci, n_boot=args.n_boot, seed=args.seed,
-                           yes_no=not args.no_yes_no)
+    scores = score_records(records, metrics, ci=args.ci, n_boot=args.n_boot, seed=args.seed)
     print(json.dumps({k: _rounded(v) for k, v in scores.items()}))
     return 0

@@ -40,10 +40,17 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def notebook_table(rows: list[dict]) -> str:
-    """One notebook's summary rows as fixed-width text, without columns it never fills."""
+    """One notebook's summary rows as fixed-width text: one table per kind of row (rows with the
+    same fields, e.g. scores vs request counts), each without the columns it never fills."""
     import pandas as pd
 
     if not rows:
         return "(no result rows)"
-    table = pd.DataFrame(rows).dropna(axis=1, how="all")
-    return "```\n" + table.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n```"
+    kinds: dict[tuple, list[dict]] = {}
+    for r in rows:
+        kinds.setdefault(tuple(r), []).append(r)
+    tables = []
+    for group in kinds.values():
+        table = pd.DataFrame(group).dropna(axis=1, how="all")
+        tables.append("```\n" + table.to_string(index=False, na_rep="–", float_format=lambda v: f"{v:.4g}") + "\n```")
+    return "\n\n".join(tables)

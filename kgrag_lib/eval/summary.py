@@ -15,7 +15,7 @@ import numpy as np
 from . import metrics as M
 from .bootstrap import bootstrap_ci
 
-DEFAULT_METRICS = ("em", "f1", "acc", "hit1", "mentions")
+DEFAULT_METRICS = ("em", "f1", "acc", "hit1", "hit1_exact", "hit1_first", "yesno_agree")
 
 
 def summarize(rows: list[dict[str, Any]], metrics: Iterable[str] | None = None, ci: bool = True) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def summarize(rows: list[dict[str, Any]], metrics: Iterable[str] | None = None, 
     out: dict[str, Any] = {"n": len(rows), "failed": int(sum(bool(r.get("failed")) for r in rows))}
     if not rows:
         return out
-    items = M.score_items(rows, metrics)  # yes/no questions are scored by yes/no agreement
+    items = M.score_items(rows, metrics)
     for m, raw in items.items():
         vals = np.array([v for v in raw if v is not None], dtype=float)
         if not len(vals):  # e.g. recall@k on rows without gold passages

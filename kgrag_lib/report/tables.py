@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 
-SCORE_COLUMNS = ("hit1", "em", "f1", "acc", "mentions")
+SCORE_COLUMNS = ("hit1", "hit1_exact", "hit1_first", "em", "f1", "acc", "yesno_agree")
 
 
 def metrics_row(metrics: Mapping[str, Any], **labels: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ class KGInfusedRuns(Sample, WithModel):
     family = KGI
     from_methods = SHARED
     datasets: list[str] = opt(["2wiki", "hotpotqa"], "datasets (the paper: hotpotqa, 2wiki, musique, bamboogle, strategyqa)")
-    kg: str | None = opt(None, "2wiki-evidence | wikidata5m | wikidata5m:<folder> | a saved store (None: methods.kg-infused.kg)")
+    kg: str | None = opt(None, "2wiki-evidence-heldout | 2wiki-evidence-oracle (upper bound) | wikidata5m | wikidata5m:<folder> | a saved store (None: methods.kg-infused.kg)")
     corpus: str | None = opt(None, "auto | pooled | wikipedia (None: methods.kg-infused.corpus)")
 
 

@@ -1,5 +1,5 @@
 """The KG KG-Infused RAG activates over (built by `kgrag_lib.kg.sources.load_kg`, specs there:
-`2wiki-evidence`, the default here; `wikidata5m` / `wikidata5m:<dir>`, the paper's Wikidata5M-KG;
+`2wiki-evidence-heldout`, the default here, `2wiki-evidence-oracle`, its upper bound; `wikidata5m` / `wikidata5m:<dir>`, the paper's Wikidata5M-KG;
 a saved store folder) plus the dense index over entity descriptions used for seed-entity
 retrieval (§3.4, eqs. 3-4). The description embeddings are cached under `<cache>/embeddings/`.
 """

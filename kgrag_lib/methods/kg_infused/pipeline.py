@@ -37,7 +37,8 @@ DATASETS = ("hotpotqa", "2wiki", "musique", "bamboogle", "strategyqa")
 class KGInfusedConfig:
     """Settings of every KG-Infused RAG variant (defaults: the paper and its public code)."""
 
-    kg: str = opt("2wiki-evidence", "KG to activate over: 2wiki-evidence, wikidata5m, wikidata5m:<folder> "
+    kg: str = opt("2wiki-evidence-heldout", "KG to activate over: 2wiki-evidence-heldout, 2wiki-evidence-oracle "
+                                            "(upper bound), wikidata5m, wikidata5m:<folder> "
                                     "or the folder of a saved KGStore")
     corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
                               "a dataset name, wikipedia or wikipedia:<psgs_w100.tsv>")

@@ -163,10 +163,14 @@ def plot_out_degrees(kgs: Mapping[str, Any], title: str = ""):
 
 def draw_subgraph(G, title: str = "", max_label: int = 40, ax=None):
     """Figure 4's picture: entities as nodes coloured by activation round (seeds ringed),
-    selected triples as labelled arrows."""
+    selected triples as labelled arrows. Seeds from which nothing was selected are named in
+    a note rather than drawn as loose dots; the axes keep a margin so no label is cut."""
     import matplotlib.pyplot as plt
     import networkx as nx
 
+    loose = [v for v in G.nodes if G.degree(v) == 0]
+    if loose:
+        G = G.subgraph([v for v in G.nodes if G.degree(v) > 0]).copy()
     if ax is None:
         n = max(G.number_of_nodes(), 1)
         fig, ax = plt.subplots(figsize=(min(6 + 0.35 * n, 16), min(4.5 + 0.25 * n, 12)))
@@ -175,6 +179,9 @@ def draw_subgraph(G, title: str = "", max_label: int = 40, ax=None):
     ax.set_axis_off()
     if title:
         ax.set_title(title, fontsize=10)
+    if loose:
+        ax.text(0.01, 0.99, "activated, nothing selected from: " + textwrap.shorten(", ".join(map(str, loose)), 160),
+                transform=ax.transAxes, ha="left", va="top", fontsize=7, wrap=True)
     if G.number_of_nodes() == 0:
         ax.text(0.5, 0.5, "no triple was selected (empty subgraph)", ha="center", va="center")
         return fig
@@ -200,4 +207,5 @@ def draw_subgraph(G, title: str = "", max_label: int = 40, ax=None):
 
     handles = [Patch(color=color[r], label="seed entities" if r == 0 else f"reached in round {r}") for r in rounds]
     ax.legend(handles=handles, fontsize=7, loc="lower left")
+    ax.margins(0.18)  # room for the labels of nodes at the edge of the layout
     return fig

@@ -31,14 +31,14 @@ def subquestion_counts(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 def pick_example(rows: Sequence[Mapping[str, Any]], dataset: str | None = None) -> Mapping[str, Any] | None:
     """A row worth reading as a Fig. 6 example: from `dataset` if there is one, preferring an
     answer that names a gold entity and a decomposition into several sub-questions."""
-    from ...eval.metrics import mentions_gold
+    from ...eval.metrics import hit1
 
     pool = [r for r in rows if dataset is None or r.get("dataset") == dataset] or list(rows)
     if not pool:
         return None
 
     def score(r: Mapping[str, Any]) -> tuple[int, int]:
-        named = bool(mentions_gold(r.get("prediction") or "", r.get("answers") or []))
+        named = bool(hit1(r.get("prediction") or "", r.get("answers") or []))
         return (int(named), int(len(subquestions(r)) >= 2))
 
     return max(pool, key=score)  # max keeps the first of equals: the sample's order decides ties
