@@ -204,3 +204,36 @@ def test_an_embedder_that_breaks_its_promise_gets_one_line(tmp_path, fake_embedd
     with pytest.raises(CacheDamagedError, match=r"fails its check right after being written \(rows that should be "
                                                 r"unit vectors are not\): does test:bag-of-words-256 return 256-dim"):
         embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False)
+
+
+def test_export_and_import_carry_answers_between_caches(tmp_path, capsys):
+    import gzip
+    import json
+
+    from kgrag_lib.cli import main as kgrag
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.llm.fake import ScriptedLLM
+
+    a = LLMCache(tmp_path / "a.sqlite")
+    llm = ScriptedLLM(lambda m, p: "answer to " + m[-1]["content"], identity="scripted:x", cache=a)
+    for q in ("one", "two", "three"):
+        llm.generate([{"role": "user", "content": q}])
+    a.close()
+    out = tmp_path / "export" / "rows.jsonl.gz"
+    assert kgrag(["cache", "export", str(out), "--cache", str(tmp_path / "a.sqlite")]) == 0
+    assert "wrote 3 cached answers" in capsys.readouterr().out
+    # a forged row (answer changed, key kept) is refused on import
+    rows = [json.loads(l) for l in gzip.open(out, "rt").read().splitlines()]
+    rows.append({**rows[0], "request": rows[0]["request"].replace("one", "uno")})
+    with gzip.open(out, "wt") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in rows))
+    assert kgrag(["cache", "import", str(out), "--cache", str(tmp_path / "b.sqlite")]) == 0
+    assert "added 3 answers; refused 1" in capsys.readouterr().out
+    b = LLMCache(tmp_path / "b.sqlite")
+    fresh = ScriptedLLM(lambda m, p: "recomputed", identity="scripted:x", cache=b)
+    assert fresh.generate([{"role": "user", "content": "two"}]) == "answer to two" and fresh.usage.calls == 0
+    b.close()
+    assert kgrag(["cache", "import", str(out), "--cache", str(tmp_path / "b.sqlite")]) == 0
+    assert "added 0 answers" in capsys.readouterr().out              # importing twice adds nothing
+    (tmp_path / "junk.jsonl.gz").write_bytes(b"not gzip")
+    assert kgrag(["cache", "import", str(tmp_path / "junk.jsonl.gz")]) == 2

@@ -149,27 +149,45 @@ def test_every_quote_is_in_the_paper_text():
         assert shown in n.quote or f"{n.value:g}" in n.quote, n.key
 
 
-def test_check_claims_rules():
-    agg = pd.DataFrame({
-        "dataset": ["metaqa-1hop"] * 4 + ["metaqa-3hop"] * 2,
-        "method": ["llm", "llm-qd", "llm-kg", "kg-rag", "llm", "llm-kg"],
-        "hit1_mean": [20.0, 23.0, 60.0, 55.0, 10.0, 30.0],
-        "hit1_std": [1.0] * 6,
-    })
-    out = check_claims(agg, PN.paper_claims("exp2"), tie_points=5.0).set_index("claim")
-    assert out.loc["exp2.qd_alone_1hop", "verdict"] == "holds"          # |23 - 20| <= 5
-    assert out.loc["exp2.kg_helps_1hop", "verdict"] == "holds"          # 60 > 20
-    assert out.loc["exp2.ours_below_kaping_1hop", "verdict"] == "holds"  # 55 < 60
-    assert out.loc["exp2.kg_flat_3hop", "verdict"] == "does not hold"   # |30 - 10| > 5
-    assert out.loc["exp2.kg_flat_3hop", "diff"] == pytest.approx(20.0)
+def _scores(dataset, method, values, **labels):
+    """Per-question rows of one run: question i scores values[i]."""
+    return [{"dataset": dataset, "method": method, "seed": 0, "qid": f"q{i}", "hit1": float(v), **labels}
+            for i, v in enumerate(values)]
+
+
+def test_check_claims_pairs_questions_and_gives_verdicts():
+    n = 80
+    rows = (_scores("metaqa-1hop", "llm", [0] * n)
+            + _scores("metaqa-1hop", "llm-kg", [1] * 30 + [0] * 50)      # 30 better, 0 worse: clear
+            + _scores("metaqa-1hop", "llm-qd", [0] * n)                  # identical to llm on 80 questions
+            + _scores("metaqa-1hop", "kg-rag", [1] * 29 + [0] * 51)
+            + _scores("metaqa-3hop", "llm", [1, 0] * 5) + _scores("metaqa-3hop", "llm-kg", [0, 1] * 5))
+    out = check_claims(pd.DataFrame(rows), PN.paper_claims("exp2")).set_index("claim")
+    kg = out.loc["exp2.kg_helps_1hop"]
+    assert kg["verdict"] == "confirmed" and kg["n_pairs"] == n and kg["diff"] == pytest.approx(37.5)
+    assert kg["test"] == "mcnemar (exact)" and kg["p_value"] < 1e-6
+    assert out.loc["exp2.qd_alone_1hop", "verdict"] == "confirmed"   # ~ : 0 of 80 disagree, bound 4.5 points
+    assert out.loc["exp2.ours_below_kaping_1hop", "verdict"] == "not separable at this n"   # 29 vs 30 of 80
+    assert out.loc["exp2.kg_flat_3hop", "verdict"] == "not separable at this n"            # 10 questions
     assert out.loc["exp2.kg_helps_2hop", "verdict"] == "not run"
-    grid = pd.DataFrame({"dataset": ["metaqa-2hop"] * 3, "method": ["kg-rag"] * 3, "hops": [1, 2, 3],
-                         "top_k": [30, 30, 30], "hit1_mean": [10.0, 70.0, 65.0], "hit1_std": [1.0] * 3})
+    grid = pd.DataFrame(_scores("metaqa-2hop", "kg-rag", [0] * 40, hops=1, top_k=30)
+                        + _scores("metaqa-2hop", "kg-rag", [1] * 30 + [0] * 10, hops=2, top_k=30)
+                        + _scores("metaqa-2hop", "kg-rag", [1] * 31 + [0] * 9, hops=3, top_k=30))
     e1 = check_claims(grid, PN.paper_claims("exp1")).set_index("claim")
-    assert e1.loc["exp1.2hop_N1_poor_vs_N2", "verdict"] == "holds"
-    assert e1.loc["exp1.2hop_N1_poor_vs_N3", "verdict"] == "holds"
-    assert e1.loc["exp1.2hop_N2_over_N3", "verdict"] == "holds"
+    assert e1.loc["exp1.2hop_N1_poor_vs_N2", "verdict"] == "confirmed"
+    assert e1.loc["exp1.2hop_N2_over_N3", "verdict"] == "not separable at this n"
     assert e1.loc["exp1.2hop_K_helps", "verdict"] == "not run"
+
+
+def test_question_scores_read_a_run(tmp_path):
+    import json
+
+    from kgrag_lib.report.tables import question_scores
+
+    (tmp_path / "predictions.jsonl").write_text(
+        json.dumps({"qid": "a", "prediction": "It is Louis Malle.", "answers": ["Louis Malle"]}) + "\n", encoding="utf-8")
+    assert question_scores(tmp_path, dataset="metaqa-1hop", seed=0) == [
+        {"dataset": "metaqa-1hop", "seed": 0, "qid": "a", "hit1": 1.0, "hit1_exact": 0.0, "hit1_first": 0.0}]
 
 
 # ---------------------------------------------------------------------------- MetaQA views

@@ -319,3 +319,47 @@ def test_kg_profile_helpers():
     assert len(fig.axes[0].lines) == 1
     assert "Wikipedia-2018" in R.corpus_description("wikipedia")
     assert "gold-derived" in R.corpus_description("auto", ["strategyqa"])
+
+
+def test_kg_infused_claims_are_tested_on_paired_questions():
+    from pathlib import Path
+
+    from kgrag_lib.eval.summary import summarize
+    from kgrag_lib.grid import Cell, GridReport, GridRun
+
+    def cell(run, answers, supporting_hit=None):
+        rows = [{"qid": f"q{i}", "question": "?", "prediction": a, "answers": ["Ann"], "dataset": "2wiki",
+                 "trace": {"passages": [{"pid": "A" if supporting_hit and supporting_hit[i] else "X"}]}}
+                for i, a in enumerate(answers)]
+        return Cell(run, "2wiki", Path("."), summarize(rows), rows, sent=0)
+
+    van, kgi, qe1 = GridRun.of("vanilla-rag"), GridRun.of("kg-infused", rounds=2), GridRun.of("kg-qe-only", rounds=1)
+    report = GridReport([cell(van, ["Bob"] * 40, [False] * 40), cell(kgi, ["Ann"] * 20 + ["Bob"] * 20),
+                         cell(qe1, ["Bob"] * 40, [True] * 3 + [False] * 37)], sent=0)
+    out = R.check_claims(report, supporting={f"q{i}": ["A"] for i in range(40)}).set_index("claim")
+    c = out.loc["t1.kg_infused_over_vanilla_rag.2wiki"]
+    # avg per question: Ann -> acc 1, f1 1, em 1 -> 1; Bob -> 0: 20 of 40 better, none worse
+    assert c["verdict"] == "confirmed" and c["n_pairs"] == 40 and c["diff"] == pytest.approx(50.0)
+    assert c["statement"] == "KG-Infused RAG (w/ 2-Round) > Vanilla RAG"
+    assert out.loc["t4.kg_qe_recall.2wiki", "verdict"] == "not separable at this n"   # 3 of 40
+    assert out.loc["t1.kg_infused_over_vanilla_rag.hotpotqa", "verdict"] == "not run"
+    assert out.loc["f2.round2_over_round1.2wiki", "verdict"] == "not run"
+
+
+def test_kg_difference_pairs_the_same_configuration_on_two_kgs():
+    from pathlib import Path
+
+    from kgrag_lib.eval.summary import summarize
+    from kgrag_lib.grid import Cell, GridReport, GridRun
+
+    run = GridRun.of("kg-infused", rounds=2)
+
+    def grid(answers):
+        rows = [{"qid": f"q{i}", "question": "?", "prediction": a, "answers": ["Ann"], "dataset": "2wiki"}
+                for i, a in enumerate(answers)]
+        return GridReport([Cell(run, "2wiki", Path("."), summarize(rows), rows, sent=0)], sent=0)
+
+    out = R.kg_difference(grid(["Bob"] * 40), grid(["Ann"] * 25 + ["Bob"] * 15), "heldout", "oracle")
+    row = out.iloc[0]
+    assert row["configuration"] == "KG-Infused RAG (w/ 2-Round)" and row["n_pairs"] == 40
+    assert (row["heldout"], row["oracle"], row["diff"]) == (0.0, 62.5, 62.5) and row["separable"] == "yes"

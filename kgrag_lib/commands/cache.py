@@ -1,4 +1,9 @@
-"""`kgrag cache check | salvage [PATH]`: test the LLM cache file, and rescue the answers of a damaged one.
+"""`kgrag cache check | salvage | export | import`: test the LLM cache file, rescue the answers of a
+damaged one, and carry answers between machines.
+
+`export FILE.jsonl.gz` writes the cache's rows (optionally of some models only) as a compact
+gzip file that can be committed: a long reference run's answers then survive a fresh checkout,
+and `import FILE.jsonl.gz` loads them back so rerunning it sends no call for finished work.
 
 A damaged cache stops every run with a message naming it. `salvage` copies every row that can
 still be read (and whose key matches its request) into a fresh file at the same path and moves
@@ -23,6 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = cache_sub.add_parser("salvage", help="copy the readable rows of a damaged cache into a fresh one")
     q.add_argument("path", nargs="?", default=None, help="the cache file (default: the one runs use)")
     q.set_defaults(func=handle_salvage)
+    q = cache_sub.add_parser("export", help="write the cache's rows to a gzip JSON-lines file")
+    q.add_argument("dest", help="the file to write, e.g. results/reference/llm-cache/metaqa.jsonl.gz")
+    q.add_argument("--cache", default=None, help="the cache file (default: the one runs use)")
+    q.add_argument("--identity", action="append", default=None,
+                   help="only rows of this model identity (repeatable; see `kgrag cache check`)")
+    q.set_defaults(func=handle_export)
+    q = cache_sub.add_parser("import", help="load rows written by `kgrag cache export` into the cache")
+    q.add_argument("src", nargs="+", help="one or more .jsonl.gz files")
+    q.add_argument("--cache", default=None, help="the cache file (default: the one runs use)")
+    q.set_defaults(func=handle_import)
 
 
 def handle_check(args: argparse.Namespace) -> int:
@@ -44,3 +59,21 @@ def handle_salvage(args: argparse.Namespace) -> int:
     print(f"kept {r.kept} rows in a fresh {r.path}; lost {lost} (the next run recomputes them); "
           f"the damaged file is now {r.moved_to}")
     return 0
+
+
+def handle_export(args: argparse.Namespace) -> int:
+    from ..llm.cache import export_cache
+
+    n = export_cache(args.dest, args.cache, identities=args.identity)
+    print(f"wrote {n} cached answers to {args.dest}")
+    return 0
+
+
+def handle_import(args: argparse.Namespace) -> int:
+    from ..llm.cache import import_cache
+
+    for src in args.src:
+        added, refused = import_cache(src, args.cache)
+        print(f"{src}: added {added} answers" + (f"; refused {refused} rows whose key does not match" if refused else ""))
+    return 0
+

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from ..errors import CacheDamagedError, MissingDataError, UnreadableFileError
 from ..paths import cache_dir
@@ -412,3 +412,75 @@ def salvage_cache(path: str | os.PathLike | None = None) -> SalvageReport:
             os.replace(f"{path}{suffix}", f"{aside}{suffix}")
     os.replace(fresh, path)
     return SalvageReport(path, kept, bad, aside)
+
+
+def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None, *,
+                 identities: Iterable[str] | None = None, since: float | None = None) -> int:
+    """Write the cache's rows (optionally only some model identities, or rows created after
+    `since`, a unix time) as gzip JSON lines: a compact file that can be committed, so the
+    answers a long run paid for survive a fresh checkout (`import_cache` loads it back)."""
+    import gzip
+
+    src = _cache_file(path)
+    conn = _read_only(src)
+    try:
+        sql, args = f"SELECT {_COLUMNS} FROM calls", []
+        where = []
+        if identities is not None:
+            ids = list(identities)
+            where.append(f"identity IN ({', '.join('?' * len(ids))})")
+            args += ids
+        if since is not None:
+            where.append("created >= ?")
+            args.append(float(since))
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = conn.execute(sql + " ORDER BY created, key", args).fetchall()
+    finally:
+        conn.close()
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(dict(zip(_COLUMNS.split(", "), row)), ensure_ascii=False) + "\n")
+    os.replace(tmp, dest)
+    return len(rows)
+
+
+def import_cache(src: str | os.PathLike, path: str | os.PathLike | None = None) -> tuple[int, int]:
+    """Load rows written by `export_cache` into the cache; (added, refused). A row whose key is
+    not the hash of its request is refused, never stored; rows already present are kept."""
+    import gzip
+
+    src = Path(src)
+    cache = LLMCache(path)
+    good, refused = [], 0
+    try:
+        with gzip.open(src, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                rec = json.loads(line)
+                row = tuple(rec.get(c) for c in _COLUMNS.split(", "))
+                if _valid_row(row):
+                    good.append(row)
+                else:
+                    refused += 1
+    except (OSError, ValueError, EOFError) as exc:
+        from ..errors import DataFormatError
+
+        raise DataFormatError(src, None, "a gzip JSON-lines export of the LLM cache (kgrag cache export)",
+                              f"{type(exc).__name__}: {exc}") from None
+    with cache._lock:
+        conn = cache._connect()
+        before = int(conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+        cache._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+        try:
+            conn.executemany(f"INSERT OR IGNORE INTO calls ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", good)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        after = int(conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+    cache.close()
+    return after - before, refused
+

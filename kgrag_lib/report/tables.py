@@ -32,6 +32,20 @@ def metrics_row(metrics: Mapping[str, Any], **labels: Any) -> dict[str, Any]:
     return row
 
 
+def question_scores(run_dir: Any, metrics: Sequence[str] = ("hit1", "hit1_exact", "hit1_first"),
+                    **labels: Any) -> list[dict[str, Any]]:
+    """One row per question of a run (its predictions.jsonl): the labels, the qid and each
+    metric's value in [0, 1] (None where it does not apply). Paired tests pair these rows."""
+    from pathlib import Path
+
+    from ..eval.metrics import score_items
+    from ..runner import PRED_FILE, read_predictions
+
+    rows = read_predictions(Path(run_dir) / PRED_FILE)
+    items = score_items(rows, metrics)
+    return [{**labels, "qid": r["qid"], **{m: items[m][i] for m in metrics}} for i, r in enumerate(rows)]
+
+
 def _frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
 

@@ -20,10 +20,10 @@ from typing import Any, Sequence
 from ..config import RunConfig, load_profile, make_config, profile_section
 from ..errors import ConfigError
 from ..methods.base import RunContext
-from . import kg_infused, metaqa
+from . import kg_infused, metaqa, report
 from .base import NotebookSettings, resolve
 
-NOTEBOOKS: dict[str, type[NotebookSettings]] = {**metaqa.NOTEBOOKS, **kg_infused.NOTEBOOKS}
+NOTEBOOKS: dict[str, type[NotebookSettings]] = {**metaqa.NOTEBOOKS, **kg_infused.NOTEBOOKS, **report.NOTEBOOKS}
 
 
 @dataclass

@@ -43,6 +43,8 @@ class KGInfusedNotebook(KGInfusedRuns):
 
     from_methods = {**SHARED, "rounds": (KGI, "rounds")}
     rounds: int | None = opt(None, "activation rounds (paper: 2; None: methods.kg-infused.rounds)")
+    upper_bound_kg: str | None = opt(None, "also run the KG variants with this KG (e.g. 2wiki-evidence-oracle) and "
+                                           "show the paired difference (None: skip)")
 
 
 @dataclass

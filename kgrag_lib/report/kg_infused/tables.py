@@ -412,3 +412,83 @@ def relation_frequencies(rels: Any, names: Sequence[str] | Mapping[int, str], to
     return pd.DataFrame({"relation": [names[int(i)] for i in order if counts[i] > 0],
                          "triples": [int(counts[i]) for i in order if counts[i] > 0],
                          "share %": [round(100.0 * counts[i] / max(r.size, 1), 2) for i in order if counts[i] > 0]})
+
+
+def question_values(rows: Iterable[Mapping[str, Any]], metric: str, supporting: Mapping[str, Sequence[str]] | None = None
+                    ) -> dict[str, float]:
+    """qid -> one question's value of `metric` in [0, 1]: avg (mean of Acc, F1, EM; Acc alone for
+    yes/no StrategyQA, as the paper's tables), any answer metric, or recall@K from the trace
+    against `supporting` (questions without gold passages are left out)."""
+    from ...eval.metrics import get_metric, recall_at_k
+
+    out: dict[str, float] = {}
+    for r in rows:
+        if metric.startswith("recall@"):
+            gold = list((supporting or {}).get(r["qid"], []))
+            if gold:
+                out[r["qid"]] = recall_at_k(retrieved_ids(r.get("trace") or {}), gold, int(metric.split("@")[1]))
+            continue
+        if metric == "avg":
+            if r.get("dataset") == "strategyqa":
+                out[r["qid"]] = get_metric("acc")(r)
+            else:
+                out[r["qid"]] = sum(get_metric(m)(r) for m in ("acc", "f1", "em")) / 3
+        else:
+            v = get_metric(metric)(r)
+            if v is not None:
+                out[r["qid"]] = v
+    return out
+
+
+def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting: Mapping[str, Sequence[str]] | None = None,
+                 alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
+    """The paper's "A beats B" claims (`paper_numbers.CLAIMS`) tested on a grid's per-question
+    scores, paired on the same questions (`kgrag_lib.eval.paired`): confirmed, refuted, or not
+    separable at this n, with the difference, its 95% interval and p. A claim whose two sides
+    the grid did not run reads 'not run'."""
+    from ...eval.paired import paired_test, verdict
+
+    def side(variant: str, rounds: int | None, dataset: str) -> list[dict[str, Any]] | None:
+        cells = [c for c in report.cells if c.dataset == dataset and c.run.method == variant
+                 and (rounds is None or dict(c.run.cfg).get("rounds") == rounds)]
+        return cells[0].rows if cells else None
+
+    out = []
+    for cid, table, dataset, a, rel, b, metric, quote in (P.CLAIMS if claims is None else claims):
+        rows_a, rows_b = side(*a, dataset), side(*b, dataset)
+        label = f"{round_label(a[0], a[1])} {rel} {round_label(b[0], b[1])}"
+        rec = {"claim": cid, "table": table, "dataset": dataset, "statement": label, "metric": metric, "n_pairs": 0,
+               "ours_a": math.nan, "ours_b": math.nan, "diff": math.nan, "ci95": None, "p_value": math.nan,
+               "test": "", "verdict": "not run", "quote": quote}
+        if rows_a is not None and rows_b is not None:
+            va, vb = question_values(rows_a, metric, supporting), question_values(rows_b, metric, supporting)
+            both = [q for q in va if q in vb]
+            r = paired_test([va[q] for q in both], [vb[q] for q in both])
+            rec.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff,
+                       ci95=[round(v, 1) for v in r.ci95], p_value=r.p_value, test=r.test,
+                       verdict=verdict(rel, r, alpha=alpha, margin=margin))
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: str = "avg") -> pd.DataFrame:
+    """The same configurations on two KGs (two grids over the same questions): per configuration
+    and dataset, each KG's mean of `metric` (points), the paired difference other − base with its
+    95% interval and p, and whether it is separable at this n."""
+    from ...eval.paired import paired_test
+
+    recs = []
+    for cell in base.cells:
+        twin = next((c for c in other.cells if c.run == cell.run and c.dataset == cell.dataset), None)
+        if twin is None:
+            continue
+        va, vb = question_values(twin.rows, metric), question_values(cell.rows, metric)
+        both = [q for q in va if q in vb]
+        r = paired_test([va[q] for q in both], [vb[q] for q in both])
+        recs.append({"configuration": round_label(cell.run.method, dict(cell.run.cfg).get("rounds")),
+                     "dataset": cell.dataset, "metric": metric, "n_pairs": r.n, base_kg: round(r.mean_b, 1),
+                     other_kg: round(r.mean_a, 1), "diff": round(r.diff, 1), "ci95": [round(v, 1) for v in r.ci95],
+                     "p_value": r.p_value,
+                     "separable": "yes" if r.p_value < 0.05 else "not separable at this n"})
+    return pd.DataFrame(recs)
+

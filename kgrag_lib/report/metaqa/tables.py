@@ -151,51 +151,52 @@ def _claim_side(label: str) -> dict[str, Any]:
     return {"method": label}
 
 
-def _lookup(agg: pd.DataFrame, labels: Mapping[str, Any], metric: str) -> tuple[float, float] | None:
-    sel = pd.Series(True, index=agg.index)
+def _side(scores: pd.DataFrame, labels: Mapping[str, Any], metric: str) -> pd.Series | None:
+    """Per-question values of one side of a claim, indexed by (seed, qid); None when not run."""
+    sel = pd.Series(True, index=scores.index)
     for col, val in labels.items():
-        if col not in agg.columns:
+        if col not in scores.columns:
             return None
-        sel &= agg[col] == val
-    hit = agg[sel]
-    if len(hit) != 1:
+        sel &= scores[col] == val
+    hit = scores[sel]
+    if hit.empty:
         return None
-    r = hit.iloc[0]
-    return float(r[f"{metric}_mean"]), float(r.get(f"{metric}_std", np.nan))
+    seeds = hit["seed"] if "seed" in hit.columns else pd.Series(0, index=hit.index)
+    return pd.Series(hit[metric].to_numpy(dtype=float), index=pd.MultiIndex.from_arrays([seeds, hit["qid"]]))
 
 
-def check_claims(agg: pd.DataFrame, claims: Sequence[Claim] | None = None, metric: str = "hit1",
-                 tie_points: float = 5.0, method: str = "kg-rag") -> pd.DataFrame:
-    """Check the paper's ordinal statements against our seed-averaged numbers.
+def check_claims(scores: pd.DataFrame, claims: Sequence[Claim] | None = None, metric: str = "hit1",
+                 method: str = "kg-rag", alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
+    """Test the paper's ordinal statements on paired per-question scores (`question_scores` rows
+    of every run: dataset, method, hops, top_k, seed, qid and the metric).
 
-    Rules (stated so a reader can redo them): for '>' the claim holds when our mean of `a`
-    exceeds that of `b`; '<' the reverse; '~' when the two means differ by at most
-    `tie_points` percentage points. Experiment-1 claims compare kg-rag settings (`N=`/`K=`)
-    with the claim's other settings held fixed. A claim whose two sides were not both run
-    is reported as 'not run'. Small samples make these verdicts noisy: read them with the
-    standard deviations beside them.
+    The two sides of a claim are paired on the same (seed, question); the verdict is
+    confirmed / refuted / not separable at this n (`kgrag_lib.eval.paired`: McNemar's exact
+    test for 0/1 scores, `~` claims by equivalence within ±`margin` points). Experiment-1
+    claims compare kg-rag settings (`N=`/`K=`) with the claim's other settings held fixed. A
+    claim whose two sides were not both run reads 'not run'.
     """
+    from ...eval.paired import paired_test, verdict
+
     claims = list(CLAIMS if claims is None else claims)
+    require_columns(scores, ("dataset", "qid", metric), "per-question scores")
     rows = []
     for c in claims:
+        if c.relation not in (">", "<", "~"):
+            raise ConfigError(f"claim {c.cid}: relation must be '>', '<' or '~', got {c.relation!r}")
         base = {"dataset": c.dataset, **c.fixed}
-        if c.experiment == "exp1" and "method" in agg.columns:
+        if c.experiment == "exp1" and "method" in scores.columns:
             base["method"] = method
-        a = _lookup(agg, {**base, **_claim_side(c.a)}, metric)
-        b = _lookup(agg, {**base, **_claim_side(c.b)}, metric)
+        a = _side(scores, {**base, **_claim_side(c.a)}, metric)
+        b = _side(scores, {**base, **_claim_side(c.b)}, metric)
         row = {"claim": c.cid, "dataset": c.dataset, "statement": f"{c.a} {c.relation} {c.b}",
-               "ours_a": np.nan, "ours_b": np.nan, "diff": np.nan, "verdict": "not run",
-               "source": c.source, "quote": c.quote}
+               "n_pairs": 0, "ours_a": np.nan, "ours_b": np.nan, "diff": np.nan, "ci95": None, "p_value": np.nan,
+               "test": "", "verdict": "not run", "source": c.source, "quote": c.quote}
         if a is not None and b is not None:
-            diff = a[0] - b[0]
-            if c.relation == ">":
-                ok = diff > 0
-            elif c.relation == "<":
-                ok = diff < 0
-            elif c.relation == "~":
-                ok = abs(diff) <= tie_points
-            else:
-                raise ConfigError(f"claim {c.cid}: relation must be '>', '<' or '~', got {c.relation!r}")
-            row.update(ours_a=a[0], ours_b=b[0], diff=diff, verdict="holds" if ok else "does not hold")
+            both = a.index.intersection(b.index)
+            r = paired_test(a.loc[both].to_numpy(), b.loc[both].to_numpy())
+            row.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff,
+                       ci95=[round(v, 1) for v in r.ci95], p_value=r.p_value, test=r.test,
+                       verdict=verdict(c.relation, r, alpha=alpha, margin=margin))
         rows.append(row)
     return pd.DataFrame(rows)

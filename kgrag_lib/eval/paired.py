@@ -1,0 +1,96 @@
+"""Paired comparisons: does system A beat system B on the same questions?
+
+Every "A beats B" claim of the papers is tested on per-question scores of both systems on the
+same questions: McNemar's exact test when the scores are 0/1 (Hit@1, EM, Acc), a paired
+bootstrap otherwise (F1, Avg), and always a paired-bootstrap 95% interval of the difference.
+A claim is then *confirmed* (the difference goes the claimed way, p < alpha), *refuted* (it
+goes the other way, p < alpha) or *not separable at this n*. An "about the same" claim (`~`)
+is confirmed only when the difference provably lies within ±`margin` points (an equivalence
+test), refuted when the systems differ (p < alpha), and otherwise not separable. A bootstrap
+interval collapses to [0, 0] when two systems agree on a handful of questions, so for 0/1
+scores the bound used is the exact (Clopper-Pearson, 97.5%) upper bound of the share of
+questions on which they disagree, which |A - B| can never exceed; for other scores the
+interval must come from at least `MIN_EQUIVALENCE_N` questions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+CONFIRMED, REFUTED, NOT_SEPARABLE = "confirmed", "refuted", "not separable at this n"
+MIN_EQUIVALENCE_N = 30
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """A minus B on n paired questions, in percentage points."""
+
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: float
+    ci95: tuple[float, float]
+    p_value: float
+    test: str            # "mcnemar (exact)" | "paired bootstrap"
+    a_only: int = 0      # 0/1 scores: questions A gets right and B wrong
+    b_only: int = 0
+    disagree_upper: float | None = None   # 0/1 scores: exact upper bound of the disagreement share, points
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ci95"] = list(self.ci95)
+        return d
+
+
+def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, seed: int = 0) -> PairedResult:
+    """Compare per-question scores in [0, 1] of two systems on the same questions (same order)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired scores must be two equal-length lists; got {x.shape} and {y.shape}")
+    n = int(x.size)
+    if n == 0:
+        return PairedResult(0, float("nan"), float("nan"), float("nan"), (float("nan"), float("nan")), 1.0,
+                            "no pairs")
+    d = x - y
+    rng = np.random.default_rng(seed)
+    boots = d[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
+    lo, hi = np.percentile(boots, [2.5, 97.5])
+    binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+    a_only, b_only = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
+    upper = None
+    if binary:
+        from scipy.stats import beta, binomtest
+
+        k = a_only + b_only
+        p = 1.0 if k == 0 else float(binomtest(a_only, k, 0.5).pvalue)
+        upper = 100.0 if k == n else 100 * float(beta.ppf(0.975, k + 1, n - k))
+        test = "mcnemar (exact)"
+    else:
+        # two-sided bootstrap p: how often the resampled difference falls on the other side of 0
+        p = float(min(1.0, 2 * min((boots <= 0).mean(), (boots >= 0).mean()))) if d.any() else 1.0
+        test = "paired bootstrap"
+    return PairedResult(n, 100 * float(x.mean()), 100 * float(y.mean()), 100 * float(d.mean()),
+                        (100 * float(lo), 100 * float(hi)), p, test, a_only if binary else 0, b_only if binary else 0,
+                        upper)
+
+
+def verdict(relation: str, result: PairedResult, *, alpha: float = 0.05, margin: float = 5.0) -> str:
+    """The claim `A <relation> B` ('>', '<' or '~') judged by a paired result (see module doc)."""
+    if result.n == 0:
+        return NOT_SEPARABLE
+    if relation == "~":
+        if result.p_value < alpha:
+            return REFUTED
+        if result.disagree_upper is not None:
+            return CONFIRMED if result.disagree_upper <= margin else NOT_SEPARABLE
+        lo, hi = result.ci95
+        return CONFIRMED if result.n >= MIN_EQUIVALENCE_N and -margin <= lo and hi <= margin else NOT_SEPARABLE
+    if relation not in (">", "<"):
+        raise ValueError(f"relation must be '>', '<' or '~', got {relation!r}")
+    if result.p_value >= alpha or result.diff == 0:
+        return NOT_SEPARABLE
+    claimed = result.diff > 0 if relation == ">" else result.diff < 0
+    return CONFIRMED if claimed else REFUTED

@@ -1,0 +1,260 @@
+"""The study's report: everything the notebooks and runs of one results folder found, in one
+REPORT.md (and HTML), plus a compact copy of the results that can be committed.
+
+It reads only files: each notebook's `summary.json` (its result rows, including the paper's
+claims tested on paired questions: rows with a "claim" key) and each run's `manifest.json`,
+`metrics.json` and `predictions.jsonl` under `<results>/<notebook>/runs/`. So a method added
+later (SA-RAG, TCR-QF) appears in the claims, the cross-method table and the cost lines as
+soon as its notebooks and runs exist, without editing the report notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from .tables import to_markdown
+
+RUN_SCORES = ("hit1", "hit1_exact", "em", "f1", "acc")
+COST_KEYS = ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens", "seconds")
+# What every paper's reproduction here differs in from the paper, whatever the profile.
+DEVIATIONS_COMMON = (
+    "Runs on CPU use the profile's small instruction model (cpu profiles: Qwen2.5-Coder 0.5B/1.5B, 4-bit, "
+    "llama.cpp), not the papers' 7-8B models; token budgets per stage are cut (see methods.* in the profile).",
+    "Sample sizes are the profile's (cpu-reference: about 100 questions per dataset), not the papers' 500-1,000 "
+    "x seeds; every table states its n and every claim is tested on paired questions.",
+    "Retriever: MiniLM-L6 (or mpnet) sentence embeddings, not Contriever / multi-qa-mpnet.",
+)
+
+
+def paper_deviations() -> list[str]:
+    """Every paper's own deviation list (`report/<paper>/paper_numbers.DEVIATIONS`); a new paper
+    adds its module here."""
+    from .kg_infused import paper_numbers as kg_infused
+    from .metaqa import paper_numbers as metaqa
+
+    return [*metaqa.DEVIATIONS, *kg_infused.DEVIATIONS]
+
+
+@dataclass
+class StudyResults:
+    """What one results folder holds."""
+
+    root: Path
+    summaries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)   # notebook -> rows
+    runs: list[dict[str, Any]] = field(default_factory=list)                   # one record per run folder
+
+    @property
+    def claims(self) -> pd.DataFrame:
+        rows = [{"notebook": nb, **r} for nb, rs in self.summaries.items() for r in rs if "claim" in r]
+        return pd.DataFrame(rows)
+
+
+def read_run(folder: Path) -> dict[str, Any] | None:
+    """One run folder as a flat record: identity, scores, cost, and its per-question rows."""
+    try:
+        man = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        met = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    cfg = man.get("config") or {}
+    run = cfg.get("run") or {}
+    mcfg = cfg.get("method_config") or {}
+    rec = {"folder": str(folder), "method": run.get("method"), "dataset": run.get("dataset"), "n": met.get("n"),
+           "seed": run.get("seed"), "model": run.get("model"), "embedder": run.get("embedder"),
+           "kg": mcfg.get("kg") or (mcfg.get("kb") and "metaqa:" + str(mcfg.get("kb"))) or None,
+           "rounds": mcfg.get("rounds"), "hops": mcfg.get("hops"), "top_k": mcfg.get("top_k"),
+           "qids": tuple(cfg.get("qids") or ()), "commit": (man.get("git") or {}).get("commit"),
+           "failed": met.get("failed"), "questions_with_issues": met.get("questions_with_issues")}
+    rec.update({m: met.get(m) for m in RUN_SCORES})
+    rec.update({f"{m}_ci95": met.get(f"{m}_ci95") for m in RUN_SCORES})
+    cost = met.get("cost_per_question") or {}
+    rec.update({f"{k}_per_q": cost.get(k) for k in COST_KEYS})
+    rec["answer_seconds_total"] = round(float(cost.get("seconds") or 0.0) * int(met.get("n") or 0), 1)
+    return rec
+
+
+def collect(root: str | Path, exclude: Iterable[str] = ("90_report",)) -> StudyResults:
+    """Every notebook summary and every run under a results folder (`results/<profile>`),
+    except the report's own folder."""
+    from ..notebooks import read_summary
+
+    root = Path(root)
+    out = StudyResults(root)
+    skip = set(exclude)
+    for nb in sorted(p for p in root.iterdir() if p.is_dir() and (p / "summary.json").exists() and p.name not in skip):
+        out.summaries[nb.name] = read_summary(nb)
+    for man in sorted(root.glob("*/runs/**/manifest.json")):
+        rec = read_run(man.parent)
+        if rec is not None:
+            rec["notebook"] = man.relative_to(root).parts[0]
+            out.runs.append(rec)
+    return out
+
+
+def unique_runs(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """One row per distinct run (several notebooks rerun the same method on the same sample)."""
+    df = pd.DataFrame(list(runs))
+    if df.empty:
+        return df
+    key = ["method", "dataset", "model", "seed", "kg", "rounds", "hops", "top_k", "qids"]
+    return df.drop_duplicates(subset=[k for k in key if k in df.columns]).reset_index(drop=True)
+
+
+def cross_method_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every method on the same questions with the same model: one block per (dataset, sample,
+    model), the answer scores and the LLM cost per question."""
+    if runs.empty:
+        return runs
+    cols = ["dataset", "n", "seed", "model", "method", "kg", "rounds", "hops", "top_k", *RUN_SCORES,
+            "failed", "questions_with_issues", *[f"{k}_per_q" for k in COST_KEYS]]
+    df = runs[[c for c in cols if c in runs.columns]].copy()
+    df = df.dropna(axis=1, how="all")
+    return df.sort_values([c for c in ("dataset", "n", "seed", "model", "method") if c in df.columns]).reset_index(drop=True)
+
+
+def cost_by_notebook(runs: pd.DataFrame) -> pd.DataFrame:
+    """Hours the machine spent answering the questions of each notebook's distinct runs
+    (per-question seconds as first computed; a resume or a cache hit adds nothing)."""
+    if runs.empty:
+        return runs
+    g = runs.groupby("notebook")["answer_seconds_total"].sum() / 3600
+    return pd.DataFrame({"answering wall hours": g.round(2), "core-hours (2 cores)": (2 * g).round(2),
+                         "runs": runs.groupby("notebook").size()})
+
+
+def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
+    if claims.empty:
+        return claims
+    cols = ["table", "claim", "dataset", "statement", "metric", "n_pairs", "ours_a", "ours_b", "diff", "ci95",
+            "p_value", "verdict"]
+    df = claims[[c for c in cols if c in claims.columns]].copy()
+    for c in ("ours_a", "ours_b", "diff"):
+        if c in df:
+            df[c] = df[c].map(lambda v: None if v is None or pd.isna(v) else round(float(v), 1))
+    if "p_value" in df:
+        df["p_value"] = df["p_value"].map(lambda v: None if v is None or pd.isna(v) else float(f"{float(v):.3g}"))
+    return df
+
+
+SECONDARY_METRICS = ("hit1_exact",)   # claims also tested on a stricter reading, listed apart
+
+
+def verdict_counts(claims: pd.DataFrame) -> pd.DataFrame:
+    """Claims per table and verdict (primary metrics only)."""
+    if claims.empty:
+        return claims
+    main = claims[~claims["metric"].isin(SECONDARY_METRICS)] if "metric" in claims else claims
+    counts = main.groupby(["table", "verdict"]).size().unstack(fill_value=0)
+    counts.columns.name = None
+    return counts.reset_index()
+
+
+def _md(df: pd.DataFrame, digits: int = 1) -> str:
+    return to_markdown(df, digits=digits) if not df.empty else "(none)"
+
+
+def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] = (), extra: str = "") -> str:
+    """REPORT.md: the claims and their verdicts, each notebook's tables, the cross-method table,
+    what every table cost, and every deviation from the papers in one list."""
+    from ..provenance import git_commit
+
+    runs = unique_runs(res.runs)
+    claims = claims_table(res.claims)
+    commit = git_commit()
+    models = sorted({str(m) for m in runs.get("model", pd.Series(dtype=str)).dropna()})
+    hours = float(runs["answer_seconds_total"].sum()) / 3600 if not runs.empty else 0.0
+    parts = [f"# kgrag study report ({profile})", "",
+             f"Made {time.strftime('%Y-%m-%d %H:%M')} from `{res.root}` at commit "
+             f"`{(commit.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if commit.get('dirty') else ''}. "
+             f"Models: {', '.join(models) or 'none'}. {len(runs)} distinct runs; answering them took "
+             f"{hours:.2f} wall hours on this machine ({2 * hours:.2f} core-hours on 2 cores).", ""]
+    if extra:
+        parts += [extra, ""]
+    parts += ["## The papers' claims, tested", "",
+              "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
+              "exact test on 0/1 scores, else a paired bootstrap), otherwise **not separable at this n**; `~` "
+              "claims need the difference bounded within ±5 points. `diff` and `ci95` are A − B in points.", "",
+              _md(verdict_counts(claims), 0) if not claims.empty else "(no claims were tested)", ""]
+    if not claims.empty:
+        secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
+        parts += [_md(claims[~secondary]), "",
+                  "The MetaQA claims again under Hit@1 exact (§4.2.1 read literally):", "", _md(claims[secondary]), ""]
+    parts += ["## Every method on the same questions", "",
+              "Scores in percent; cost per question counts every LLM request, cached or not, and the seconds it "
+              "took when first computed.", "", _md(cross_method_table(runs)), ""]
+    parts += ["## What each notebook's runs cost", "", _md(cost_by_notebook(runs), 2), ""]
+    parts += ["## Each notebook's results", ""]
+    for nb, rows in res.summaries.items():
+        kinds: dict[tuple, list[dict[str, Any]]] = {}
+        for r in rows:
+            if "claim" not in r:
+                kinds.setdefault(tuple(r), []).append(r)
+        parts += [f"### {nb}", ""]
+        for group in kinds.values():
+            parts += [_md(pd.DataFrame(group).dropna(axis=1, how="all")), ""]
+    every = [*DEVIATIONS_COMMON, *paper_deviations(), *deviations]
+    parts += ["## Deviations from the papers", ""] + [f"- {d}" for d in every] + [""]
+    return "\n".join(parts)
+
+
+def write_report(res: StudyResults, dest: str | Path, profile: str, deviations: Iterable[str] = (),
+                 extra: str = "") -> tuple[Path, Path]:
+    """REPORT.md and REPORT.html in `dest`."""
+    import markdown
+
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    text = report_markdown(res, profile, deviations, extra)
+    md_path, html_path = dest / "REPORT.md", dest / "REPORT.html"
+    md_path.write_text(text, encoding="utf-8")
+    body = markdown.markdown(text, extensions=["tables", "fenced_code"])
+    html_path.write_text(f"<!doctype html><meta charset='utf-8'><title>kgrag report ({profile})</title>"
+                         f"<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}}table{{border-collapse:"
+                         f"collapse;font-size:12px}}td,th{{border:1px solid #ccc;padding:2px 5px}}</style>{body}",
+                         encoding="utf-8")
+    return md_path, html_path
+
+
+def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[dict[str, Any]]:
+    """A run's questions without traces: qid, dataset, prediction, golds, per-question scores, cost."""
+    from ..eval.metrics import score_items
+    from ..runner import PRED_FILE, read_predictions
+
+    rows = read_predictions(run_folder / PRED_FILE)
+    items = score_items(rows, tuple(metrics))
+    keep = ("qid", "dataset", "prediction", "answers", "failed", "error", "cost")
+    return [{**{k: r.get(k) for k in keep}, "issues": (r.get("trace") or {}).get("issues") or [],
+             **{m: items[m][i] for m in items}} for i, r in enumerate(rows)]
+
+
+def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None) -> Path:
+    """Copy what a reader needs into `dest` (meant to be committed): REPORT.md/html, every
+    notebook's summary.json, and per run its manifest.json, metrics.json and a compact
+    questions.jsonl (no traces), plus the figures."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("REPORT.md", "REPORT.html"):
+        if (res.root / name).exists():
+            shutil.copy2(res.root / name, dest / name)
+    for nb in res.summaries:
+        (dest / nb).mkdir(exist_ok=True)
+        shutil.copy2(res.root / nb / "summary.json", dest / nb / "summary.json")
+    for run in res.runs:
+        src = Path(run["folder"])
+        out = dest / src.relative_to(res.root)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("manifest.json", "metrics.json"):
+            shutil.copy2(src / name, out / name)
+        with open(out / "questions.jsonl", "w", encoding="utf-8") as fh:
+            for r in compact_rows(src):
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    if figures and Path(figures).is_dir():
+        shutil.copytree(figures, dest / "figures", dirs_exist_ok=True)
+    return dest

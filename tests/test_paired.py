@@ -1,0 +1,65 @@
+"""Paired tests and claim verdicts on hand-made per-question scores."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kgrag_lib.eval.paired import CONFIRMED, NOT_SEPARABLE, REFUTED, paired_test, verdict
+
+
+def test_mcnemar_on_binary_scores_matches_the_exact_binomial():
+    # 12 questions A right and B wrong, 2 the other way, 86 ties: discordant 14, k = 12
+    a = [1] * 12 + [0] * 2 + [1] * 40 + [0] * 46
+    b = [0] * 12 + [1] * 2 + [1] * 40 + [0] * 46
+    r = paired_test(a, b)
+    assert r.test == "mcnemar (exact)" and (r.a_only, r.b_only) == (12, 2) and r.n == 100
+    # two-sided exact binomial: 2 * P(X <= 2 | 14, 0.5) = 2 * (1 + 14 + 91) / 2**14
+    assert r.p_value == pytest.approx(2 * 106 / 2 ** 14)
+    assert r.diff == pytest.approx(10.0) and r.mean_a == pytest.approx(52.0) and r.mean_b == pytest.approx(42.0)
+    lo, hi = r.ci95
+    assert 0 < lo < 10 < hi
+    assert verdict(">", r) == CONFIRMED and verdict("<", r) == REFUTED and verdict("~", r) == REFUTED
+
+
+def test_few_questions_are_not_separable():
+    r = paired_test([1, 1, 0, 1], [0, 1, 0, 0])
+    assert r.p_value == pytest.approx(0.5)          # 2 discordant, both for A
+    assert verdict(">", r) == NOT_SEPARABLE and verdict("<", r) == NOT_SEPARABLE
+
+
+def test_equal_systems_and_the_equivalence_margin():
+    same = [1, 0] * 50
+    r = paired_test(same, same)
+    assert r.p_value == 1.0 and r.diff == 0 and r.ci95 == (0.0, 0.0)
+    # 0 of 100 disagree: exact upper bound 1 - 0.025 ** (1 / 100) = 3.62% <= 5 points
+    assert r.disagree_upper == pytest.approx(100 * (1 - 0.025 ** (1 / 100)))
+    assert verdict("~", r) == CONFIRMED and verdict(">", r) == NOT_SEPARABLE
+    # two identical answers prove nothing: the bootstrap interval is [0, 0], the bound is 84 points
+    tiny = paired_test([1, 0], [1, 0])
+    assert tiny.ci95 == (0.0, 0.0) and tiny.disagree_upper > 80 and verdict("~", tiny) == NOT_SEPARABLE
+    # continuous scores: an interval from fewer than 30 questions never confirms equivalence
+    assert verdict("~", paired_test([0.5] * 10, [0.5] * 10)) == NOT_SEPARABLE
+    assert verdict("~", paired_test([0.5] * 40, [0.5] * 40)) == CONFIRMED
+    # a 20-question sample cannot show equivalence within 5 points even when nothing differs much
+    r = paired_test([1, 0, 1, 0] * 5, [1, 0, 0, 1] * 5)
+    assert verdict("~", r) == NOT_SEPARABLE
+
+
+def test_continuous_scores_use_the_paired_bootstrap():
+    a = [0.9, 0.8, 0.7, 1.0, 0.6] * 20
+    b = [0.5, 0.6, 0.4, 0.7, 0.5] * 20
+    r = paired_test(a, b, seed=1)
+    assert r.test == "paired bootstrap" and r.p_value < 0.01 and verdict(">", r) == CONFIRMED
+    assert r.diff == pytest.approx(26.0)
+    assert paired_test(a, b, seed=1) == r                       # seeded: reproducible
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="equal-length"):
+        paired_test([1, 0], [1])
+    empty = paired_test([], [])
+    assert empty.n == 0 and math.isnan(empty.diff) and verdict(">", empty) == NOT_SEPARABLE
+    with pytest.raises(ValueError, match="relation"):
+        verdict("=", paired_test([1], [0]))

@@ -1,0 +1,74 @@
+"""The study report reads only files: notebook summaries (with claim rows) and run folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kgrag_lib.eval.summary import summarize
+from kgrag_lib.report import study as ST
+from kgrag_lib.runner import run_identity
+
+
+def _run(folder, method, dataset, preds, golds, seconds=2.0):
+    folder.mkdir(parents=True)
+    rows = [{"qid": f"q{i}", "question": "?", "prediction": p, "answers": [g], "dataset": dataset, "method": method,
+             "trace": {"steps": [{"triples": ["(a, b, c)"] * 30}], "issues": []}, "failed": False,
+             "cost": {"seconds": seconds, "llm_requests": 3}} for i, (p, g) in enumerate(zip(preds, golds))]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (folder / "metrics.json").write_text(json.dumps(summarize(rows)), encoding="utf-8")
+    config = {"run": {"method": method, "dataset": dataset, "seed": 0, "model": "m", "embedder": "e"},
+              "method_config": {"hops": 3}, "qids": [r["qid"] for r in rows]}
+    (folder / "manifest.json").write_text(json.dumps({"config": config, "git": {"commit": "abc"}}), encoding="utf-8")
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "results" / "p"
+    golds = ["Ann", "Bob", "Cy", "Di"]
+    _run(root / "12_x" / "runs" / "metaqa-1hop" / "llm", "llm", "metaqa-1hop", ["no", "Bob", "no", "no"], golds)
+    _run(root / "12_x" / "runs" / "metaqa-1hop" / "kg-rag", "kg-rag", "metaqa-1hop",
+         ["It is Ann.", "Bob", "Cy", "no"], golds)
+    _run(root / "13_y" / "runs" / "metaqa-1hop" / "kg-rag", "kg-rag", "metaqa-1hop",    # the same run again
+         ["It is Ann.", "Bob", "Cy", "no"], golds)
+    (root / "12_x" / "summary.json").write_text(json.dumps([
+        {"dataset": "metaqa-1hop", "method": "kg-rag", "hit1_mean": 75.0},
+        {"claim": "exp2.ours_over_llm_1hop", "table": "Figure 5", "dataset": "metaqa-1hop", "statement": "kg-rag > llm",
+         "metric": "hit1", "n_pairs": 4, "ours_a": 75.0, "ours_b": 25.0, "diff": 50.0, "ci95": [0.0, 100.0],
+         "p_value": 0.5, "verdict": "not separable at this n"},
+        {"claim": "exp2.ours_over_llm_1hop", "table": "Figure 5", "dataset": "metaqa-1hop", "statement": "kg-rag > llm",
+         "metric": "hit1_exact", "n_pairs": 4, "verdict": "not separable at this n"}]), encoding="utf-8")
+    (root / "13_y" / "summary.json").write_text(json.dumps([{"method": "kg-rag", "correct": 3}]), encoding="utf-8")
+    (root / "90_report").mkdir()
+    (root / "90_report" / "summary.json").write_text(json.dumps([{"table": "study"}]), encoding="utf-8")
+    return root
+
+
+def test_collect_reads_summaries_claims_and_runs(results):
+    res = ST.collect(results)
+    assert list(res.summaries) == ["12_x", "13_y"]                      # the report's own folder is left out
+    assert len(res.runs) == 3 and len(ST.unique_runs(res.runs)) == 2   # 13_y repeats 12_x's kg-rag run
+    assert list(res.claims["claim"]) == ["exp2.ours_over_llm_1hop"] * 2
+    table = ST.cross_method_table(ST.unique_runs(res.runs)).set_index("method")
+    assert table.loc["kg-rag", "hit1"] == 75.0 and table.loc["llm", "hit1"] == 25.0
+    assert table.loc["kg-rag", "llm_requests_per_q"] == 3
+    cost = ST.cost_by_notebook(ST.unique_runs(res.runs))
+    assert cost.loc["12_x", "answering wall hours"] == pytest.approx(round(16 / 3600, 2))
+
+
+def test_report_and_publish(results, tmp_path):
+    res = ST.collect(results)
+    md, html = ST.write_report(res, results, "p", extra="What the run showed.")
+    text = md.read_text()
+    for heading in ("## The papers' claims, tested", "## Every method on the same questions", "## What each notebook",
+                    "### 12_x", "## Deviations from the papers"):
+        assert heading in text
+    assert "What the run showed." in text and "Hit@1 exact (§4.2.1 read literally)" in text
+    assert "KG-Infused RAG: no DPO" in text and "<table>" in html.read_text()
+    dest = ST.publish(res, tmp_path / "published")
+    q = [json.loads(l) for l in (dest / "12_x/runs/metaqa-1hop/kg-rag/questions.jsonl").read_text().splitlines()]
+    assert q[0]["hit1"] == 1.0 and q[0]["hit1_exact"] == 0.0 and "trace" not in q[0] and q[0]["cost"]["seconds"] == 2.0
+    assert (dest / "REPORT.md").exists() and (dest / "12_x" / "summary.json").exists()
+    man = json.loads((dest / "12_x/runs/metaqa-1hop/kg-rag/manifest.json").read_text())
+    assert run_identity(man["config"])["run"]["method"] == "kg-rag"
