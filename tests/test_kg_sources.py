@@ -240,3 +240,20 @@ def test_empty_kb_is_refused_and_not_cached(tmp_path):
     KGStore.from_triples([]).save(tmp_path / "empty_store")
     with pytest.raises(EmptyKGError, match="has no triples"):
         load_kg(str(tmp_path / "empty_store"), cache_dir=tmp_path / "cache")
+
+
+# ---- the build folder of sources without an identity --------------------------------------------
+def test_sources_without_identity_keep_their_build_folders(kb_file, tmp_path):
+    """The folder name recipe from before plans had an identity: existing builds stay valid."""
+    import hashlib
+
+    kg = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
+    st = kb_file.stat()
+    h = hashlib.sha256(f"v{S.BUILDER_VERSION}\0".encode())
+    h.update(f"{kb_file.resolve()}\0{st.st_size}\0{int(st.st_mtime)}\0".encode())
+    assert (tmp_path / "cache" / "kg" / f"metaqa-{h.hexdigest()[:16]}" / S.STATS_FILE).is_file()
+    assert kg.extra == {} and not list((tmp_path / "cache" / "kg").glob("*.journal.jsonl"))
+    plan = S.SOURCES["metaqa"].plan(str(kb_file), tmp_path)
+    other = S.SourcePlan(plan.name, plan.inputs, plan.build, identity="model-x")
+    assert S.build_folder(other, tmp_path) != S.build_folder(plan, tmp_path)
+    assert not S.needs_llm("metaqa") and S.needs_llm("text:musique")

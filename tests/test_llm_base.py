@@ -157,3 +157,86 @@ def test_per_question_cost_with_snapshots(tmp_path):
     cost = llm.usage.since(snap)
     assert cost.calls == 1 and cost.cache_hits == 1
     assert cost.total_prompt_tokens == 6 and cost.total_completion_tokens == 6
+
+
+# ---- the json_schema knob -------------------------------------------------------------------
+SCHEMA = '{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}'
+SYS_Q = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
+
+
+def test_cache_keys_without_a_schema_are_unchanged():
+    """The canonical requests (so the LLM cache keys) as the code before `json_schema` wrote them."""
+    from kgrag_lib.llm.cache import canonical_request
+
+    head_default = ('{"backend":"llamacpp","identity":"gguf-sha256:abc","messages":[{"content":"Be brief.","role":'
+                    '"system"},{"content":"Capital of France?","role":"user"}],"params":{"max_tokens":256,"min_p":0.0,'
+                    '"repeat_penalty":1.0,"seed":42,"stop":[],"temperature":0.0,"top_k":0,"top_p":1.0},"v":1}')
+    assert canonical_request("llamacpp", "gguf-sha256:abc", SYS_Q, SamplingParams()) == head_default
+    assert LLMCache.make_key("llamacpp", "gguf-sha256:abc", SYS_Q, SamplingParams()) == \
+        "1005e1c4c056b912b45e175f81f9052cf2984257257608b3a0a7ae94acb8bda0"
+    p = SamplingParams(max_tokens=32, stop=("\n",), temperature=0.7, seed=7)
+    assert LLMCache.make_key("llamacpp", "gguf-sha256:abc", SYS_Q, p) == \
+        "bde6eccd2da1329d603dce7de0e450322c033d25781be77f218fbbe6193393d2"
+    constrained = SamplingParams(json_schema=SCHEMA)
+    assert constrained.to_dict()["json_schema"] == SCHEMA
+    assert LLMCache.make_key("llamacpp", "gguf-sha256:abc", SYS_Q, constrained) != \
+        LLMCache.make_key("llamacpp", "gguf-sha256:abc", SYS_Q, SamplingParams())
+
+
+@pytest.mark.parametrize("bad,match", [({"type": "object"}, "got dict"), ("{not json", "not JSON"),
+                                       ("[1, 2]", "got a JSON list")])
+def test_json_schema_must_be_a_json_object_string(bad, match):
+    with pytest.raises(ConfigError, match=f"json_schema.*{match}"):
+        SamplingParams(json_schema=bad)
+
+
+def test_llamacpp_passes_the_schema_as_response_format_or_grammar(monkeypatch, tmp_path):
+    """The argument plumbing of the llama.cpp backend, with a stand-in for `llama_cpp.Llama`."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from kgrag_lib.llm.backends.llamacpp import LlamaCppLLM
+
+    calls: list[tuple[str, dict]] = []
+
+    class FakeLlama:
+        def __init__(self, **kw):
+            pass
+
+        def n_ctx(self) -> int:
+            return 4096
+
+        def reset(self) -> None:
+            pass
+
+        def create_chat_completion(self, **kw):
+            calls.append(("chat", kw))
+            return {"choices": [{"message": {"content": '{"answer": "Paris"}'}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 9, "completion_tokens": 4}}
+
+        def create_completion(self, **kw):
+            calls.append(("raw", kw))
+            return {"choices": [{"text": '{"answer": "Paris"}', "finish_reason": "stop"}], "usage": {}}
+
+    monkeypatch.setattr(llama_cpp, "Llama", FakeLlama)
+    chat = LlamaCppLLM(tmp_path / "m.gguf", sha256="0" * 64, n_threads=1)
+    assert chat.generate(Q, json_schema=SCHEMA) == '{"answer": "Paris"}'
+    chat.generate(Q)
+    (_, constrained), (_, plain) = calls
+    assert constrained["response_format"] == {"type": "json_object", "schema": json.loads(SCHEMA)}
+    assert "response_format" not in plain and "grammar" not in plain and plain["max_tokens"] == 256
+    raw = LlamaCppLLM(tmp_path / "m.gguf", sha256="0" * 64, n_threads=1, chat=False)
+    raw.generate(Q, json_schema=SCHEMA)
+    raw.generate([{"role": "user", "content": "again"}], json_schema=SCHEMA)
+    (_, first), (_, second) = calls[2:]
+    assert isinstance(first["grammar"], llama_cpp.LlamaGrammar) and second["grammar"] is first["grammar"]
+    assert '"\\"answer\\""' in first["grammar"]._grammar and "response_format" not in first
+
+
+def test_text_kg_schemas_compile_to_llama_cpp_grammars():
+    """llama-cpp-python falls back to any-JSON when a schema does not convert: ours must convert."""
+    pytest.importorskip("llama_cpp")
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    from kgrag_lib.kg.text_prompts import ENTITY_SCHEMA, RELATION_SCHEMA
+
+    assert '"\\"PERSON\\"" | "\\"ORGANIZATION\\"" | "\\"GPE\\"" | "\\"MISC\\""' in json_schema_to_gbnf(ENTITY_SCHEMA)
+    assert "relations-item-description-kv" in json_schema_to_gbnf(RELATION_SCHEMA)

@@ -181,3 +181,15 @@ def test_normalize_base_url():
 def test_no_probe_identity_is_url_and_model():
     llm = OpenAICompatLLM("http://127.0.0.1:9/v1", "m", probe=False)
     assert llm.identity == "openai:http://127.0.0.1:9/v1#m"
+
+
+def test_json_schema_goes_as_response_format_to_every_flavor(server):
+    schema = '{"type":"object","properties":{"answer":{"type":"string"}}}'
+    server.reply = lambda body: '{"answer": "Paris"}'
+    for flavor in ("vllm", "llamacpp", "ollama", "openai"):
+        llm = load_llm(f"openai:{server.url}#qwen-test", flavor=flavor, cache=False)
+        assert llm.generate(Q, json_schema=schema) == '{"answer": "Paris"}'
+        assert server.bodies[-1]["response_format"] == {
+            "type": "json_schema", "json_schema": {"name": "output", "schema": json.loads(schema)}}
+    llm.generate(Q)
+    assert "response_format" not in server.bodies[-1]

@@ -19,7 +19,7 @@ def _run(folder, method, dataset, preds, golds, seconds=2.0):
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     (folder / "metrics.json").write_text(json.dumps(summarize(rows)), encoding="utf-8")
     config = {"run": {"method": method, "dataset": dataset, "seed": 0, "model": "m", "embedder": "e"},
-              "method_config": {"hops": 3}, "qids": [r["qid"] for r in rows]}
+              "method_config": {"hops": 3}, "qids": [r["qid"] for r in rows], "llm_identity": "scripted:m"}
     (folder / "manifest.json").write_text(json.dumps({"config": config, "git": {"commit": "abc"}}), encoding="utf-8")
 
 
@@ -66,7 +66,17 @@ def test_report_and_publish(results, tmp_path):
         assert heading in text
     assert "What the run showed." in text and "Hit@1 exact (§4.2.1 read literally)" in text
     assert "KG-Infused RAG: no DPO" in text and "<table>" in html.read_text()
-    dest = ST.publish(res, tmp_path / "published")
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.llm.fake import ScriptedLLM
+
+    cache = LLMCache(tmp_path / "llm.sqlite")
+    ScriptedLLM(["x"], identity="scripted:m", cache=cache).generate([{"role": "user", "content": "q"}])
+    ScriptedLLM(["y"], identity="scripted:other", cache=cache).generate([{"role": "user", "content": "q"}])
+    cache.close()
+    dest = ST.publish(res, tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")
+    import gzip
+    exported = [json.loads(l) for l in gzip.open(dest / "llm-cache.jsonl.gz", "rt").read().splitlines()]
+    assert [r["identity"] for r in exported] == ["scripted:m"]       # only the runs' model
     q = [json.loads(l) for l in (dest / "12_x/runs/metaqa-1hop/kg-rag/questions.jsonl").read_text().splitlines()]
     assert q[0]["hit1"] == 1.0 and q[0]["hit1_exact"] == 0.0 and "trace" not in q[0] and q[0]["cost"]["seconds"] == 2.0
     assert (dest / "REPORT.md").exists() and (dest / "12_x" / "summary.json").exists()

@@ -2,7 +2,8 @@
 
 The graph is a triple file (read as it is, any of three formats), a saved store, or a KG the
 methods use, named by its `load_kg` spec (`metaqa`, `2wiki-evidence-heldout`, `wikidata5m`, ...: built
-once into the KG cache, see `kgrag_lib.kg.sources`).
+once into the KG cache, see `kgrag_lib.kg.sources`). `kg build --from-corpus` extracts a KG from a
+dataset's passages with an LLM (the `text:` source, resumable: rerun it after a kill).
 """
 
 from __future__ import annotations
@@ -41,12 +42,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="out: head->tail, in: tail->head, both: either (default out)")
     q.set_defaults(func=handle_neighbors)
 
-    q = kg_sub.add_parser("build", help="read a triple file (or a KG spec) and save it as a memory-mappable KG store")
+    q = kg_sub.add_parser("build", help="read a triple file (or a KG spec) and save it as a memory-mappable KG store, "
+                                        "or extract a KG from a dataset's passages with an LLM (--from-corpus)")
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--triples", help="triple file")
     g.add_argument("--kg", help=KG_HELP)
+    g.add_argument("--from-corpus", metavar="DATASET",
+                   help="extract a KG from DATASET's passages (musique, hotpotqa, 2wiki, ...) into the KG cache")
     q.add_argument("--format", choices=FORMATS, default=None, help="triple file format (default: inferred)")
-    q.add_argument("--out", required=True, help="output directory")
+    q.add_argument("--split", help="--from-corpus: the question file (default: the dataset's default split)")
+    q.add_argument("--n", type=int, help="--from-corpus: index the pooled paragraphs of N sampled questions "
+                                         "(default: the whole corpus)")
+    q.add_argument("--seed", type=int, help="--from-corpus: the question sample's seed (default 0)")
+    q.add_argument("--model", help="--from-corpus: the extraction LLM spec (default: load_llm's default)")
+    q.add_argument("--out", help="output directory (required unless --from-corpus, which builds into the KG cache "
+                                 "and copies the store, its side tables and stats here when given)")
     q.set_defaults(func=handle_build)
 
 
@@ -116,9 +126,56 @@ def handle_neighbors(args: argparse.Namespace) -> int:
     return 0
 
 
+def corpus_spec(dataset: str, split: str | None, n: int | None, seed: int | None) -> str:
+    """The `text:` KG spec for `kg build --from-corpus`."""
+    from ..errors import ConfigError
+
+    if n is not None and n < 1:
+        raise ConfigError(f"--n: expected a positive number of questions, got {n}")
+    if seed is not None and n is None:
+        raise ConfigError("--seed: only used with --n (it seeds the question sample)")
+    if seed is not None and seed < 0:
+        raise ConfigError(f"--seed: expected an integer >= 0, got {seed}")
+    parts = [dataset] + ([split] if split else []) + ([f"n={n}", f"seed={seed or 0}"] if n is not None else [])
+    return "text:" + ":".join(parts)
+
+
 def handle_build(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
+
+    if args.from_corpus:
+        return _build_from_corpus(args)
+    given = [f"--{k}" for k in ("split", "n", "seed", "model") if getattr(args, k) is not None]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: only used with --from-corpus")
+    if not args.out:
+        raise ConfigError("--out: required with --triples or --kg (the directory to save the store in)")
     kg = _open(args)
     out = kg.save(args.out)
     print(json.dumps({"store": str(out), "entities": kg.num_entities, "relations": kg.num_relations,
                       "triples": kg.num_triples}))
+    return 0
+
+
+def _build_from_corpus(args: argparse.Namespace) -> int:
+    from ..kg.sources import STATS_FILE, load_kg
+    from ..kg.text_index import CorpusSelection
+    from ..llm import load_llm
+    from ..paths import data_root
+
+    spec = corpus_spec(args.from_corpus, args.split, args.n, args.seed)
+    CorpusSelection.parse(spec.removeprefix("text:")).input_files(data_root())  # bad input fails before the model loads
+    llm = load_llm(args.model) if args.model else load_llm()
+    try:
+        kg = load_kg(spec, llm=llm)
+    finally:
+        llm.close()
+    shown = {"spec": spec, "name": kg.name, **kg.stats}
+    if args.out:
+        out = kg.store.save(args.out)
+        for tables in kg.extra.values():
+            tables.save(out)
+        (out / STATS_FILE).write_text(json.dumps(kg.stats, indent=1), encoding="utf-8")
+        shown["store"] = str(out)
+    print(json.dumps(shown))
     return 0

@@ -17,19 +17,23 @@ Specs (the `kg` / `kb` config values):
 - `wikidata5m` / `wikidata5m:<folder>`: KG-Infused RAG's Wikidata5M-KG, built by
   `data.wikidata5m.build_wikidata5m_kg` (Appendix B filters, Table 5 statistics) from the
   official files in `<data root>/wikidata5m/` (or `<folder>`).
-- the path of a folder written by `KGStore.save`: loaded as it is.
+- `text:<dataset>[:<split>][:n=<N>][:seed=<S>]` (SA-RAG, TCR-QF): a KG an LLM extracts from the
+  dataset's passages (`kg.text_index`; the corpus forms are in `CorpusSelection`). Needs
+  `llm=`; its build folder is keyed by the model identity, the prompt version and the
+  extraction settings too, the build resumes from a per-chunk journal, and `BuiltKG.extra["text"]`
+  holds the `TextKG` side tables.
+- the path of a folder written by `KGStore.save` (or a copy of a build folder): loaded as it
+  is, with its `TextKG` when the folder has one.
 
-A built store is saved under `<cache>/kg/<name>-<fingerprint of its input files>/`, under a
+A built store is saved under `<cache>/kg/<name>-<fingerprint of its inputs>/`, under a
 file lock, with `stats.json` written last (its presence marks a complete build); later calls,
-in any process, load it memory-mapped.
+in any process, load it memory-mapped. A resumable build keeps its journal beside that folder
+(`<folder>.journal.jsonl`) while it runs and moves it into the folder when done.
 
-Adding a source (SA-RAG and TCR-QF build their KG from documents): write one function
-`(arg, data_root) -> SourcePlan` naming the input files (their paths, sizes and mtimes key
-the cache) and a `build()` returning `(KGStore, stats)`, and add one row to `SOURCES`. A `text:`
-source, say, would read the corpus chunks, extract triples with the LLM, and call
-`KGStore.from_triples(triples, provenance=[f"doc:{doc_id}/chunk:{i}", ...])` so every triple
-keeps where it came from; anything else its output depends on (the extraction model, the
-prompt version) belongs in its name or inputs, so a change rebuilds.
+Adding a source: write one function `(arg, data_root) -> SourcePlan` (`(arg, data_root, llm)`
+for a source that needs an LLM) naming the input files (their paths, sizes and mtimes key the
+cache), an `identity` for anything else the output depends on (model, prompt version,
+settings), and a `build()` returning `(KGStore, stats)`, and add one row to `SOURCES`.
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -48,11 +52,15 @@ from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
 from .store import KGStore
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ..llm.base import LLM
+
 BUILDER_VERSION = 1
 STATS_FILE = "stats.json"
 TWOWIKI_QUESTIONS = "2wiki/lag_2wiki_dev_4000_nocontext.json"
 TWOWIKI_CORPUS = "2wiki/HippoRAG_2wiki_1000q_corpus.json"
 MAX_VERBALIZED_FACTS = 12
+JOURNAL_FILE = "journal.jsonl"
 
 
 class EmptyKGError(KgragError, ValueError):
@@ -61,21 +69,31 @@ class EmptyKGError(KgragError, ValueError):
 
 @dataclass
 class BuiltKG:
-    """A loaded KG: its display name, the spec it came from, the store and its build statistics."""
+    """A loaded KG: its display name, the spec it came from, the store, its build statistics and
+    any side tables its source keeps beside the store (`extra["text"]`: a `TextKG`)."""
 
     name: str
     spec: str
     store: KGStore
     stats: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class SourcePlan:
-    """What a source builds: a name, the input files that key the cache, and the build itself."""
+    """What a source builds: a name, the input files and identity that key the cache, and the build.
+
+    A `resumable` build is called as `build(journal_path)` and returns `(store, stats, tables)`;
+    `tables.save(folder)` writes its side tables next to the store and `load_extra(folder)` reads
+    them back into `BuiltKG.extra`.
+    """
 
     name: str
     inputs: list[Path]
-    build: Callable[[], tuple[KGStore, dict[str, Any]]]
+    build: Callable[..., tuple[Any, ...]]
+    identity: str = ""
+    resumable: bool = False
+    load_extra: Callable[[Path], dict[str, Any]] | None = None
 
 
 def size_stats(store: KGStore) -> dict[str, int]:
@@ -229,13 +247,44 @@ def wikidata5m_source(arg: str, data_root: Path) -> SourcePlan:
     return SourcePlan("wikidata5m", inputs, build)
 
 
+# ---- text: an LLM-extracted KG --------------------------------------------------------------
+def _text_extra(folder: Path) -> dict[str, Any]:
+    from .text_index import TextKG
+
+    return {"text": TextKG.load(folder)}
+
+
+def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
+    """The KG `llm` extracts from the passages `arg` selects (`CorpusSelection`), resumable."""
+    from .text_index import CorpusSelection, ExtractionConfig, build_text_kg
+    from .text_prompts import PROMPT_VERSION
+
+    selection = CorpusSelection.parse(arg)
+    if llm is None:
+        raise ConfigError("a text KG is extracted by an LLM: pass llm= to load_kg/shared_kg "
+                          "(or run `kgrag kg build --from-corpus`)")
+    config = ExtractionConfig()
+    base = llm.default_params.to_dict()
+    identity = "\0".join([PROMPT_VERSION, llm.backend, llm.identity, config.key(), json.dumps(base, sort_keys=True),
+                          str(selection)])
+
+    def build(journal: Path) -> tuple[KGStore, dict[str, Any], Any]:
+        passages, about = selection.passages(data_root)
+        return build_text_kg(passages, llm, journal, config=config, about=about)
+
+    return SourcePlan(f"{selection.name}-{PROMPT_VERSION}", selection.input_files(data_root), build,
+                      identity=identity, resumable=True, load_extra=_text_extra)
+
+
 # ---- the table and the cache ------------------------------------------------------------
 @dataclass(frozen=True)
 class Source:
-    """A row of `SOURCES`: `plan(arg, data_root)` gets the text after `<prefix>:` ("" if none)."""
+    """A row of `SOURCES`: `plan(arg, data_root)` gets the text after `<prefix>:` ("" if none);
+    with `needs_llm`, `plan(arg, data_root, llm)`."""
 
-    plan: Callable[[str, Path], SourcePlan]
+    plan: Callable[..., SourcePlan]
     forms: str  # the spec forms it accepts, for error messages
+    needs_llm: bool = False
 
 
 SOURCES: dict[str, Source] = {
@@ -243,17 +292,25 @@ SOURCES: dict[str, Source] = {
     "2wiki-evidence-heldout": Source(twowiki_evidence_source(True), "'2wiki-evidence-heldout'"),
     "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)"),
     "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'"),
+    "text": Source(text_source, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True),
 }
 ACCEPTED = ", ".join(s.forms for s in SOURCES.values()) + " or the folder of a saved KGStore"
 
 
-def _fingerprint(paths: list[Path]) -> str:
-    """Cheap identity of the inputs (path, size, mtime) for the build cache."""
+def _fingerprint(paths: list[Path], identity: str = "") -> str:
+    """Cheap identity of the inputs (path, size, mtime, and what else the plan names) for the build cache."""
     h = hashlib.sha256(f"v{BUILDER_VERSION}\0".encode())
     for p in paths:
         st = p.stat()
         h.update(f"{p.resolve()}\0{st.st_size}\0{int(st.st_mtime)}\0".encode())
+    if identity:
+        h.update(f"identity\0{identity}".encode())
     return h.hexdigest()[:16]
+
+
+def build_folder(plan: SourcePlan, cache: Path) -> Path:
+    """Where `plan`'s KG is (or will be) built in the KG cache under `cache`."""
+    return cache / "kg" / f"{plan.name}-{_fingerprint(plan.inputs, plan.identity)}"
 
 
 def _refuse_empty(spec: str, store: KGStore, where: str) -> None:
@@ -261,45 +318,76 @@ def _refuse_empty(spec: str, store: KGStore, where: str) -> None:
         raise EmptyKGError(f"kg={spec!r}: the KG from {where} has no triples; a KG needs at least one")
 
 
-def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, dict[str, Any]]:
+def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, dict[str, Any], dict[str, Any]]:
     """Load the store saved for `plan`'s inputs, or build and save it once (under a file lock)."""
     from filelock import FileLock
 
-    folder = cache / "kg" / f"{plan.name}-{_fingerprint(plan.inputs)}"
+    folder = build_folder(plan, cache)
     stats_file = folder / STATS_FILE
     if not stats_file.exists():
         folder.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(folder) + ".lock"):
             if not stats_file.exists():
-                store, stats = plan.build()
+                journal = folder.with_name(f"{folder.name}.{JOURNAL_FILE}")
+                store, stats, *tables = plan.build(journal) if plan.resumable else plan.build()
                 _refuse_empty(spec, store, ", ".join(map(str, plan.inputs)))
                 store.save(folder)
+                for t in tables:
+                    t.save(folder)
+                if journal.exists():
+                    os.replace(journal, folder / JOURNAL_FILE)
                 tmp = stats_file.with_suffix(".tmp")
                 tmp.write_text(json.dumps(stats, indent=1), encoding="utf-8")
                 os.replace(tmp, stats_file)  # written last: marks a complete build
-    return KGStore.load(folder), json.loads(stats_file.read_text(encoding="utf-8"))
+    extra = plan.load_extra(folder) if plan.load_extra else {}
+    return KGStore.load(folder), json.loads(stats_file.read_text(encoding="utf-8")), extra
 
 
-def load_kg(spec: str, *, data_root: Path | str | None = None, cache_dir: Path | str | None = None) -> BuiltKG:
-    """The KG named by `spec` (see the module doc), built on first use and cached."""
+def _saved_folder(spec: str, folder: Path) -> BuiltKG:
+    """A folder written by `KGStore.save` or copied from the KG cache (stats and side tables kept)."""
+    from .text_index import TEXT_KG_FILE
+
+    store = KGStore.load(folder)
+    _refuse_empty(spec, store, str(folder))
+    stats = {"kg": str(folder), **size_stats(store)}
+    if (folder / STATS_FILE).is_file():
+        stats = json.loads((folder / STATS_FILE).read_text(encoding="utf-8"))
+    extra = _text_extra(folder) if (folder / TEXT_KG_FILE).is_file() else {}
+    return BuiltKG(f"store:{folder.name}", spec, store, stats, extra)
+
+
+def load_kg(spec: str, *, data_root: Path | str | None = None, cache_dir: Path | str | None = None,
+            llm: "LLM | None" = None) -> BuiltKG:
+    """The KG named by `spec` (see the module doc), built on first use and cached.
+
+    `llm` extracts a `text:` KG (other sources ignore it); its identity keys the build.
+    """
     spec = str(spec).strip()
     prefix, _, arg = spec.partition(":")
     source = SOURCES.get(prefix)
     if source is None:
         folder = Path(spec).expanduser()
         if spec and folder.is_dir():
-            store = KGStore.load(folder)
-            _refuse_empty(spec, store, str(folder))
-            return BuiltKG(f"store:{folder.name}", spec, store, {"kg": str(folder), **size_stats(store)})
+            return _saved_folder(spec, folder)
         raise ConfigError(f"kg={spec!r}: unknown KG; accepted: {ACCEPTED}")
     try:
-        plan = source.plan(arg, _data_root(data_root))
+        root = _data_root(data_root)
+        plan = source.plan(arg, root, llm) if source.needs_llm else source.plan(arg, root)
     except (ConfigError, MissingDataError) as exc:
         raise type(exc)(f"kg={spec!r}: {exc} (accepted: {source.forms})") from exc
-    store, stats = _cached_build(spec, plan, _cache_dir(cache_dir))
-    return BuiltKG(plan.name, spec, store, stats)
+    store, stats, extra = _cached_build(spec, plan, _cache_dir(cache_dir))
+    return BuiltKG(plan.name, spec, store, stats, extra)
 
 
-def shared_kg(ctx: Any, spec: str) -> BuiltKG:
-    """`load_kg` once per run context (`ctx.memo`), with the context's data root and cache."""
-    return ctx.memo(f"kg:{spec}", lambda: load_kg(spec, data_root=ctx.data_root, cache_dir=ctx.cache_dir))
+def needs_llm(spec: str) -> bool:
+    """Whether `spec` names a KG an LLM extracts (`text:`)."""
+    source = SOURCES.get(str(spec).strip().partition(":")[0])
+    return source is not None and source.needs_llm
+
+
+def shared_kg(ctx: Any, spec: str, llm: "LLM | None" = None) -> BuiltKG:
+    """`load_kg` once per run context (`ctx.memo`), with the context's data root and cache; a
+    `text:` KG is extracted by `llm`, else by the context's model (other KGs take no LLM)."""
+    llm = (ctx.llm if llm is None else llm) if needs_llm(spec) else None
+    key = f"kg:{spec}" if llm is None else f"kg:{spec}@{llm.backend}:{llm.identity}"
+    return ctx.memo(key, lambda: load_kg(spec, data_root=ctx.data_root, cache_dir=ctx.cache_dir, llm=llm))

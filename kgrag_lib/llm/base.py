@@ -33,6 +33,10 @@ class SamplingParams:
     """Every knob that changes a completion; all of them are part of the cache key.
 
     `temperature=0` means greedy decoding; `top_k=0` and `min_p=0` switch those filters off.
+    `json_schema` (a JSON Schema object as a JSON string; "" = none) asks backends that can
+    constrain decoding to it (llama.cpp grammars, OpenAI-style `response_format`) to do so;
+    others ignore it, so callers still validate the output. An empty schema is left out of
+    `to_dict`, so the cache keys of requests without one are those from before the knob existed.
     """
 
     max_tokens: int = 256
@@ -43,6 +47,7 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int = 42
+    json_schema: str = ""
 
     def __post_init__(self) -> None:
         stop = self.stop
@@ -66,6 +71,7 @@ class SamplingParams:
                 raise ConfigError(
                     f"SamplingParams.{name}: expected {expected}, got {getattr(self, name)!r}"
                 )
+        _check_schema(self.json_schema)
 
     @property
     def greedy(self) -> bool:
@@ -84,11 +90,27 @@ class SamplingParams:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        if not self.json_schema:
+            del d["json_schema"]
         return d
 
 
 def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_schema(schema: Any) -> None:
+    expected = 'a JSON Schema object as a JSON string (e.g. \'{"type": "object"}\'), or "" for none'
+    if not isinstance(schema, str):
+        raise ConfigError(f"SamplingParams.json_schema: expected {expected}, got {type(schema).__name__}")
+    if not schema:
+        return
+    try:
+        value = json.loads(schema)
+    except ValueError as exc:
+        raise ConfigError(f"SamplingParams.json_schema: expected {expected}; not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"SamplingParams.json_schema: expected {expected}, got a JSON {type(value).__name__}")
 
 
 @dataclass

@@ -71,6 +71,7 @@ def read_run(folder: Path) -> dict[str, Any] | None:
            "kg": mcfg.get("kg") or (mcfg.get("kb") and "metaqa:" + str(mcfg.get("kb"))) or None,
            "rounds": mcfg.get("rounds"), "hops": mcfg.get("hops"), "top_k": mcfg.get("top_k"),
            "qids": tuple(cfg.get("qids") or ()), "commit": (man.get("git") or {}).get("commit"),
+           "llm_identity": cfg.get("llm_identity"),
            "failed": met.get("failed"), "questions_with_issues": met.get("questions_with_issues")}
     rec.update({m: met.get(m) for m in RUN_SCORES})
     rec.update({f"{m}_ci95": met.get(f"{m}_ci95") for m in RUN_SCORES})
@@ -234,10 +235,12 @@ def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[
              **{m: items[m][i] for m in items}} for i, r in enumerate(rows)]
 
 
-def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None) -> Path:
+def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None,
+            llm_cache: str | Path | None = None) -> Path:
     """Copy what a reader needs into `dest` (meant to be committed): REPORT.md/html, every
     notebook's summary.json, and per run its manifest.json, metrics.json and a compact
-    questions.jsonl (no traces), plus the figures."""
+    questions.jsonl (no traces), plus the figures; and the cached answers of the runs' models
+    (`llm-cache.jsonl.gz`), so `kgrag cache import` then a rerun of the study costs no LLM call."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("REPORT.md", "REPORT.html"):
@@ -257,4 +260,9 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
     if figures and Path(figures).is_dir():
         shutil.copytree(figures, dest / "figures", dirs_exist_ok=True)
+    identities = sorted({r["llm_identity"] for r in res.runs if r.get("llm_identity")})
+    if identities:
+        from ..llm.cache import export_cache
+
+        export_cache(dest / "llm-cache.jsonl.gz", llm_cache, identities=identities)
     return dest

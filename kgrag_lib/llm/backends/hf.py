@@ -67,7 +67,8 @@ class HFLLM(LLM):
 
     `model` is a local folder, a hub repo id (resolved to the exact commit; with
     HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
-    presets refuse to load without CUDA unless `allow_cpu=True`.
+    presets refuse to load without CUDA unless `allow_cpu=True`. A `json_schema` in the
+    sampling parameters is not enforced here (callers validate and repair the output).
     """
 
     backend = "hf"

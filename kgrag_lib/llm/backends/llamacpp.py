@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -52,6 +53,8 @@ class LlamaCppLLM(LLM):
     By default every call evaluates its prompt from scratch (`reuse_prefix=False`): reusing
     the KV cache of the previous prompt is faster but can change the low bits of the logits,
     so the same request could decode differently depending on what ran before it.
+    A `json_schema` in the sampling parameters constrains decoding to it: through
+    `response_format` in chat mode, through a grammar compiled from the schema otherwise.
     """
 
     backend = "llamacpp"
@@ -104,6 +107,7 @@ class LlamaCppLLM(LLM):
             raise BackendUnavailableError(f"llama.cpp could not load {self.model_path}: {e}") from e
         self.n_threads = threads
         self.n_ctx = self._llm.n_ctx()
+        self._grammars: dict[str, Any] = {}
 
     def count_tokens(self, text: str) -> int:
         return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
@@ -125,16 +129,29 @@ class LlamaCppLLM(LLM):
             seed=params.seed,
         )
 
+    def _grammar(self, schema: str) -> Any:
+        """The grammar for a JSON schema, compiled once per schema (raw-prompt mode)."""
+        if schema not in self._grammars:
+            from llama_cpp import LlamaGrammar
+
+            self._grammars[schema] = LlamaGrammar.from_json_schema(schema, verbose=False)
+        return self._grammars[schema]
+
     def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
         if not self.reuse_prefix:
             self._llm.reset()
         start = time.perf_counter()
+        kwargs = self._kwargs(params)
         try:
             if self.chat:
-                out = self._llm.create_chat_completion(messages=messages, **self._kwargs(params))
+                if params.json_schema:
+                    kwargs["response_format"] = {"type": "json_object", "schema": json.loads(params.json_schema)}
+                out = self._llm.create_chat_completion(messages=messages, **kwargs)
                 text = out["choices"][0]["message"].get("content") or ""
             else:
-                out = self._llm.create_completion(prompt=flatten_messages(messages), **self._kwargs(params))
+                if params.json_schema:
+                    kwargs["grammar"] = self._grammar(params.json_schema)
+                out = self._llm.create_completion(prompt=flatten_messages(messages), **kwargs)
                 text = out["choices"][0].get("text") or ""
         except ValueError as e:
             if "exceed context window" in str(e):

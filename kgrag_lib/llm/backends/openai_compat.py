@@ -3,7 +3,9 @@
 Plain stdlib HTTP keeps this backend dependency-free. Sampling knobs that the OpenAI API
 lacks (top_k, min_p, repetition penalty) go as extra body fields in the server's own
 spelling; a server flavour that cannot honour a requested knob is an error, never a
-silent approximation.
+silent approximation. A `json_schema` goes as the standard `response_format` of type
+`json_schema`, which vLLM (0.6 on; its older `guided_json` field was removed in 0.12),
+llama.cpp's server, Ollama and OpenAI all enforce.
 """
 
 from __future__ import annotations
@@ -151,6 +153,9 @@ class OpenAICompatLLM(LLM):
         }
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.json_schema:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "output", "schema": json.loads(params.json_schema)}}
         names = FLAVORS[self.flavor]
         for knob, neutral in _NEUTRAL.items():
             value = getattr(params, knob)
