@@ -199,7 +199,7 @@ class RunConfig:
 
     method: str = opt("kg-rag", "method name (see `kgrag run --help` for the list)")
     dataset: str = opt("metaqa-1hop", "dataset name, e.g. metaqa-2hop, hotpotqa, 2wiki")
-    split: str | None = opt(None, "dataset split (None: the dataset's default, e.g. MetaQA test, 2Wiki dev200)")
+    split: str | None = opt(None, "dataset split (None: the dataset's default, e.g. MetaQA test, 2Wiki corpus354)")
     qa_file: str | None = opt(None, "a question file in the dataset's format, instead of the default")
     n: int | None = opt(None, "number of questions to sample (None = all)")
     seed: int = opt(0, "seed of the question sample and of every sampled choice in the method")

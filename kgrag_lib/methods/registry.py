@@ -10,9 +10,9 @@ from .base import MethodSpec
 
 
 def available_methods() -> dict[str, MethodSpec]:
-    from . import kg_infused, metaqa
+    from . import kg_infused, metaqa, sa_rag
 
-    specs = [*metaqa.METHODS, *kg_infused.METHODS]
+    specs = [*metaqa.METHODS, *kg_infused.METHODS, *sa_rag.METHODS]
     return {s.name: s for s in sorted(specs, key=lambda s: s.name)}
 
 

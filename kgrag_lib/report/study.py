@@ -36,10 +36,11 @@ DEVIATIONS_COMMON = (
 def paper_deviations() -> list[str]:
     """Every paper's own deviation list (`report/<paper>/paper_numbers.DEVIATIONS`); a new paper
     adds its module here."""
+    from ..methods import sa_rag
     from .kg_infused import paper_numbers as kg_infused
     from .metaqa import paper_numbers as metaqa
 
-    return [*metaqa.DEVIATIONS, *kg_infused.DEVIATIONS]
+    return [*metaqa.DEVIATIONS, *kg_infused.DEVIATIONS, *(f"SA-RAG: {d}" for d in sa_rag.DEVIATIONS)]
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""Answer correctness by an LLM judge (SA-RAG's "Correctness" column, Table 1).
+
+The SA-RAG paper says its correctness was a manual check (semantically right answers that EM
+misses, such as aliases; answers with a high F1 from word overlap that are wrong); its code
+used an LLM judge (deepeval GEval). We use an LLM judge and say so: any configured model reads
+the question, the gold answers and the prediction and replies {"verdict": "correct"} or
+{"verdict": "incorrect"}. The reply is parsed strictly (the whole reply one JSON object, the
+verdict one of the two words); anything else is no verdict (None, with the reason), left out
+of the score rather than guessed. An empty prediction is incorrect without asking.
+
+Not in the metrics registry: it needs a model. `judge_predictions` scores a run's predictions
+file and writes the verdicts beside it, naming the judge model in every row and the summary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..llm.base import Generator, SamplingParams
+from ..llm.parsing import strip_think
+
+VERDICTS = {"correct": True, "incorrect": False}
+SCHEMA = json.dumps({"type": "object", "properties": {"verdict": {"type": "string", "enum": list(VERDICTS)}},
+                     "required": ["verdict"]}, separators=(",", ":"))
+PARAMS = SamplingParams(max_tokens=16, temperature=0.0, json_schema=SCHEMA)
+
+PROMPT = """You check answers to quiz questions. Below are a question, its reference answers (any one of them is right; they are alternative names or forms of the same answer) and a candidate answer.
+
+The candidate is correct when it names the same thing as a reference answer, even in other words, another spelling, an alias, another date format or with extra words that do not change what it says. It is incorrect when it names something else, gives several candidates, only part of a multi-part answer, or says it cannot answer.
+
+Question: {question}
+Reference answers: {answers}
+Candidate answer: {prediction}
+
+Reply with {{"verdict": "correct"}} or {{"verdict": "incorrect"}} and nothing else."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool | None   # None: the judge's reply gave no verdict (not counted)
+    reason: str            # why there is no verdict, or why none was asked; "" otherwise
+    raw: str               # the judge's reply ("" when not asked)
+
+
+def parse_verdict(text: str) -> tuple[bool | None, str]:
+    """(correct?, "") from a reply that is exactly one JSON object with a valid "verdict"; else (None, reason)."""
+    body = strip_think(text).strip()
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None, "the reply is not one JSON object"
+    if not isinstance(value, dict) or "verdict" not in value:
+        return None, 'the reply has no "verdict" field'
+    verdict = value["verdict"]
+    if not isinstance(verdict, str) or verdict.strip().lower() not in VERDICTS:
+        return None, f'"verdict" is {verdict!r}, not "correct" or "incorrect"'
+    return VERDICTS[verdict.strip().lower()], ""
+
+
+def judge_answer(llm: Generator, question: str, answers: Sequence[str], prediction: str,
+                 params: SamplingParams = PARAMS) -> Verdict:
+    """One verdict: is `prediction` a correct answer to `question`, given the gold `answers`?"""
+    if not (prediction or "").strip():
+        return Verdict(False, "empty prediction (not sent to the judge)", "")
+    golds = "; ".join(str(a) for a in answers) or "(none given)"
+    text = PROMPT.format(question=question, answers=golds, prediction=prediction.strip())
+    raw = llm.generate([{"role": "user", "content": text}], params)
+    correct, reason = parse_verdict(raw)
+    return Verdict(correct, reason, raw)
+
+
+def judge_identity(llm: Any) -> dict[str, str]:
+    return {"judge_model": str(getattr(llm, "name", type(llm).__name__)),
+            "judge_identity": str(getattr(llm, "identity", ""))}
+
+
+def judge_predictions(path: str | Path, llm: Generator, params: SamplingParams = PARAMS) -> dict[str, Any]:
+    """Judge every row of a predictions file; write `<stem>.judge.jsonl` (one verdict per question)
+    and `<stem>.judge.json` (the summary) beside it, and return the summary: n, judged, unparsable,
+    correct and `correctness` in percent of the judged questions with a bootstrap 95% interval,
+    and the judge model. Judge calls go through the model's cache, so a rerun sends none."""
+    from ..runner import read_predictions
+    from .bootstrap import bootstrap_ci
+
+    path = Path(path)
+    who = judge_identity(llm)
+    rows = []
+    for rec in read_predictions(path):
+        v = judge_answer(llm, str(rec.get("question", "")), rec["answers"], rec["prediction"], params)
+        rows.append({"qid": rec.get("qid"), "prediction": rec["prediction"], "answers": rec["answers"],
+                     **asdict(v), **who})
+    verdicts = [r["correct"] for r in rows if r["correct"] is not None]
+    summary: dict[str, Any] = {"n": len(rows), "judged": len(verdicts), "unparsable": len(rows) - len(verdicts),
+                               "correct": sum(verdicts), **who,
+                               "note": "LLM judge; the SA-RAG paper's correctness was a manual check"}
+    if verdicts:
+        lo, hi = bootstrap_ci([float(c) for c in verdicts])
+        summary["correctness"] = round(100.0 * sum(verdicts) / len(verdicts), 2)
+        summary["correctness_ci95"] = [round(100.0 * lo, 2), round(100.0 * hi, 2)]
+    out = path.with_name(f"{path.stem}.judge.jsonl")
+    tmp = out.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(out)
+    path.with_name(f"{path.stem}.judge.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary

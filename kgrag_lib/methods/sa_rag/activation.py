@@ -1,0 +1,97 @@
+"""SA-RAG's graph algorithms over CSR arrays: the subgraph fetch (§3.3) and Algorithm 1 (§3.4).
+
+Pure functions of numpy arrays, with no KG, embedder or LLM, so they are tested on hand-computed
+graphs and timed on synthetic ones. Node ids are whatever the caller uses (global store ids for
+the fetch, local subgraph ids for the spreading); an edge list becomes a CSR adjacency whose
+arcs keep the edge index they came from, so a weight per edge serves every arc of it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Sequence
+
+import numpy as np
+
+from ...errors import ConfigError
+from ...kg.csr import difference_sorted, expand_ranges, sorted_unique
+
+
+def csr_from_edges(n: int, heads: np.ndarray, tails: np.ndarray,
+                   undirected: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, neighbours, arc edge) of `n` nodes from edges `heads[j] -> tails[j]`.
+
+    `undirected`: edge j gives the arcs head -> tail and tail -> head, as the paper's code
+    builds its adjacency dictionary. A node's arcs are in edge order (the order Algorithm 1
+    visits them in); `arc edge[k]` is the edge index of arc k.
+    """
+    heads = np.asarray(heads, dtype=np.int64).ravel()
+    tails = np.asarray(tails, dtype=np.int64).ravel()
+    if heads.shape != tails.shape:
+        raise ValueError(f"heads and tails differ in length: {heads.size} != {tails.size}")
+    edge = np.arange(heads.size, dtype=np.int64)
+    src, dst = (np.concatenate([heads, tails]), np.concatenate([tails, heads])) if undirected else (heads, tails)
+    arc_edge = np.concatenate([edge, edge]) if undirected else edge
+    if src.size and (src.min() < 0 or src.max() >= n):
+        raise ValueError(f"edge endpoint out of range [0, {n})")
+    order = np.lexsort((arc_edge, src))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    return indptr, dst[order], arc_edge[order]
+
+
+def within_hops(indptr: np.ndarray, neighbours: np.ndarray, seeds: Sequence[int] | np.ndarray,
+                hops: int) -> np.ndarray:
+    """Sorted ids of the nodes at most `hops` arcs from a seed (the seeds included)."""
+    if isinstance(hops, bool) or not isinstance(hops, (int, np.integer)) or hops < 0:
+        raise ConfigError(f"hops: expected an integer >= 0, got {hops!r}")
+    reached = sorted_unique(np.array(seeds, dtype=np.int64).ravel())
+    frontier = reached
+    for _ in range(int(hops)):
+        if frontier.size == 0:
+            break
+        found = neighbours[expand_ranges(indptr[frontier], indptr[frontier + 1])]
+        frontier = difference_sorted(sorted_unique(found.astype(np.int64)), reached)
+        reached = np.union1d(reached, frontier)
+    return reached
+
+
+def spread_activation(indptr: np.ndarray, neighbours: np.ndarray, weights: np.ndarray,
+                      seeds: Sequence[int]) -> np.ndarray:
+    """Algorithm 1: the activation of every node after spreading from `seeds`, in order.
+
+    For each seed in turn: its activation is set to 1, then a breadth-first walk from it (a
+    fresh visited set per seed) pops each reachable node once and, for each of its arcs in
+    order, raises the target to min(1, a[target] + w * a[node]), reading a[node] as it is at
+    that moment; targets not yet popped are queued. Activation accumulates across seeds, so
+    the result depends on the seed order. `weights[k]` is the weight of arc k; with
+    non-negative weights every activation lies in [0, 1].
+
+    A plain loop over Python lists: exact to the sequential semantics (a node popped later in
+    the same level already sees the activation its earlier siblings passed it), and fast at
+    the size of a fetched subgraph (about 0.2 us per arc visit: 1 ms for 3 seeds over 1,000 links).
+    """
+    n = len(indptr) - 1
+    ptr, nbr, w = np.asarray(indptr).tolist(), np.asarray(neighbours).tolist(), np.asarray(weights).tolist()
+    if len(nbr) != len(w) or ptr[-1] != len(nbr):
+        raise ValueError(f"CSR arrays disagree: {len(nbr)} arcs, {len(w)} weights, indptr ends at {ptr[-1]}")
+    a = [0.0] * n
+    for s in seeds:
+        s = int(s)
+        if not 0 <= s < n:
+            raise ValueError(f"seed {s} out of range [0, {n})")
+        a[s] = 1.0
+        visited = bytearray(n)
+        queue = deque((s,))
+        while queue:
+            node = queue.popleft()
+            if visited[node]:
+                continue
+            visited[node] = 1
+            for k in range(ptr[node], ptr[node + 1]):
+                t = nbr[k]
+                x = a[t] + w[k] * a[node]
+                a[t] = x if x < 1.0 else 1.0
+                if not visited[t]:
+                    queue.append(t)
+    return np.asarray(a, dtype=np.float64)

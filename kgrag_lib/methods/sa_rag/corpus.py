@@ -1,0 +1,91 @@
+"""Which documents a question is answered from, and the dense chunk index of the baselines.
+
+SA-RAG and its code index the pooled paragraphs of the sampled questions (§3.1: 100 per
+benchmark), titles kept. Here the `kg` setting names that corpus as a KG spec template:
+`{dataset}` becomes the question's dataset and `{seed}` the run seed, so the default
+`text:{dataset}:n=100:seed={seed}` pools the paragraphs of the same seeded 100-question sample
+a run with n=100 draws (`load_questions`). The KG must be built from the run's own sample: the
+same dataset, split, n and seed (a sample of n=2 is not a part of the sample of n=5); a question
+none of whose paragraphs is in the index is recorded as an issue (`coverage_issue`).
+
+The graph methods read the KG the spec builds (`graph_index`); the dense baselines (Naive, CoT
+and decomposition RAG, Appendix A) chunk the same passages into 500-word windows with 100 words
+of overlap and embed them (`load_chunk_corpus`), without extracting a KG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import ConfigError
+from ...kg.text_index import Chunk, CorpusSelection, chunk_passages
+from ...records import Question
+
+PLACEHOLDERS = ("{dataset}", "{seed}")
+
+
+def resolve_spec(template: str, dataset: str, seed: int) -> str:
+    """The KG spec of a question: `template` with `{dataset}` and `{seed}` filled in."""
+    spec = str(template).replace("{dataset}", dataset).replace("{seed}", str(int(seed)))
+    if "{" in spec or "}" in spec:
+        raise ConfigError(f"parameter 'kg': {template!r} has a placeholder other than {', '.join(PLACEHOLDERS)}")
+    if not spec.strip():
+        raise ConfigError("parameter 'kg': empty KG spec")
+    return spec
+
+
+@dataclass
+class ChunkCorpus:
+    """The dense baselines' corpus: word chunks of the passages and their embeddings (row i = chunk i)."""
+
+    name: str
+    chunks: list[Chunk]
+    vecs: np.ndarray
+
+    def pids(self) -> set[str]:
+        return {c.pid for c in self.chunks}
+
+
+def selection_of(spec: str) -> CorpusSelection:
+    """The passages a `text:` spec indexes; other specs (a saved folder) carry no passage list."""
+    prefix, _, arg = spec.partition(":")
+    if prefix != "text":
+        raise ConfigError(f"kg={spec!r}: the dense baselines chunk the passages of a "
+                          "text:<dataset>[:<split>][:n=<N>][:seed=<S>] spec; a saved KG folder lists no passages")
+    try:
+        return CorpusSelection.parse(arg)
+    except ConfigError as exc:
+        raise ConfigError(f"kg={spec!r}: {exc}") from exc
+
+
+def build_chunk_corpus(spec: str, embedder: Any, data_root: Path, cache_dir: Path, size: int, overlap: int,
+                       show_progress: bool = True) -> ChunkCorpus:
+    from ...retrieval import embed_cached
+
+    selection = selection_of(spec)
+    passages, _ = selection.passages(data_root)
+    chunks = chunk_passages(passages, size, overlap)
+    vecs = embed_cached(embedder, [c.as_text() for c in chunks], cache_dir=cache_dir,
+                        name=f"sa-rag-{selection.name}-chunks{size}-{overlap}", show_progress=show_progress)
+    return ChunkCorpus(f"{selection.name}-chunks{size}-{overlap}", chunks, np.asarray(vecs, dtype=np.float32))
+
+
+def load_chunk_corpus(ctx: Any, spec: str, size: int, overlap: int) -> ChunkCorpus:
+    """The chunk corpus of `spec` for a run context, built once per context (`ctx.memo`)."""
+    key = f"sa-rag:chunks:{spec}:{size}:{overlap}:{ctx.embedder.identity}"
+    return ctx.memo(key, lambda: build_chunk_corpus(spec, ctx.embedder, Path(ctx.data_root), Path(ctx.cache_dir),
+                                                    size, overlap))
+
+
+def coverage_issue(question: Question, indexed_pids: set[str], what: str) -> str | None:
+    """An issue line when the question ships paragraphs and none of them is in the index."""
+    own = [p.pid for p in question.context]
+    if not own or any(pid in indexed_pids for pid in own):
+        return None
+    return (f"kg sample: none of the question's {len(own)} paragraphs is in the {what}; build the KG from the "
+            "run's own sample (same dataset, split, n and seed)")
+
