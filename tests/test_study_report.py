@@ -64,7 +64,7 @@ def test_report_and_publish(results, tmp_path):
     for heading in ("## The papers' claims, tested", "## Every method on the same questions", "## What each notebook",
                     "### 12_x", "## Deviations from the papers"):
         assert heading in text
-    assert "What the run showed." in text and "Hit@1 exact (§4.2.1 read literally)" in text
+    assert "What the run showed." in text and "Hit@1 exact, §4.2.1 read literally" in text
     assert "KG-Infused RAG: no DPO" in text and "<table>" in html.read_text()
     from kgrag_lib.llm.cache import LLMCache
     from kgrag_lib.llm.fake import ScriptedLLM
@@ -82,3 +82,13 @@ def test_report_and_publish(results, tmp_path):
     assert (dest / "REPORT.md").exists() and (dest / "12_x" / "summary.json").exists()
     man = json.loads((dest / "12_x/runs/metaqa-1hop/kg-rag/manifest.json").read_text())
     assert run_identity(man["config"])["run"]["method"] == "kg-rag"
+
+
+def test_compare_runs_pairs_two_models_and_weighs_time(results):
+    out = ST.compare_runs(results / "12_x/runs/metaqa-1hop/kg-rag", results / "12_x/runs/metaqa-1hop/llm", "hit1")
+    # kg-rag 3 of 4 (hit1 counts "It is Ann."), llm 1 of 4; 2 s per question each
+    assert (out["n"], out["a"], out["b"], out["diff"]) == (4, 75.0, 25.0, 50.0)
+    assert out["test"] == "mcnemar (exact)" and out["seconds_per_q_a"] == 2.0
+    assert out["correct_per_cpu_hour_a"] == 1350.0 and out["correct_per_cpu_hour_b"] == 450.0
+    avg = ST.compare_runs(results / "12_x/runs/metaqa-1hop/kg-rag", results / "12_x/runs/metaqa-1hop/llm", "avg")
+    assert avg["metric"] == "avg" and avg["test"] == "paired bootstrap"

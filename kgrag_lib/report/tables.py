@@ -1,17 +1,18 @@
-"""Tables every paper's report shares: runs averaged over seeds, 'mean ± std' cells, JSON rows, markdown.
+"""Tables every paper's report shares: runs averaged over seeds, 'mean ± std' cells, JSON rows,
+markdown, and the papers' claims tested on paired questions.
 
 One *row* is one run (one method, dataset, setting and seed) as `metrics_row` flattens it;
 `aggregate_seeds` turns rows into mean/std per setting. The standard deviation is the sample
 one (ddof=1) across seeds, as is usual for "std over samples"; with a single seed it is
-undefined (NaN) and shown as such, never as 0. All scores are percent (0-100). What lays
-such rows beside one paper's published numbers lives in that paper's package
-(`report.metaqa.tables`, `report.kg_infused.tables`).
+undefined (NaN) and shown as such, never as 0. All scores are percent (0-100).
+`check_paired_claims` tests a paper's "A beats B" claims on per-question scores of the same
+questions. What lays such rows beside one paper's published numbers lives in that paper's
+package (`report.metaqa.tables`, `report.kg_infused.tables`, `report.sa_rag.tables`).
 """
-
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -139,3 +140,33 @@ def to_markdown(df: pd.DataFrame, digits: int = 1, index: bool = False) -> str:
     for rec in frame.itertuples(index=False):
         lines.append("| " + " | ".join(_cell(v, digits) for v in rec) + " |")
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------- the papers' claims
+Side = Any  # one side of a claim as a paper's CLAIMS write it, e.g. (variant, rounds)
+
+
+def check_paired_claims(claims: Iterable[tuple], side_values: Callable[[Side, str, str], Mapping[str, float] | None],
+                        label: Callable[[Side], str], alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
+    """The "A beats B" claims of a paper, each tested on per-question scores paired on the same
+    questions (`kgrag_lib.eval.paired`): confirmed, refuted, or not separable at this n, with the
+    difference (points), its 95% interval and p. A claim is the tuple
+    (claim id, table, dataset, side A, relation, side B, metric, quote); `side_values(side,
+    dataset, metric)` gives a side's {qid: value in [0, 1]}, None when it was not run (the claim
+    then reads 'not run'); `label(side)` names a side in the statement."""
+    from ..eval.paired import paired_test, verdict
+
+    out = []
+    for cid, table, dataset, a, rel, b, metric, quote in claims:
+        va, vb = side_values(a, dataset, metric), side_values(b, dataset, metric)
+        rec = {"claim": cid, "table": table, "dataset": dataset, "statement": f"{label(a)} {rel} {label(b)}",
+               "metric": metric, "n_pairs": 0, "ours_a": math.nan, "ours_b": math.nan, "diff": math.nan, "ci95": None,
+               "p_value": math.nan, "test": "", "verdict": "not run", "quote": quote}
+        if va is not None and vb is not None:
+            both = [q for q in va if q in vb]
+            r = paired_test([va[q] for q in both], [vb[q] for q in both])
+            rec.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff,
+                       ci95=[round(v, 1) for v in r.ci95], p_value=r.p_value, test=r.test,
+                       verdict=verdict(rel, r, alpha=alpha, margin=margin))
+        out.append(rec)
+    return pd.DataFrame(out)

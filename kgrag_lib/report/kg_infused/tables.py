@@ -443,32 +443,19 @@ def question_values(rows: Iterable[Mapping[str, Any]], metric: str, supporting: 
 def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting: Mapping[str, Sequence[str]] | None = None,
                  alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
     """The paper's "A beats B" claims (`paper_numbers.CLAIMS`) tested on a grid's per-question
-    scores, paired on the same questions (`kgrag_lib.eval.paired`): confirmed, refuted, or not
-    separable at this n, with the difference, its 95% interval and p. A claim whose two sides
-    the grid did not run reads 'not run'."""
-    from ...eval.paired import paired_test, verdict
+    scores, paired on the same questions (`report.tables.check_paired_claims`): confirmed,
+    refuted, or not separable at this n, with the difference, its 95% interval and p. A claim
+    whose two sides the grid did not run reads 'not run'."""
+    from ..tables import check_paired_claims
 
-    def side(variant: str, rounds: int | None, dataset: str) -> list[dict[str, Any]] | None:
+    def side_values(side: tuple, dataset: str, metric: str) -> dict[str, float] | None:
+        variant, rounds = side
         cells = [c for c in report.cells if c.dataset == dataset and c.run.method == variant
                  and (rounds is None or dict(c.run.cfg).get("rounds") == rounds)]
-        return cells[0].rows if cells else None
+        return question_values(cells[0].rows, metric, supporting) if cells else None
 
-    out = []
-    for cid, table, dataset, a, rel, b, metric, quote in (P.CLAIMS if claims is None else claims):
-        rows_a, rows_b = side(*a, dataset), side(*b, dataset)
-        label = f"{round_label(a[0], a[1])} {rel} {round_label(b[0], b[1])}"
-        rec = {"claim": cid, "table": table, "dataset": dataset, "statement": label, "metric": metric, "n_pairs": 0,
-               "ours_a": math.nan, "ours_b": math.nan, "diff": math.nan, "ci95": None, "p_value": math.nan,
-               "test": "", "verdict": "not run", "quote": quote}
-        if rows_a is not None and rows_b is not None:
-            va, vb = question_values(rows_a, metric, supporting), question_values(rows_b, metric, supporting)
-            both = [q for q in va if q in vb]
-            r = paired_test([va[q] for q in both], [vb[q] for q in both])
-            rec.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff,
-                       ci95=[round(v, 1) for v in r.ci95], p_value=r.p_value, test=r.test,
-                       verdict=verdict(rel, r, alpha=alpha, margin=margin))
-        out.append(rec)
-    return pd.DataFrame(out)
+    return check_paired_claims(P.CLAIMS if claims is None else claims, side_values, lambda side: round_label(*side),
+                               alpha=alpha, margin=margin)
 
 
 def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: str = "avg") -> pd.DataFrame:
