@@ -8,7 +8,6 @@ arcs keep the edge index they came from, so a weight per edge serves every arc o
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Sequence
 
 import numpy as np
@@ -56,6 +55,41 @@ def within_hops(indptr: np.ndarray, neighbours: np.ndarray, seeds: Sequence[int]
     return reached
 
 
+def _spread(ptr, nbr, w, seeds, a, visited, queue):
+    """The loop of Algorithm 1 over indexable sequences (numpy arrays under numba, lists in
+    plain Python): `a` is updated in place; `visited` (n zeros) and `queue` (len(nbr) + 1
+    slots) are scratch space."""
+    n = len(ptr) - 1
+    for s in seeds:
+        a[s] = 1.0
+        for i in range(n):
+            visited[i] = 0
+        head = 0
+        tail = 1
+        queue[0] = s
+        while head < tail:
+            node = queue[head]
+            head += 1
+            if visited[node]:
+                continue
+            visited[node] = 1
+            for k in range(ptr[node], ptr[node + 1]):
+                t = nbr[k]
+                x = a[t] + w[k] * a[node]
+                a[t] = x if x < 1.0 else 1.0
+                if not visited[t]:
+                    queue[tail] = t
+                    tail += 1
+
+
+try:  # numba compiles the same loop to machine code (about 40x faster); without it, plain Python
+    import numba
+
+    _spread_compiled = numba.njit(cache=True, nogil=True)(_spread)
+except ImportError:  # pragma: no cover - numba is in the cpu extra
+    _spread_compiled = None
+
+
 def spread_activation(indptr: np.ndarray, neighbours: np.ndarray, weights: np.ndarray,
                       seeds: Sequence[int]) -> np.ndarray:
     """Algorithm 1: the activation of every node after spreading from `seeds`, in order.
@@ -67,31 +101,25 @@ def spread_activation(indptr: np.ndarray, neighbours: np.ndarray, weights: np.nd
     the result depends on the seed order. `weights[k]` is the weight of arc k; with
     non-negative weights every activation lies in [0, 1].
 
-    A plain loop over Python lists: exact to the sequential semantics (a node popped later in
-    the same level already sees the activation its earlier siblings passed it), and fast at
-    the size of a fetched subgraph (about 0.2 us per arc visit: 1 ms for 3 seeds over 1,000 links).
+    Exact to these sequential semantics (a node popped later in the same level already sees
+    the activation its earlier siblings passed it), so every walk visits each arc of the
+    seed's component once: compiled by numba when it is installed, else a plain Python loop
+    (about 0.2 us per arc visit).
     """
     n = len(indptr) - 1
-    ptr, nbr, w = np.asarray(indptr).tolist(), np.asarray(neighbours).tolist(), np.asarray(weights).tolist()
-    if len(nbr) != len(w) or ptr[-1] != len(nbr):
-        raise ValueError(f"CSR arrays disagree: {len(nbr)} arcs, {len(w)} weights, indptr ends at {ptr[-1]}")
-    a = [0.0] * n
-    for s in seeds:
-        s = int(s)
-        if not 0 <= s < n:
-            raise ValueError(f"seed {s} out of range [0, {n})")
-        a[s] = 1.0
-        visited = bytearray(n)
-        queue = deque((s,))
-        while queue:
-            node = queue.popleft()
-            if visited[node]:
-                continue
-            visited[node] = 1
-            for k in range(ptr[node], ptr[node + 1]):
-                t = nbr[k]
-                x = a[t] + w[k] * a[node]
-                a[t] = x if x < 1.0 else 1.0
-                if not visited[t]:
-                    queue.append(t)
-    return np.asarray(a, dtype=np.float64)
+    ptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    nbr = np.ascontiguousarray(neighbours, dtype=np.int64)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    if nbr.size != w.size or int(ptr[-1]) != nbr.size:
+        raise ValueError(f"CSR arrays disagree: {nbr.size} arcs, {w.size} weights, indptr ends at {int(ptr[-1])}")
+    order = np.asarray([int(s) for s in seeds], dtype=np.int64)
+    bad = [int(s) for s in order if not 0 <= s < n]
+    if bad:
+        raise ValueError(f"seed {bad[0]} out of range [0, {n})")
+    a = np.zeros(n, dtype=np.float64)
+    if _spread_compiled is not None:
+        _spread_compiled(ptr, nbr, w, order, a, np.zeros(n, dtype=np.uint8), np.empty(nbr.size + 1, dtype=np.int64))
+        return a
+    out = [0.0] * n
+    _spread(ptr.tolist(), nbr.tolist(), w.tolist(), order.tolist(), out, bytearray(n), [0] * (nbr.size + 1))
+    return np.asarray(out, dtype=np.float64)
