@@ -54,3 +54,10 @@ def metaqa_root(tmp_path, monkeypatch):
     (qa / "qa_test.txt").write_text(METAQA_QA, encoding="utf-8")
     monkeypatch.setenv("KGRAG_DATA_ROOT", str(root))
     return root
+
+
+@pytest.fixture(scope="session")
+def shared_llm_cache(tmp_path_factory):
+    """One LLM call cache for every real-model test of a session: tests that send the same
+    requests (two builds of the same text KG, say) pay for them once."""
+    return tmp_path_factory.mktemp("shared-llm") / "llm_cache.sqlite"

@@ -558,7 +558,7 @@ def test_judge_answer_and_a_judged_predictions_file(tmp_path):
 
 # ---- the real model (not run in the fast loop) --------------------------------------------------------------
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def real(shared_llm_cache):
     from kgrag_lib.paths import data_root
 
     root = data_root()
@@ -567,7 +567,7 @@ def real(tmp_path_factory):
     try:
         from kgrag_lib.llm import load_llm
 
-        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=tmp_path_factory.mktemp("llm") / "calls.sqlite")
+        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=shared_llm_cache)
     except Exception as exc:  # the embedded model is an optional extra
         pytest.skip(f"embedded model unavailable: {exc}")
     from kgrag_lib.data.registry import load_questions

@@ -339,14 +339,14 @@ def test_cli_build_from_corpus(tmp_path, capsys, monkeypatch):
 
 # ---- the real model ----------------------------------------------------------------------------
 @pytest.mark.model
-def test_real_model_indexes_two_musique_questions(tmp_path):
+def test_real_model_indexes_two_musique_questions(tmp_path, shared_llm_cache):
     """The embedded model extracts a KG from the paragraphs of 2 real MuSiQue questions (40 chunks)."""
     from kgrag_lib.llm import load_llm
 
     musique = data_root() / "musique" / "MIGRES_200_musique_ans.jsonl"
     if not musique.is_file():
         pytest.skip(f"real MuSiQue file not found at {musique}")
-    llm = load_llm(cache_path=tmp_path / "calls.sqlite")
+    llm = load_llm(cache_path=shared_llm_cache)
     try:
         kg = load_kg("text:musique:dev200:n=2:seed=0", cache_dir=tmp_path / "cache", llm=llm)
     finally:
