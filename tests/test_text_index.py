@@ -352,7 +352,9 @@ def test_real_model_indexes_two_musique_questions(tmp_path, shared_llm_cache):
     finally:
         llm.close()
     st, tables = kg.stats, kg.extra["text"]
-    assert st["questions"] == 2 and st["chunks"] >= 20 and st["llm_calls"] >= st["chunks"]
+    assert st["questions"] == 2 and st["chunks"] >= 20 and st["llm_requests"] >= st["chunks"]
+    # llm_calls counts only requests the cache could not answer: another real-model test may have filled it
+    assert 0 <= st["llm_calls"] <= st["llm_requests"]
     assert st["entity_nodes"] > 0 and st["chunk_nodes"] > 0 and len(tables.ids("entity")) == st["entity_nodes"]
     assert st["unparsable_rate"] < 0.5  # schema-constrained decoding keeps most outputs parseable
     for t in range(kg.store.num_triples):
