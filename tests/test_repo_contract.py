@@ -31,3 +31,16 @@ def test_notebooks_are_clean_sources(nb):
     assert len(tagged) == 1, "exactly one cell tagged `parameters`"
     src = "".join(tagged[0]["source"])
     assert "profile" in src and "out_dir" in src
+
+
+@pytest.mark.parametrize("nb", study_notebooks(), ids=lambda p: p.name)
+def test_papermill_reads_every_parameter_with_its_help(nb, caplog):
+    """`papermill --help-notebook` lists each parameter; a stray '=' in a comment hides one of them."""
+    import papermill
+
+    with caplog.at_level("WARNING", logger="papermill"):
+        params = list(papermill.inspect_notebook(str(nb)).values())
+    assert not [r.getMessage() for r in caplog.records if "Unable to parse" in r.getMessage()]
+    names = {p["name"] for p in params}
+    assert {"profile", "out_dir"} <= names
+    assert all(p["help"] for p in params if p["name"] not in ("profile", "out_dir")), "every parameter has a help comment"
