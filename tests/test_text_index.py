@@ -52,6 +52,9 @@ OUTPUTS = {
 }
 
 
+OUTPUTS_ROY = {"name": "Roy Del Ruth", "type": "PERSON", "aliases": [], "description": "The director of Taxi!."}
+
+
 def kind_of(messages) -> str:
     prompt = messages[-1]["content"]
     if "should have been one JSON object" in prompt:
@@ -183,6 +186,44 @@ def test_broken_json_is_repaired_by_one_request(tmp_path):
     assert store.verbalize(range(store.num_triples)) == [
         "<doc:p1/chunk:0 | describes | Taxi!>", "<doc:p1/chunk:0/description:0 | describes | Taxi!>"]
     assert (stats["repairs_attempted"], stats["repairs_succeeded"], stats["unparsable_outputs"]) == (1, 1, 0)
+
+
+def test_an_output_cut_off_by_max_tokens_keeps_its_complete_items_without_a_repair(tmp_path):
+    """The 0.5B model under the grammar repeats an entity until max_tokens: the cut-off list keeps
+    its complete items once each, no repair request is sent, and the salvage is counted."""
+    item = {"name": "Taxi!", "type": "MISC", "aliases": ["Taxi"], "description": "A film."}
+    looping = '{"entities": [' + ", ".join(json.dumps(i) for i in [item, OUTPUTS_ROY, item, item]) + ', {"name": "Ta'
+    llm = scripted({("Taxi!", "entities"): looping, ("Taxi!", "relations"): rels()})
+    store, stats, kg = build_text_kg([TAXI], llm, tmp_path / "j.jsonl", show_progress=False)
+    assert prompts_of(llm) == [("entities", "Taxi!"), ("relations", "Taxi!")]
+    assert [store.entity_name(int(i)) for i in kg.ids("entity")] == ["Taxi!", "Roy Del Ruth"]
+    assert (stats["cut_off_outputs_salvaged"], stats["repairs_attempted"], stats["unparsable_outputs"]) == (1, 0, 0)
+
+
+def test_complete_items_only_takes_a_list_that_was_cut_off():
+    from kgrag_lib.kg.text_index import complete_items
+
+    a, b = {"name": "A"}, {"name": "B"}
+    assert json.loads(complete_items('{"entities": [%s, %s, %s, {"na' % (json.dumps(a), json.dumps(b), json.dumps(a)),
+                                     "entities")) == {"entities": [a, b]}
+    assert json.loads(complete_items('{"entities": [%s, ' % json.dumps(a), "entities")) == {"entities": [a]}
+    assert complete_items('{"entities": [%s,]}' % json.dumps(a), "entities") is None  # closed: a syntax error
+    assert complete_items('{"entities": [{"na', "entities") is None  # nothing complete
+    assert complete_items('{"relations": [%s' % json.dumps(a), "entities") is None  # another list
+
+
+def test_schemas_bound_every_list_and_string():
+    """Bounds are what stops a looping small model under a grammar; every array and string has one."""
+    def unbounded(node, path="$"):
+        if isinstance(node, dict):
+            if node.get("type") == "array" and "maxItems" not in node:
+                yield path
+            if node.get("type") == "string" and "maxLength" not in node and "enum" not in node:
+                yield path
+            for k, v in node.items():
+                yield from unbounded(v, f"{path}.{k}")
+    for schema in (ENTITY_SCHEMA, RELATION_SCHEMA):
+        assert list(unbounded(json.loads(schema))) == []
 
 
 def test_still_broken_chunk_is_recorded_and_indexing_goes_on(tmp_path):

@@ -6,7 +6,9 @@ per chunk an entity call and, when it found two or more entities, a relation cal
 chunk -> entity resolution -> `KGStore` + `TextKG` side tables.
 
 Parsing is strict: the first JSON value in the output must decode as it is and match the
-expected shape (`{"entities": [...]}`; a bare list is taken as the list). Otherwise ONE repair
+expected shape (`{"entities": [...]}`; a bare list is taken as the list). An output cut off
+inside its list (max_tokens reached: small models loop under a grammar) keeps its complete
+items, exact repeats dropped (counted as salvaged). Otherwise ONE repair
 request (the output, the error, the schema) is sent; if its answer fails too, the failure is
 recorded with the reason and indexing goes on (a prompt too long for the model is recorded
 the same way, without a repair).
@@ -145,6 +147,30 @@ def load_json(text: str) -> Any:
     return value
 
 
+def complete_items(text: str, key: str) -> str | None:
+    """The complete items of a JSON list cut off by max_tokens (a small model that loops under a
+    grammar repeats items until the budget ends), exact repeats dropped, as `{"key": [...]}`;
+    None if not one item is complete. Cheaper and more faithful than an LLM repair of the cut."""
+    text = strip_think(text)
+    match = re.search(r'"%s"\s*:\s*\[' % re.escape(key), text)
+    if match is None:
+        return None
+    decoder, pos, items = json.JSONDecoder(), match.end(), {}
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] != "{":
+            break
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            break
+        items.setdefault(json.dumps(item, sort_keys=True), item)
+    if pos < len(text) and text[pos] != "{":
+        return None  # the list goes on or closes: a syntax error for the repair, not a cut-off
+    return json.dumps({key: list(items.values())}) if items else None
+
+
 def _items(value: Any, key: str) -> list:
     items = value.get(key) if isinstance(value, dict) else value
     if not isinstance(items, list):
@@ -223,6 +249,16 @@ def _structured(llm: "LLM", messages: "Messages", params: "SamplingParams",
     try:
         items, coerced = parse(out)
     except InvalidOutput as first:
+        kept = complete_items(out, stage)
+        if kept is not None:
+            try:
+                items, coerced = parse(kept)
+            except InvalidOutput:
+                pass
+            else:
+                record["salvaged"] = record.get("salvaged", 0) + 1
+                record["types_coerced"] += coerced
+                return items
         record["repairs"] += 1
         fixed, reason = _ask(llm, repair_messages(out, str(first), params.json_schema), params)
         try:
@@ -497,6 +533,7 @@ def index_stats(chunks: Sequence[Chunk], records: Sequence[dict[str, Any]], coun
         "unparsable_entity_outputs": failed.count("entities"),
         "unparsable_relation_outputs": failed.count("relations"),
         "unparsable_rate": round(len(failed) / max(asked, 1), 4),
+        "cut_off_outputs_salvaged": sum(r.get("salvaged", 0) for r in records),
         "repairs_attempted": sum(r["repairs"] for r in records),
         "repairs_succeeded": sum(r["repaired"] for r in records),
         "entity_types_coerced": sum(r["types_coerced"] for r in records),

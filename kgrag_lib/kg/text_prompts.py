@@ -13,25 +13,35 @@ import json
 
 from ..llm.base import Messages
 
-PROMPT_VERSION = "tkg1"
+PROMPT_VERSION = "tkg2"
 ENTITY_TYPES = ("PERSON", "ORGANIZATION", "GPE", "MISC")
 
-_STRING = {"type": "string"}
+# Every list and string is bounded: a small model under a grammar otherwise loops (the 0.5B model
+# repeated one alias until max_tokens on 14 of 35 MuSiQue chunks), and the bounds turn that loop
+# into a short, valid answer. Generous for real text: a chunk of 500 words rarely names 20 entities. A
+# loop that still runs into max_tokens leaves a cut-off list whose complete items are kept
+# (`text_index.complete_items`).
+def _text(max_length: int) -> dict:
+    return {"type": "string", "maxLength": max_length}
+
+
+MAX_ENTITIES, MAX_ALIASES, MAX_RELATIONS = 20, 3, 30
 ENTITY_SCHEMA = json.dumps({
     "type": "object",
-    "properties": {"entities": {"type": "array", "items": {
+    "properties": {"entities": {"type": "array", "maxItems": MAX_ENTITIES, "items": {
         "type": "object",
-        "properties": {"name": _STRING, "type": {"type": "string", "enum": list(ENTITY_TYPES)},
-                       "aliases": {"type": "array", "items": _STRING}, "description": _STRING},
+        "properties": {"name": _text(80), "type": {"type": "string", "enum": list(ENTITY_TYPES)},
+                       "aliases": {"type": "array", "maxItems": MAX_ALIASES, "items": _text(80)},
+                       "description": _text(200)},
         "required": ["name", "type", "aliases", "description"],
     }}},
     "required": ["entities"],
 }, separators=(",", ":"))
 RELATION_SCHEMA = json.dumps({
     "type": "object",
-    "properties": {"relations": {"type": "array", "items": {
+    "properties": {"relations": {"type": "array", "maxItems": MAX_RELATIONS, "items": {
         "type": "object",
-        "properties": {"source": _STRING, "relation": _STRING, "target": _STRING, "description": _STRING},
+        "properties": {"source": _text(80), "relation": _text(60), "target": _text(80), "description": _text(200)},
         "required": ["source", "relation", "target", "description"],
     }}},
     "required": ["relations"],
