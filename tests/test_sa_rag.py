@@ -545,7 +545,7 @@ def test_judge_answer_and_a_judged_predictions_file(tmp_path):
     path.write_text("".join(json.dumps({"qid": q, "question": "Where?", "prediction": p, "answers": ["Philadelphia"]})
                             + "\n" for q, p in rows), encoding="utf-8")
     sent = len(llm.requests)
-    summary = judge_predictions(path, llm)
+    summary = judge_predictions(path, llm, controls=False)
     assert len(llm.requests) - sent == 3  # the empty prediction is not sent
     assert summary["n"] == 4 and summary["judged"] == 3 and summary["unparsable"] == 1 and summary["correct"] == 1
     assert summary["correctness"] == pytest.approx(33.33) and summary["judge_model"] == "judge-model"
@@ -554,6 +554,46 @@ def test_judge_answer_and_a_judged_predictions_file(tmp_path):
     assert [v["correct"] for v in verdicts] == [True, False, None, False]
     assert verdicts[2]["reason"] == "the reply is not one JSON object" and verdicts[0]["judge_model"] == "judge-model"
     assert json.loads((tmp_path / "predictions.judge.json").read_text()) == summary
+
+
+def test_the_judge_is_checked_on_each_questions_gold_and_another_questions_answer(tmp_path):
+    """A judge that accepts everything (as the 0.5B model did) is caught by its controls; the
+    controls are the same requests for every run on the same questions (cached once)."""
+    from kgrag_lib.eval.judge import control_answers
+
+    rows = [("q1", "Where?", "Paris", ["Paris", "paris, France"]), ("q2", "Who?", "Bob", ["Alice"]),
+            ("q3", "When?", "1900", ["paris"])]
+    assert control_answers([{"answers": a} for *_, a in rows]) == [("Paris", "Alice"), ("Alice", "paris"),
+                                                                  ("paris", "Alice")]
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps({"qid": q, "question": t, "prediction": p, "answers": a}) + "\n"
+                            for q, t, p, a in rows), encoding="utf-8")
+    yes = ScriptedLLM(lambda m, p: '{"verdict": "correct"}', name="yes-judge", identity="scripted:yes")
+    s = judge_predictions(path, yes)
+    assert (s["control_gold_accepted"], s["control_wrong_accepted"], s["control_wrong_n"]) == (100.0, 100.0, 3)
+    assert s["judge_informative"] is False and "accepted 100% of other questions' answers" in s["judge_warning"]
+    verdicts = [json.loads(line) for line in (tmp_path / "predictions.judge.jsonl").read_text().splitlines()]
+    assert [(v["control_gold"], v["control_wrong"]) for v in verdicts] == [(True, True)] * 3
+
+    def fair(messages, params):
+        prompt = messages[-1]["content"]
+        cand = prompt.split("Candidate answer: ", 1)[1].split("\n", 1)[0].casefold()
+        golds = prompt.split("Reference answers: ", 1)[1].split("\n", 1)[0].casefold().split("; ")
+        return '{"verdict": "%s"}' % ("correct" if cand in golds else "incorrect")
+
+    good = ScriptedLLM(fair, name="fair-judge", identity="scripted:fair")
+    s = judge_predictions(path, good)
+    assert (s["correct"], s["control_gold_accepted"], s["control_wrong_accepted"]) == (1, 100.0, 0.0)
+    assert s["judge_informative"] is True and "judge_warning" not in s
+    other = tmp_path / "other.jsonl"  # another system's answers to the same questions: the same control requests
+    other.write_text("".join(json.dumps({"qid": q, "question": t, "prediction": "x", "answers": a}) + "\n"
+                             for q, t, _, a in rows), encoding="utf-8")
+    first = [r.prompt for r in good.requests]
+    assert len(first) == 9  # per question: the answer, the gold control, the wrong control
+    judge_predictions(other, good)
+    later = [r.prompt for r in good.requests[9:]]
+    controls = [1, 2, 4, 5, 7, 8]  # per question: the answer, then the gold and the wrong control
+    assert [later[i] for i in controls] == [first[i] for i in controls]
 
 
 # ---- the real model (not run in the fast loop) --------------------------------------------------------------

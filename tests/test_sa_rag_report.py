@@ -176,11 +176,12 @@ RIGHT = {"naive-rag[top_k=5]": 4, "naive-rag[top_k=10]": 6, "cot-rag[top_k=5]": 
          "qd-rag": 9, "ppr-rag": 12, "sa-rag": 24, "sa-rag-cot": 36, "sa-rag-qd": 20}
 
 
-def hand_grid(tmp_path, dataset="musique", right=RIGHT, n=40):
+def hand_grid(tmp_path, dataset="musique", right=RIGHT, n=40, distinct_golds=False):
     cells = []
     for run in RUNS:
-        rows = [{"qid": f"q{i}", "question": "?", "answers": ["Ann"], "dataset": dataset,
-                 "prediction": "Ann" if i < right[run.label] else "Ann Bob Carl Dan"} for i in range(n)]
+        gold = [f"Ann {i}" if distinct_golds else "Ann" for i in range(n)]
+        rows = [{"qid": f"q{i}", "question": "?", "answers": [gold[i]], "dataset": dataset,
+                 "prediction": gold[i] if i < right[run.label] else "Ann Bob Carl Dan"} for i in range(n)]
         out = tmp_path / dataset / run.folder
         out.mkdir(parents=True)
         (out / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -255,6 +256,29 @@ def test_claims_on_paired_questions_and_their_family_verdicts(tmp_path):
     assert fam.loc[("c1.sa_rag_over_iterative", "musique"), "verdict"] == "refuted"
     assert "not separable at this n" in fam.loc[("c1.sa_rag_over_iterative", "musique"), "comparisons"]
     assert R.claim_verdicts(pd.DataFrame()).empty
+
+
+def test_claims_on_the_verdicts_of_a_judge_that_fails_its_controls_are_not_testable(tmp_path):
+    grid = hand_grid(tmp_path, distinct_golds=True, n=12, right={k: min(v, 12) for k, v in RIGHT.items()})
+    yes = ScriptedLLM(lambda m, p: '{"verdict": "correct"}', name="yes-judge", identity="scripted:yes")
+    judged = R.judge_cells(grid, yes)
+    controls = R.judge_controls({"musique": grid}, judged)
+    assert controls.loc[0, "wrong accepted %"] == 100.0 and not controls.loc[0, "informative"]
+    assert "does not tell right from wrong" in controls.loc[0, "warning"]
+    rows = R.result_rows(grid, judged)
+    assert all(r["judge_informative"] is False and r["judge_wrong_accepted"] == 100.0 for r in rows)
+    claims = R.check_claims({"musique": grid}, P.CLAIMS, judged)
+    ran = claims[claims["verdict"] != "not run"]
+    assert len(ran) and (ran["verdict"] == R.JUDGE_UNINFORMATIVE).all()
+    fam = R.claim_verdicts(claims).set_index(["family", "dataset"])
+    assert fam.loc[("c1.sa_rag_over_iterative", "musique"), "verdict"] == R.JUDGE_UNINFORMATIVE
+    f1 = R.check_claims({"musique": grid}, R.with_metric(P.CLAIMS, "f1"), judged)
+    assert R.JUDGE_UNINFORMATIVE not in set(f1["verdict"])  # F1 needs no judge
+    # a judge that rejects every gold fails too (verdict_judge accepts only "Ann", the golds are "Ann <i>")
+    strict = R.judge_cells(hand_grid(tmp_path / "strict", distinct_golds=True, n=12,
+                                     right={k: min(v, 12) for k, v in RIGHT.items()}), verdict_judge())
+    assert all(j.summary["judge_informative"] is False and "rejected 100% of gold answers" in j.summary["judge_warning"]
+               for j in strict.values())
 
 
 def test_the_generic_claim_checker():

@@ -10,6 +10,12 @@ of the score rather than guessed. An empty prediction is incorrect without askin
 
 Not in the metrics registry: it needs a model. `judge_predictions` scores a run's predictions
 file and writes the verdicts beside it, naming the judge model in every row and the summary.
+
+A judge is only worth its controls: per question it is also shown the gold answer itself (it
+should accept it) and another question's gold answer (it should reject it). The summary reports
+both rates and calls the judge uninformative when it rejects half the golds or accepts half the
+wrong answers (the 0.5B model accepted every answer it was shown, EM 0 or not). The controls
+are the same requests for every run on the same questions, so the LLM cache asks them once.
 """
 
 from __future__ import annotations
@@ -77,25 +83,79 @@ def judge_identity(llm: Any) -> dict[str, str]:
             "judge_identity": str(getattr(llm, "identity", ""))}
 
 
-def judge_predictions(path: str | Path, llm: Generator, params: SamplingParams = PARAMS) -> dict[str, Any]:
+UNINFORMATIVE_AT = 50.0  # percent of gold answers rejected, or of wrong answers accepted
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).casefold().split())
+
+
+def control_answers(records: Sequence[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """Per record (gold answer it should accept, another question's gold answer it should reject);
+    the wrong one is the next record's first gold (cyclically) that matches none of this record's
+    golds, None when every other record shares a gold with it."""
+    golds = [[str(a) for a in r.get("answers") or []] for r in records]
+    out = []
+    for i, mine in enumerate(golds):
+        own = {_norm(a) for a in mine}
+        wrong = next((golds[j][0] for k in range(1, len(golds)) for j in [(i + k) % len(golds)]
+                      if golds[j] and not own & {_norm(a) for a in golds[j]}), None)
+        out.append((mine[0] if mine else "", wrong))
+    return out
+
+
+def control_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Acceptance rates of the controls (verdicts without a decision left out) and whether the
+    judge separates right from wrong at all."""
+    def rate(key: str) -> tuple[float | None, int]:
+        seen = [r[key] for r in rows if r.get(key) is not None]
+        return (round(100.0 * sum(seen) / len(seen), 2) if seen else None), len(seen)
+
+    gold, n_gold = rate("control_gold")
+    wrong, n_wrong = rate("control_wrong")
+    out: dict[str, Any] = {"control_gold_accepted": gold, "control_gold_n": n_gold,
+                           "control_wrong_accepted": wrong, "control_wrong_n": n_wrong}
+    bad = []
+    if gold is not None and 100 - gold >= UNINFORMATIVE_AT:
+        bad.append(f"rejected {100 - gold:.0f}% of gold answers")
+    if wrong is not None and wrong >= UNINFORMATIVE_AT:
+        bad.append(f"accepted {wrong:.0f}% of other questions' answers")
+    out["judge_informative"] = None if gold is None and wrong is None else not bad
+    if bad:
+        out["judge_warning"] = "the judge " + " and ".join(bad) + ": its correctness does not tell right from wrong"
+    return out
+
+
+def judge_predictions(path: str | Path, llm: Generator, params: SamplingParams = PARAMS,
+                      controls: bool = True) -> dict[str, Any]:
     """Judge every row of a predictions file; write `<stem>.judge.jsonl` (one verdict per question)
     and `<stem>.judge.json` (the summary) beside it, and return the summary: n, judged, unparsable,
     correct and `correctness` in percent of the judged questions with a bootstrap 95% interval,
-    and the judge model. Judge calls go through the model's cache, so a rerun sends none."""
+    and the judge model; with `controls`, the judge's verdicts on each question's gold answer and
+    on another question's answer (`control_summary`). Judge calls go through the model's cache,
+    so a rerun sends none."""
     from ..runner import read_predictions
     from .bootstrap import bootstrap_ci
 
     path = Path(path)
     who = judge_identity(llm)
+    records = list(read_predictions(path))
+    checks = control_answers(records) if controls else [("", None)] * len(records)
     rows = []
-    for rec in read_predictions(path):
-        v = judge_answer(llm, str(rec.get("question", "")), rec["answers"], rec["prediction"], params)
-        rows.append({"qid": rec.get("qid"), "prediction": rec["prediction"], "answers": rec["answers"],
-                     **asdict(v), **who})
+    for rec, (gold, wrong) in zip(records, checks):
+        question = str(rec.get("question", ""))
+        v = judge_answer(llm, question, rec["answers"], rec["prediction"], params)
+        row = {"qid": rec.get("qid"), "prediction": rec["prediction"], "answers": rec["answers"], **asdict(v), **who}
+        if controls:
+            row["control_gold"] = judge_answer(llm, question, rec["answers"], gold, params).correct if gold else None
+            row["control_wrong"] = judge_answer(llm, question, rec["answers"], wrong, params).correct if wrong else None
+        rows.append(row)
     verdicts = [r["correct"] for r in rows if r["correct"] is not None]
     summary: dict[str, Any] = {"n": len(rows), "judged": len(verdicts), "unparsable": len(rows) - len(verdicts),
                                "correct": sum(verdicts), **who,
                                "note": "LLM judge; the SA-RAG paper's correctness was a manual check"}
+    if controls:
+        summary.update(control_summary(rows))
     if verdicts:
         lo, hi = bootstrap_ci([float(c) for c in verdicts])
         summary["correctness"] = round(100.0 * sum(verdicts) / len(verdicts), 2)

@@ -73,6 +73,21 @@ def judge_cells(report: Any, llm: Any) -> dict[str, Judged]:
     return out
 
 
+def judge_controls(reports: Mapping[str, Any], judged: Mapping[str, Judged]) -> pd.DataFrame:
+    """Per dataset, how the judge did on its controls (each question's gold answer, another
+    question's answer); the controls are the same requests in every run, so one cell tells."""
+    recs = []
+    for d, report in reports.items():
+        s = next((judged[str(c.out)].summary for c in report.cells if str(c.out) in judged), None)
+        if s is None or "control_gold_accepted" not in s:
+            continue
+        recs.append({"dataset": d, "judge": s.get("judge_model"),
+                     "golds accepted %": s["control_gold_accepted"], "golds shown": s.get("control_gold_n"),
+                     "wrong accepted %": s["control_wrong_accepted"], "wrong shown": s.get("control_wrong_n"),
+                     "informative": s.get("judge_informative"), "warning": s.get("judge_warning", "")})
+    return pd.DataFrame(recs)
+
+
 def read_verdicts(path: Path) -> dict[str, bool | None]:
     rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
     return {r["qid"]: r["correct"] for r in rows}
@@ -98,7 +113,10 @@ def result_rows(report: Any, judged: Mapping[str, Judged] | None = None, **label
         if j is not None:
             s = j.summary
             row.update(correct=s.get("correctness"), correct_ci95=s.get("correctness_ci95"), judged=s.get("judged"),
-                       judge_unparsable=s.get("unparsable"), judge_model=s.get("judge_model"))
+                       judge_unparsable=s.get("unparsable"), judge_model=s.get("judge_model"),
+                       judge_gold_accepted=s.get("control_gold_accepted"),
+                       judge_wrong_accepted=s.get("control_wrong_accepted"),
+                       judge_informative=s.get("judge_informative"))
         row.update(labels)
         out.append(row)
     return out
@@ -225,8 +243,23 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
         verdicts = (judged or {})[str(cells[0].out)].verdicts if metric == "correct" else None
         return question_values(cells[0].rows, metric, verdicts)
 
-    return check_paired_claims(P.CLAIMS if claims is None else claims, side_values,
-                               lambda side: system_label(*side), alpha=alpha, margin=margin)
+    df = check_paired_claims(P.CLAIMS if claims is None else claims, side_values,
+                             lambda side: system_label(*side), alpha=alpha, margin=margin)
+    blind = uninformative_judge(reports, judged)
+    if not df.empty and blind:
+        df.loc[(df["metric"] == "correct") & df["dataset"].isin(blind) & (df["verdict"] != "not run"),
+               "verdict"] = JUDGE_UNINFORMATIVE
+    return df
+
+
+JUDGE_UNINFORMATIVE = "not testable: the judge failed its controls"
+
+
+def uninformative_judge(reports: Mapping[str, Any], judged: Mapping[str, Judged] | None) -> set[str]:
+    """Datasets on which the judge failed its controls (`eval.judge.control_summary`) in any run:
+    a comparison of its verdicts there would only compare noise."""
+    return {d for d, report in reports.items() for cell in report.cells
+            if (j := (judged or {}).get(str(cell.out))) is not None and j.summary.get("judge_informative") is False}
 
 
 def claim_verdicts(claims: pd.DataFrame) -> pd.DataFrame:
@@ -240,9 +273,11 @@ def claim_verdicts(claims: pd.DataFrame) -> pd.DataFrame:
     recs = []
     for (family, dataset, metric), g in df.groupby(["family", "dataset", "metric"], sort=False):
         v = list(g["verdict"])
-        counts = {k: v.count(k) for k in (CONFIRMED, REFUTED, NOT_SEPARABLE, "not run") if v.count(k)}
+        counts = {k: v.count(k) for k in (CONFIRMED, REFUTED, NOT_SEPARABLE, "not run", JUDGE_UNINFORMATIVE)
+                  if v.count(k)}
         verdict = (CONFIRMED if counts.get(CONFIRMED) == len(v) else REFUTED if REFUTED in counts
-                   else "not run" if counts.get("not run") == len(v) else NOT_SEPARABLE)
+                   else "not run" if counts.get("not run") == len(v)
+                   else JUDGE_UNINFORMATIVE if JUDGE_UNINFORMATIVE in counts else NOT_SEPARABLE)
         recs.append({"family": family, "claim": P.CLAIM_FAMILIES.get(family, family), "dataset": dataset,
                      "metric": metric, "comparisons": ", ".join(f"{n} {k}" for k, n in counts.items()),
                      "verdict": verdict})
