@@ -638,3 +638,17 @@ def test_real_model_runs_each_method_on_two_musique_questions(real, name):
             assert first["seeds"] and len(first["documents"]) <= 4 and len(first["relations"]) <= 6
         if name in ("naive-rag", "ppr-rag"):
             assert len(t["retrieval"]["documents"]) == 5
+
+
+@pytest.mark.model
+def test_real_model_judges_two_musique_answers_and_its_controls(real, tmp_path):
+    """The embedded model as the judge: a verdict or a recorded reason per answer, and its controls
+    measured (the 0.5B judge is not expected to pass them: the summary must say which way it went)."""
+    ctx, questions = real
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps({"qid": q.qid, "question": q.question, "prediction": q.answers[0],
+                                        "answers": q.answers}) + "\n" for q in questions), encoding="utf-8")
+    s = judge_predictions(path, ctx.llm)
+    assert s["n"] == 2 and s["judged"] + s["unparsable"] == 2 and s["judge_model"] == ctx.llm.name
+    assert s["control_gold_n"] + s["control_wrong_n"] >= 1 and isinstance(s["judge_informative"], bool)
+    assert s["judge_informative"] or "does not tell right from wrong" in s["judge_warning"]
