@@ -77,6 +77,45 @@ def test_seeds_accumulate_in_order_and_activation_is_capped_at_one():
     assert activation(2, [(0, 1)], [0.9], []).tolist() == [0.0, 0.0]
 
 
+def test_the_kernel_equals_the_papers_queue_exactly_on_random_graphs(monkeypatch):
+    """The kernel queues a node once and skips zero increments; the paper's queue holds repeats and
+    skips them as visited. Same pops, same floats: equal bit for bit, self-loops and repeated seeds included."""
+    from collections import deque
+
+    def paper_queue(n, heads, tails, w, seeds):
+        adj = [[] for _ in range(n)]  # undirected, each node's arcs in edge order (forward before reverse)
+        for _, _, src, t, x in sorted([(j, 0, h, t, x) for j, (h, t, x) in enumerate(zip(heads, tails, w))]
+                                      + [(j, 1, t, h, x) for j, (h, t, x) in enumerate(zip(heads, tails, w))]):
+            adj[src].append((t, x))
+        a = [0.0] * n
+        for s in seeds:
+            a[s] = 1.0
+            visited, queue = set(), deque([s])
+            while queue:
+                node = queue.popleft()
+                if node in visited:
+                    continue
+                visited.add(node)
+                for t, x in adj[node]:
+                    a[t] = min(1.0, a[t] + x * a[node])
+                    if t not in visited:
+                        queue.append(t)
+        return a
+
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n, m = int(rng.integers(2, 40)), int(rng.integers(0, 120))
+        heads, tails = rng.integers(0, n, m), rng.integers(0, n, m)
+        w = np.where(rng.random(m) < 0.6, 0.0, rng.random(m))
+        seeds = rng.integers(0, n, int(rng.integers(1, 5))).tolist()
+        indptr, nbr, arc = csr_from_edges(n, heads, tails)
+        ours = spread_activation(indptr, nbr, w[arc], seeds).tolist()
+        assert ours == paper_queue(n, heads.tolist(), tails.tolist(), w.tolist(), seeds), trial
+        with monkeypatch.context() as patch:  # the plain-Python loop (no numba) too
+            patch.setattr("kgrag_lib.methods.sa_rag.activation._spread_compiled", None)
+            assert spread_activation(indptr, nbr, w[arc], seeds).tolist() == ours, trial
+
+
 def test_rescaling_and_thresholds_on_a_star():
     # c = 0.4: cosine .7 -> .5, .55 -> .25, .4 -> 0, .1 -> 0 (clipped)
     w = rescaled_cosine(np.array([0.7, 0.55, 0.4, 0.1]), 0.4)

@@ -55,29 +55,36 @@ def within_hops(indptr: np.ndarray, neighbours: np.ndarray, seeds: Sequence[int]
     return reached
 
 
-def _spread(ptr, nbr, w, seeds, a, visited, queue):
+def _spread(ptr, nbr, w, seeds, a, queued, queue):
     """The loop of Algorithm 1 over indexable sequences (numpy arrays under numba, lists in
-    plain Python): `a` is updated in place; `visited` (n zeros) and `queue` (len(nbr) + 1
-    slots) are scratch space."""
+    plain Python): `a` is updated in place; `queued` (n zeros) and `queue` (n slots) are
+    scratch space.
+
+    The paper's queue may hold a node several times and skips the repeats as visited, so a node
+    is popped at the place it was first queued. Queuing each node once, at its first discovery,
+    pops the nodes in the same order with n queue slots instead of one per arc. An arc whose
+    increment w * a[node] is 0 (most of them: rescaled weights are 0 below c, and most nodes
+    hold no activation) leaves a[target] as it is and is not written."""
     n = len(ptr) - 1
     for s in seeds:
         a[s] = 1.0
         for i in range(n):
-            visited[i] = 0
+            queued[i] = 0
         head = 0
         tail = 1
         queue[0] = s
+        queued[s] = 1
         while head < tail:
             node = queue[head]
             head += 1
-            if visited[node]:
-                continue
-            visited[node] = 1
             for k in range(ptr[node], ptr[node + 1]):
                 t = nbr[k]
-                x = a[t] + w[k] * a[node]
-                a[t] = x if x < 1.0 else 1.0
-                if not visited[t]:
+                inc = w[k] * a[node]
+                if inc != 0.0:
+                    x = a[t] + inc
+                    a[t] = x if x < 1.0 else 1.0
+                if not queued[t]:
+                    queued[t] = 1
                     queue[tail] = t
                     tail += 1
 
@@ -118,8 +125,8 @@ def spread_activation(indptr: np.ndarray, neighbours: np.ndarray, weights: np.nd
         raise ValueError(f"seed {bad[0]} out of range [0, {n})")
     a = np.zeros(n, dtype=np.float64)
     if _spread_compiled is not None:
-        _spread_compiled(ptr, nbr, w, order, a, np.zeros(n, dtype=np.uint8), np.empty(nbr.size + 1, dtype=np.int64))
+        _spread_compiled(ptr, nbr, w, order, a, np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.int64))
         return a
     out = [0.0] * n
-    _spread(ptr.tolist(), nbr.tolist(), w.tolist(), order.tolist(), out, bytearray(n), [0] * (nbr.size + 1))
+    _spread(ptr.tolist(), nbr.tolist(), w.tolist(), order.tolist(), out, bytearray(n), [0] * n)
     return np.asarray(out, dtype=np.float64)
