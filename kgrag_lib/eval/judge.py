@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from ..llm.base import Generator, SamplingParams
 from ..llm.parsing import strip_think
+from .metrics import normalize_answer
 
 VERDICTS = {"correct": True, "incorrect": False}
 SCHEMA = json.dumps({"type": "object", "properties": {"verdict": {"type": "string", "enum": list(VERDICTS)}},
@@ -86,10 +87,6 @@ def judge_identity(llm: Any) -> dict[str, str]:
 UNINFORMATIVE_AT = 50.0  # percent of gold answers rejected, or of wrong answers accepted
 
 
-def _norm(text: str) -> str:
-    return " ".join(str(text).casefold().split())
-
-
 def control_answers(records: Sequence[dict[str, Any]]) -> list[tuple[str, str | None]]:
     """Per record (gold answer it should accept, another question's gold answer it should reject);
     the wrong one is the next record's first gold (cyclically) that matches none of this record's
@@ -97,9 +94,9 @@ def control_answers(records: Sequence[dict[str, Any]]) -> list[tuple[str, str | 
     golds = [[str(a) for a in r.get("answers") or []] for r in records]
     out = []
     for i, mine in enumerate(golds):
-        own = {_norm(a) for a in mine}
+        own = {normalize_answer(a) for a in mine}
         wrong = next((golds[j][0] for k in range(1, len(golds)) for j in [(i + k) % len(golds)]
-                      if golds[j] and not own & {_norm(a) for a in golds[j]}), None)
+                      if golds[j] and not own & {normalize_answer(a) for a in golds[j]}), None)
         out.append((mine[0] if mine else "", wrong))
     return out
 

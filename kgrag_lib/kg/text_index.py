@@ -256,7 +256,7 @@ def _structured(llm: "LLM", messages: "Messages", params: "SamplingParams",
             except InvalidOutput:
                 pass
             else:
-                record["salvaged"] = record.get("salvaged", 0) + 1
+                record["salvaged"] += 1
                 record["types_coerced"] += coerced
                 return items
         record["repairs"] += 1
@@ -279,7 +279,7 @@ def extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig = Extractio
     before = llm.usage.snapshot()
     base = llm.default_params.replace(max_tokens=config.max_tokens)
     record: dict[str, Any] = {"chunk": chunk.cid, "entities": [], "relations": [], "asked": ["entities"],
-                              "failures": [], "repairs": 0, "repaired": 0, "types_coerced": 0}
+                              "failures": [], "salvaged": 0, "repairs": 0, "repaired": 0, "types_coerced": 0}
     text = chunk.as_text()
     entities = _structured(llm, entity_messages(text), base.replace(json_schema=ENTITY_SCHEMA),
                            parse_entities, "entities", record) or []
