@@ -1,31 +1,61 @@
 #!/usr/bin/env bash
 # The study's reference run (profile cpu-reference), one notebook at a time, resumable across
-# days: answers already paid for are imported from results/reference/llm-cache.jsonl.gz first;
-# after each notebook, notebook 90 rewrites REPORT.md and publishes the compact results and the
-# LLM answers to results/reference/, and (with --commit) that folder is committed, so a kill or
-# a fresh checkout loses at most the notebook in flight. Never run it beside another model job.
+# days and machines: the answers already paid for are imported from results/reference/llm-cache/
+# first, so finished work costs no LLM call. After each notebook, notebook 90 rewrites REPORT.md
+# and publishes the compact results to results/reference/. With --commit, that folder is
+# committed after each notebook, and every --every minutes (default 15) the answers the model
+# gave since the last checkpoint are written as the next append-only part of
+# results/reference/llm-cache/ and committed, so a kill or a fresh checkout loses at most those
+# minutes even inside a long notebook. Never run it beside another model job.
 #
-#   bash scripts/reference_run.sh [--commit] [NOTEBOOK_PREFIX ...]     (default: every notebook)
+#   bash scripts/reference_run.sh [--commit] [--every MINUTES] [NOTEBOOK_PREFIX ...]   (default: every notebook)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 commit=0
-if [ "${1:-}" = "--commit" ]; then commit=1; shift; fi
+every=15
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --commit) commit=1; shift ;;
+    --every) every="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
 books=("$@")
 if [ ${#books[@]} -eq 0 ]; then
   books=($(ls notebooks/[0-9][0-9]_*.ipynb | xargs -n1 basename | cut -c1-2 | grep -v '^90$'))
 fi
-if [ -f results/reference/llm-cache.jsonl.gz ]; then
-  .venv/bin/kgrag cache import results/reference/llm-cache.jsonl.gz
+parts=results/reference/llm-cache
+lock=results/.reference-publish.lock
+mkdir -p results/reference
+if [ -d "$parts" ]; then .venv/bin/kgrag cache import "$parts"; fi
+if [ -f results/reference/llm-cache.jsonl.gz ]; then .venv/bin/kgrag cache import results/reference/llm-cache.jsonl.gz; fi
+
+commit_reference() {  # $1: message; commits only results/reference, retrying while git is busy
+  [ "$commit" = 1 ] || return 0
+  [ -n "$(git status --porcelain results/reference)" ] || return 0
+  for try in 1 2 3 4 5; do
+    git add results/reference && git commit -q -m "$1" -- results/reference && return 0 || sleep 10
+  done
+  echo "reference_run: could not commit ($1); the files stay in results/reference" >&2
+}
+
+checkpoint() {  # under the lock: never beside notebook 90's publishing of the same folder
+  ( flock 9
+    .venv/bin/kgrag cache export --parts "$parts" || exit 0
+    commit_reference "Reference run: checkpoint of the LLM answers ($(date -u +%FT%TZ))" ) 9>"$lock"
+}
+
+if [ "$commit" = 1 ]; then
+  ( while sleep $((every * 60)); do checkpoint; done ) &
+  loop=$!
+  trap 'kill $loop 2>/dev/null || true' EXIT
 fi
 for nb in "${books[@]}"; do
   echo "== $(date +%T) notebook $nb"
   .venv/bin/kgrag study --profile cpu-reference --only "$nb"
-  .venv/bin/kgrag study --profile cpu-reference --only 90
-  if [ "$commit" = 1 ] && [ -n "$(git status --porcelain results/reference)" ]; then
-    for try in 1 2 3 4 5; do
-      git add results/reference && git commit -q -m "Reference run: notebook $nb done (compact results, REPORT.md)" \
-        -- results/reference && break || sleep 10
-    done
-  fi
+  ( flock 9
+    .venv/bin/kgrag study --profile cpu-reference --only 90
+    commit_reference "Reference run: notebook $nb done (compact results, REPORT.md)" ) 9>"$lock"
 done
+checkpoint
 echo "== $(date +%T) done"

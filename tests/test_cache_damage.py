@@ -237,3 +237,40 @@ def test_export_and_import_carry_answers_between_caches(tmp_path, capsys):
     assert "added 0 answers" in capsys.readouterr().out              # importing twice adds nothing
     (tmp_path / "junk.jsonl.gz").write_bytes(b"not gzip")
     assert kgrag(["cache", "import", str(tmp_path / "junk.jsonl.gz")]) == 2
+
+
+def test_export_parts_append_only_new_answers_and_import_reads_the_folder(tmp_path, capsys):
+    """A long run checkpoints its answers as append-only parts: each part holds only the answers
+    no earlier part holds, nothing committed is rewritten, and importing the folder restores all."""
+    from kgrag_lib.cli import main as kgrag
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.llm.fake import ScriptedLLM
+
+    def ask(*questions):
+        cache = LLMCache(tmp_path / "a.sqlite")
+        llm = ScriptedLLM(lambda m, p: "answer to " + m[-1]["content"], identity="scripted:x", cache=cache)
+        for q in questions:
+            llm.generate([{"role": "user", "content": q}])
+        cache.close()
+
+    parts = tmp_path / "published" / "llm-cache"
+    export = ["cache", "export", "--parts", str(parts), "--cache", str(tmp_path / "a.sqlite")]
+    ask("one", "two")
+    assert kgrag(export) == 0 and "wrote 2 new cached answers" in capsys.readouterr().out
+    first = (parts / "part-0001.jsonl.gz").read_bytes()
+    assert kgrag(export) == 0 and "no answers that" in capsys.readouterr().out
+    assert sorted(p.name for p in parts.iterdir()) == ["part-0001.jsonl.gz"]     # nothing new, no empty part
+    ask("two", "three", "four")                                                 # "two" is a cache hit
+    assert kgrag(export) == 0 and "wrote 2 new cached answers" in capsys.readouterr().out
+    assert (parts / "part-0001.jsonl.gz").read_bytes() == first                 # never rewritten
+    assert kgrag(["cache", "import", str(parts), "--cache", str(tmp_path / "b.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "part-0001.jsonl.gz: added 2 answers" in out and "part-0002.jsonl.gz: added 2 answers" in out
+    b = LLMCache(tmp_path / "b.sqlite")
+    fresh = ScriptedLLM(lambda m, p: "recomputed", identity="scripted:x", cache=b)
+    assert [fresh.generate([{"role": "user", "content": q}]) for q in ("one", "four")] == ["answer to one",
+                                                                                           "answer to four"]
+    assert fresh.usage.calls == 0
+    b.close()
+    (parts / "part-0003.jsonl.gz").write_bytes(b"not gzip")                     # a damaged part is named
+    assert kgrag(export) == 2 and "part-0003.jsonl.gz" in capsys.readouterr().err

@@ -75,8 +75,10 @@ def test_report_and_publish(results, tmp_path):
     cache.close()
     dest = ST.publish(res, tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")
     import gzip
-    exported = [json.loads(l) for l in gzip.open(dest / "llm-cache.jsonl.gz", "rt").read().splitlines()]
+    exported = [json.loads(l) for l in gzip.open(dest / "llm-cache" / "part-0001.jsonl.gz", "rt").read().splitlines()]
     assert [r["identity"] for r in exported] == ["scripted:m"]       # only the runs' model
+    ST.publish(res, tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")   # again: no new answers, no new part
+    assert sorted(p.name for p in (dest / "llm-cache").iterdir()) == ["part-0001.jsonl.gz"]
     q = [json.loads(l) for l in (dest / "12_x/runs/metaqa-1hop/kg-rag/questions.jsonl").read_text().splitlines()]
     assert q[0]["hit1"] == 1.0 and q[0]["hit1_exact"] == 0.0 and "trace" not in q[0] and q[0]["cost"]["seconds"] == 2.0
     assert (dest / "REPORT.md").exists() and (dest / "12_x" / "summary.json").exists()

@@ -4,6 +4,9 @@ damaged one, and carry answers between machines.
 `export FILE.jsonl.gz` writes the cache's rows (optionally of some models only) as a compact
 gzip file that can be committed: a long reference run's answers then survive a fresh checkout,
 and `import FILE.jsonl.gz` loads them back so rerunning it sends no call for finished work.
+`export --parts FOLDER` appends only the rows no earlier part holds, as the folder's next
+`part-NNNN.jsonl.gz` (a checkpoint that can be committed every few minutes without rewriting
+what was committed); `import FOLDER` loads every part.
 
 A damaged cache stops every run with a message naming it. `salvage` copies every row that can
 still be read (and whose key matches its request) into a fresh file at the same path and moves
@@ -29,13 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("path", nargs="?", default=None, help="the cache file (default: the one runs use)")
     q.set_defaults(func=handle_salvage)
     q = cache_sub.add_parser("export", help="write the cache's rows to a gzip JSON-lines file")
-    q.add_argument("dest", help="the file to write, e.g. results/reference/llm-cache/metaqa.jsonl.gz")
+    q.add_argument("dest", help="the file to write, e.g. results/reference/llm-cache.jsonl.gz "
+                               "(with --parts: the folder of parts, e.g. results/reference/llm-cache)")
+    q.add_argument("--parts", action="store_true",
+                   help="write only the rows no part in the folder DEST holds, as its next part-NNNN.jsonl.gz")
     q.add_argument("--cache", default=None, help="the cache file (default: the one runs use)")
     q.add_argument("--identity", action="append", default=None,
                    help="only rows of this model identity (repeatable; see `kgrag cache check`)")
     q.set_defaults(func=handle_export)
     q = cache_sub.add_parser("import", help="load rows written by `kgrag cache export` into the cache")
-    q.add_argument("src", nargs="+", help="one or more .jsonl.gz files")
+    q.add_argument("src", nargs="+", help="one or more .jsonl.gz files, or folders of part-NNNN.jsonl.gz")
     q.add_argument("--cache", default=None, help="the cache file (default: the one runs use)")
     q.set_defaults(func=handle_import)
 
@@ -62,17 +68,21 @@ def handle_salvage(args: argparse.Namespace) -> int:
 
 
 def handle_export(args: argparse.Namespace) -> int:
-    from ..llm.cache import export_cache
+    from ..llm.cache import export_cache, export_cache_part
 
+    if args.parts:
+        part, n = export_cache_part(args.dest, args.cache, identities=args.identity)
+        print(f"wrote {n} new cached answers to {part}" if part else f"no answers that {args.dest} lacks")
+        return 0
     n = export_cache(args.dest, args.cache, identities=args.identity)
     print(f"wrote {n} cached answers to {args.dest}")
     return 0
 
 
 def handle_import(args: argparse.Namespace) -> int:
-    from ..llm.cache import import_cache
+    from ..llm.cache import cache_exports, import_cache
 
-    for src in args.src:
+    for src in [f for given in args.src for f in cache_exports(given)]:
         added, refused = import_cache(src, args.cache)
         print(f"{src}: added {added} answers" + (f"; refused {refused} rows whose key does not match" if refused else ""))
     return 0

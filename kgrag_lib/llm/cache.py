@@ -415,7 +415,8 @@ def salvage_cache(path: str | os.PathLike | None = None) -> SalvageReport:
 
 
 def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None, *,
-                 identities: Iterable[str] | None = None, since: float | None = None) -> int:
+                 identities: Iterable[str] | None = None, since: float | None = None,
+                 exclude_keys: set[str] | None = None) -> int:
     """Write the cache's rows (optionally only some model identities, or rows created after
     `since`, a unix time) as gzip JSON lines: a compact file that can be committed, so the
     answers a long run paid for survive a fresh checkout (`import_cache` loads it back)."""
@@ -438,6 +439,8 @@ def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None,
         rows = conn.execute(sql + " ORDER BY created, key", args).fetchall()
     finally:
         conn.close()
+    if exclude_keys:
+        rows = [r for r in rows if r[0] not in exclude_keys]
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + ".tmp")
@@ -446,6 +449,43 @@ def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None,
             fh.write(json.dumps(dict(zip(_COLUMNS.split(", "), row)), ensure_ascii=False) + "\n")
     os.replace(tmp, dest)
     return len(rows)
+
+
+PART_GLOB = "part-*.jsonl.gz"
+
+
+def export_cache_part(folder: str | os.PathLike, path: str | os.PathLike | None = None, *,
+                      identities: Iterable[str] | None = None) -> tuple[Path | None, int]:
+    """Append the rows that no earlier part in `folder` holds as the next `part-NNNN.jsonl.gz`
+    (None, 0 when there is nothing new). Parts are never rewritten, so a long run can commit its
+    answers every few minutes and the repository grows by the new answers only."""
+    import gzip
+
+    folder = Path(folder)
+    parts = sorted(folder.glob(PART_GLOB))
+    seen: set[str] = set()
+    for part in parts:
+        try:
+            with gzip.open(part, "rt", encoding="utf-8") as fh:
+                seen.update(json.loads(line)["key"] for line in fh if line.strip())
+        except (OSError, ValueError, EOFError, KeyError, TypeError) as exc:
+            from ..errors import DataFormatError
+
+            raise DataFormatError(part, None, "a gzip JSON-lines export of the LLM cache (kgrag cache export)",
+                                  f"{type(exc).__name__}: {exc}; move the file aside and export again") from None
+    number = 1 + max((int(p.name[5:9]) for p in parts if p.name[5:9].isdigit()), default=0)
+    dest = folder / f"part-{number:04d}.jsonl.gz"
+    n = export_cache(dest, path, identities=identities, exclude_keys=seen)
+    if n == 0:
+        dest.unlink()
+        return None, 0
+    return dest, n
+
+
+def cache_exports(src: str | os.PathLike) -> list[Path]:
+    """The export files named by `src`: the file itself, or a folder's parts in order."""
+    src = Path(src)
+    return sorted(src.glob(PART_GLOB)) if src.is_dir() else [src]
 
 
 def import_cache(src: str | os.PathLike, path: str | os.PathLike | None = None) -> tuple[int, int]:

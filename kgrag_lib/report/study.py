@@ -242,7 +242,8 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
     """Copy what a reader needs into `dest` (meant to be committed): REPORT.md/html, every
     notebook's summary.json, and per run its manifest.json, metrics.json and a compact
     questions.jsonl (no traces), plus the figures; and the cached answers of the runs' models
-    (`llm-cache.jsonl.gz`), so `kgrag cache import` then a rerun of the study costs no LLM call."""
+    as append-only parts (`llm-cache/part-NNNN.jsonl.gz`, only answers no earlier part holds), so
+    `kgrag cache import DEST/llm-cache` then a rerun of the study costs no LLM call."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("REPORT.md", "REPORT.html"):
@@ -264,9 +265,9 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
         shutil.copytree(figures, dest / "figures", dirs_exist_ok=True)
     identities = sorted({r["llm_identity"] for r in res.runs if r.get("llm_identity")})
     if identities:
-        from ..llm.cache import export_cache
+        from ..llm.cache import export_cache_part
 
-        export_cache(dest / "llm-cache.jsonl.gz", llm_cache, identities=identities)
+        export_cache_part(dest / "llm-cache", llm_cache, identities=identities)
     return dest
 
 
