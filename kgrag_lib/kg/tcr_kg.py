@@ -289,7 +289,7 @@ class BuildConfig:
     tokenizer: str = "minilm"
     chunk_size: int = MAX_LEN
     overlap: int = OVERLAP
-    max_tokens: int = 1024
+    max_tokens: int = 768
 
     def key(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
