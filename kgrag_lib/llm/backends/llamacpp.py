@@ -109,10 +109,11 @@ class LlamaCppLLM(LLM):
         self.n_threads = threads
         self.n_ctx = self._llm.n_ctx()
         # greedy decoding under a grammar checks the best token first (byte-identical, ~4x faster here)
-        self._llm._library_init_sampler = self._llm._init_sampler
-        from . import grammar_first
+        if hasattr(self._llm, "_init_sampler"):
+            from . import grammar_first
 
-        grammar_first.install(self._llm)
+            self._llm._library_init_sampler = self._llm._init_sampler
+            grammar_first.install(self._llm)
         self._grammars: dict[str, Any] = {}
 
     def count_tokens(self, text: str) -> int:
