@@ -132,6 +132,14 @@ def _cell(value: Any, digits: int) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def ci_cell(row: Mapping[str, Any], metric: str) -> str:
+    """`value [low, high]` from a summary row's `<metric>` and `<metric>_ci95` ("–" when absent)."""
+    v, ci = row.get(metric), row.get(f"{metric}_ci95")
+    if v is None:
+        return "–"
+    return f"{v:.1f} [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else f"{v:.1f}"
+
+
 def to_markdown(df: pd.DataFrame, digits: int = 1, index: bool = False) -> str:
     """A GitHub-style pipe table; floats with `digits` decimals, missing values as '–'."""
     frame = df.reset_index() if index else df

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from . import paper_numbers as P
+from ..tables import ci_cell
 
 PAPER_ROW = {"PPR (HippoRAG 2-style)": "HippoRAG 2"}   # our row -> the paper's row it stands for
 CORPUS = "pooled paragraphs of the sampled questions, titles kept"
@@ -167,14 +168,8 @@ def paper_table1(paper_model: str = "phi4") -> pd.DataFrame:
 
 def intervals(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Our scores with their bootstrap 95% intervals, n and failures, one line per (dataset, system)."""
-    def cell(r: Mapping[str, Any], m: str) -> str:
-        v, ci = r.get(m), r.get(f"{m}_ci95")
-        if v is None:
-            return "–"
-        return f"{v:.1f} [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else f"{v:.1f}"
-
     return pd.DataFrame([{"dataset": r["dataset"], "system": r["label"], "n": r.get("n"), "failed": r.get("failed"),
-                          **{f"{P.METRIC_LABELS[m]} (95% CI)": cell(r, m) for m in P.METRICS},
+                          **{f"{P.METRIC_LABELS[m]} (95% CI)": ci_cell(r, m) for m in P.METRICS},
                           "judged": r.get("judged"), "LLM requests / q": r.get("llm_requests_per_q")}
                          for r in rows])
 

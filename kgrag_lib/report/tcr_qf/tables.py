@@ -29,6 +29,7 @@ import pandas as pd
 from ..sa_rag.tables import claim_verdicts as _claim_verdicts
 from ..sa_rag.tables import question_values, with_metric
 from . import paper_numbers as P
+from ..tables import ci_cell
 
 CORPUS = "pooled paragraphs of the sampled questions, chunks of 512 tokens with 64 overlap, titles kept"
 COST_LABELS = {"llm_requests_per_q": "LLM calls / q", "llm_seconds_per_q": "LLM s / q"}
@@ -190,14 +191,8 @@ def paper_table(which: int = 1) -> pd.DataFrame:
 def intervals(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Our scores with their bootstrap 95% intervals, n, failures and the cost per question, one
     line per (dataset, system)."""
-    def cell(r: Mapping[str, Any], m: str) -> str:
-        v, ci = r.get(m), r.get(f"{m}_ci95")
-        if v is None:
-            return "–"
-        return f"{v:.1f} [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else f"{v:.1f}"
-
     return pd.DataFrame([{"dataset": r["dataset"], "system": r["label"], "n": r.get("n"), "failed": r.get("failed"),
-                          **{f"{P.METRIC_LABELS[m]} (95% CI)": cell(r, m) for m in P.METRICS},
+                          **{f"{P.METRIC_LABELS[m]} (95% CI)": ci_cell(r, m) for m in P.METRICS},
                           "LLM calls / q": r.get("llm_requests_per_q"), "LLM s / q": r.get("llm_seconds_per_q"),
                           "wall s / q (this run)": r.get("seconds_per_q"),
                           "prompt tokens / q": r.get("prompt_tokens_per_q"), "answers / q": r.get("answers_per_q"),
