@@ -118,6 +118,7 @@ def test_build_merges_entities_keeps_sources_quotes_and_counts(tmp_path):
     tid = int(np.flatnonzero([store.triple(i).r == "lived in" for i in range(store.num_triples)])[0])
     assert kg.quotes[tid] == [["Babbage lived in Paris", "doc:p2/chunk:0"]]
     assert (stats["chunks"], stats["unregistered_eid_relations"], stats["quotes_not_in_chunk"]) == (2, 1, 1)
+    assert stats["relations_dropped_same_entity"] == 0 and stats["relation_records"] == 4
     assert stats["llm_calls"] == 2 and stats["failed_outputs"] == 0 and stats["edges"] == 4
     assert all(r.params.grammar == GRAMMAR for r in llm.requests)  # decoding constrained to the format
     # a rerun reads the journal: no request at all

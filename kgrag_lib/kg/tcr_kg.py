@@ -323,7 +323,7 @@ def assemble(chunks: Sequence[Chunk], recs: Sequence[dict[str, Any]]) -> tuple[K
     """The unified KG of the journal records of `chunks` (same order), and its counts."""
     entities: dict[str, Entity] = {}
     rows, prov, quotes_in = [], [], []
-    not_in_chunk = 0
+    not_in_chunk = same_entity = 0
     for chunk, rec in zip(chunks, recs):
         keys = {}
         for eid, e in rec["entities"].items():
@@ -336,7 +336,8 @@ def assemble(chunks: Sequence[Chunk], recs: Sequence[dict[str, Any]]) -> tuple[K
             keys[eid] = key
         for r in rec["relations"]:
             h, t = keys.get(r["source"]), keys.get(r["target"])
-            if h is None or t is None or h == t:
+            if h is None or t is None or h == t:  # two EIDs of one name: a self-loop once merged
+                same_entity += 1
                 continue
             rows.append((entities[h].name, r["relation"], entities[t].name))
             prov.append(chunk.cid)
@@ -355,7 +356,7 @@ def assemble(chunks: Sequence[Chunk], recs: Sequence[dict[str, Any]]) -> tuple[K
                             if e.description and store.find_entity(e.name) is not None})
     kg = TcrKG(store, entities, quotes, {c.cid: c for c in chunks})
     return store, kg, {"nodes": kg.num_nodes, "edges": kg.num_edges, "relation_records": len(rows),
-                       "quotes_not_in_chunk": not_in_chunk}
+                       "relations_dropped_same_entity": same_entity, "quotes_not_in_chunk": not_in_chunk}
 
 
 def build_stats(chunks: Sequence[Chunk], recs: Sequence[dict[str, Any]], counts: dict[str, Any]) -> dict[str, Any]:
