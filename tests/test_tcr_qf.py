@@ -443,3 +443,28 @@ def test_real_model_runs_each_variant_on_a_2wiki_question(real, name):
         assert t["rounds"][0]["topic"], t["rounds"][0]
     if v.feedback:
         assert 1 <= len(t["rounds"]) <= 2 and t["stopped"]
+
+
+def test_local_search_context_does_not_depend_on_the_hash_seed(tmp_path):
+    """The GraphRAG-style context is built in ranked order: two interpreters with different
+    PYTHONHASHSEED give the same text (a set's order once changed a prompt between processes)."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from kgrag_lib.kg.store import KGStore
+from kgrag_lib.kg.tcr_kg import Entity, TcrKG
+from kgrag_lib.kg.text_index import normalize
+from kgrag_lib.methods.tcr_qf.search import entity_index, local_search
+triples = [(f"e{i}", f"r{i % 3}", f"e{(i * 7) % 40}") for i in range(60)]
+store = KGStore.from_triples(triples)
+names = sorted({n for t in triples for n in (t[0], t[2])})
+kg = TcrKG(store, {normalize(n): Entity(n, "T", "", []) for n in names}, {}, {})
+index = entity_index(kg, lambda texts: np.ones((len(texts), 4), dtype=np.float32) / 2)
+print(local_search(kg, index, np.ones(4, dtype=np.float32) / 2, lambda t: 1, top_entities=20, top_relations=15,
+                   budget=400)[0])
+"""
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
+    assert len(outs) == 1 and "Triples:" in outs.pop()

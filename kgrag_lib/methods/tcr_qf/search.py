@@ -213,10 +213,11 @@ def local_search(kg: TcrKG, index: EntityIndex, qvec: np.ndarray, count_tokens: 
     triples the other end has), and the source chunks of the selected entities (most selected
     entities first); within `budget` tokens split 25% entities, 25% relations, 50% text."""
     keys = index.top(qvec, top_entities)
-    chosen = {kg.entities[k].name for k in keys}
+    ranked = list(dict.fromkeys(kg.entities[k].name for k in keys))  # similarity order, never a set's
+    chosen = set(ranked)
     store = kg.store
     rels: dict[tuple[str, str, str], tuple[int, int]] = {}
-    for name in chosen:
+    for name in ranked:
         i = store.find_entity(name)
         if i is None:
             continue
