@@ -468,3 +468,13 @@ print(local_search(kg, index, np.ones(4, dtype=np.float32) / 2, lambda t: 1, top
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**__import__("os").environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
     assert len(outs) == 1 and "Triples:" in outs.pop()
+
+
+def test_a_corpus_without_paragraphs_names_the_split_that_has_them():
+    from kgrag_lib.kg.text_index import CorpusSelection
+    from kgrag_lib.paths import data_root
+
+    if not (data_root() / "2wiki").is_dir():
+        pytest.skip("real 2Wiki files not under the data root")
+    with pytest.raises(ConfigError, match=r"2wiki: no passages to index .*dev200.*--split dev200"):
+        CorpusSelection.parse("2wiki:n=2:seed=0").passages(data_root())

@@ -669,5 +669,11 @@ class CorpusSelection:
                          corpus=f"pooled paragraphs of {len(questions)} sampled {self.dataset} questions "
                                 f"(seed {self.seed}), titles kept")
         if not passages:
-            raise ConfigError(f"text:{self.dataset}: no passages to index (the selected questions carry no paragraphs)")
+            from ..data.registry import get_spec
+
+            others = [s for s in get_spec(self.dataset).splits if s != self.split]
+            raise ConfigError(f"{self.dataset}{':' + self.split if self.split else ''}: no passages to index (the "
+                              "selected questions carry no paragraphs); select a split whose questions ship them "
+                              f"in the KG spec and the run ({', '.join(others)}; for 2wiki: dev200, e.g. --split "
+                              "dev200 --set kg=tcr:2wiki:dev200:n=<n>:seed={seed})")
         return passages, about
