@@ -47,11 +47,11 @@ def test_equal_systems_and_the_equivalence_margin():
     assert verdict("~", r) == NOT_SEPARABLE
 
 
-def test_continuous_scores_use_the_paired_bootstrap():
+def test_continuous_scores_use_the_sign_flip_test():
     a = [0.9, 0.8, 0.7, 1.0, 0.6] * 20
     b = [0.5, 0.6, 0.4, 0.7, 0.5] * 20
     r = paired_test(a, b, seed=1)
-    assert r.test == "paired bootstrap" and r.p_value < 0.01 and verdict(">", r) == CONFIRMED
+    assert r.test == "sign-flip permutation" and r.p_value < 0.01 and verdict(">", r) == CONFIRMED
     assert r.diff == pytest.approx(26.0)
     assert paired_test(a, b, seed=1) == r                       # seeded: reproducible
 
@@ -63,3 +63,14 @@ def test_bad_input():
     assert empty.n == 0 and math.isnan(empty.diff) and verdict(">", empty) == NOT_SEPARABLE
     with pytest.raises(ValueError, match="relation"):
         verdict("=", paired_test([1], [0]))
+
+
+def test_a_few_same_sign_differences_do_not_confirm_a_claim():
+    """One question, or three that all favour A, cannot separate two systems: the exact sign-flip
+    p is 1 and 2/8 (a bootstrap p was 0 there, since every resample keeps the sign)."""
+    one = paired_test([0.12], [0.0])
+    assert one.p_value == 1.0 and verdict(">", one) == NOT_SEPARABLE
+    three = paired_test([0.5, 0.4, 0.9], [0.1, 0.2, 0.3])
+    assert three.p_value == pytest.approx(0.25) and verdict(">", three) == NOT_SEPARABLE
+    six = paired_test([0.5, 0.4, 0.9, 0.6, 0.7, 0.8], [0.1, 0.2, 0.3, 0.2, 0.1, 0.3])
+    assert six.p_value == pytest.approx(2 / 64) and verdict(">", six) == CONFIRMED   # exact: 2 of 64 patterns

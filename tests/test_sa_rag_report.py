@@ -243,7 +243,7 @@ def test_claims_on_paired_questions_and_their_family_verdicts(tmp_path):
     assert (R.check_claims({"musique": musique}, P.CLAIMS, None)["verdict"] == "not run").all()
     f1 = R.check_claims({"musique": musique}, R.with_metric(P.CLAIMS, "f1")).set_index("claim")
     assert f1.loc["c1.sa_rag_over_iterative.musique.qd-rag@f1", "metric"] == "f1"
-    assert f1.loc["c1.sa_rag_over_iterative.musique.qd-rag@f1", "test"] == "paired bootstrap"
+    assert f1.loc["c1.sa_rag_over_iterative.musique.qd-rag@f1", "test"] == "sign-flip permutation"
     families = R.claim_verdicts(pd.concat([claims.reset_index(), f1.reset_index()])).set_index(
         ["family", "dataset", "metric"])
     assert families.loc[("c1.sa_rag_over_iterative", "musique", "correct"), "verdict"] == "confirmed"

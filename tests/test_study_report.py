@@ -93,4 +93,4 @@ def test_compare_runs_pairs_two_models_and_weighs_time(results):
     assert out["test"] == "mcnemar (exact)" and out["seconds_per_q_a"] == 2.0
     assert out["correct_per_cpu_hour_a"] == 1350.0 and out["correct_per_cpu_hour_b"] == 450.0
     avg = ST.compare_runs(results / "12_x/runs/metaqa-1hop/kg-rag", results / "12_x/runs/metaqa-1hop/llm", "avg")
-    assert avg["metric"] == "avg" and avg["test"] == "paired bootstrap"
+    assert avg["metric"] == "avg" and avg["test"] == "sign-flip permutation"

@@ -320,7 +320,7 @@ def test_claims_on_paired_questions_and_their_family_verdicts(tmp_path):
     assert claims.loc["c1.tcr_qf_over_baselines.2wiki.tcr-cot", "verdict"] == "not run"        # not in the grid
     assert claims.loc["c1.tcr_qf_over_baselines.hotpotqa.tog", "verdict"] == "not run"
     f1 = R.check_claims({"2wiki": table1}, R.with_metric(P.TABLE1_CLAIMS, "f1")).set_index("claim")
-    assert f1.loc["c1.tcr_qf_over_baselines.2wiki.tog@f1", "test"] == "paired bootstrap"
+    assert f1.loc["c1.tcr_qf_over_baselines.2wiki.tog@f1", "test"] == "sign-flip permutation"
     fam = R.claim_verdicts(pd.concat([claims.reset_index(), f1.reset_index()]))
     fam = fam.set_index(["family", "dataset", "metric"])
     assert fam.loc[("c1.tcr_qf_over_baselines", "2wiki", "em"), "verdict"] == "not separable at this n"

@@ -2,7 +2,10 @@
 
 Every "A beats B" claim of the papers is tested on per-question scores of both systems on the
 same questions: McNemar's exact test when the scores are 0/1 (Hit@1, EM, Acc), a paired
-bootstrap otherwise (F1, Avg), and always a paired-bootstrap 95% interval of the difference.
+sign-flip permutation test otherwise (F1, Avg: exact over all 2^n sign patterns up to
+`EXACT_FLIP_N` questions, Monte Carlo beyond), and always a paired-bootstrap 95% interval of
+the difference. (A bootstrap p-value is not used: on a few questions whose differences share
+a sign every resample does too, and one question would "confirm" a claim with p = 0.)
 A claim is then *confirmed* (the difference goes the claimed way, p < alpha), *refuted* (it
 goes the other way, p < alpha) or *not separable at this n*. An "about the same" claim (`~`)
 is confirmed only when the difference provably lies within ±`margin` points (an equivalence
@@ -22,6 +25,22 @@ import numpy as np
 
 CONFIRMED, REFUTED, NOT_SEPARABLE = "confirmed", "refuted", "not separable at this n"
 MIN_EQUIVALENCE_N = 30
+EXACT_FLIP_N = 16
+
+
+def sign_flip_p(d: np.ndarray, n_perm: int = 10_000, seed: int = 0) -> float:
+    """Two-sided p of a paired permutation test: the share of sign patterns of the differences
+    whose mean is at least as far from 0 as the observed one (exact up to EXACT_FLIP_N pairs)."""
+    n = int(d.size)
+    observed = abs(float(d.mean())) - 1e-12
+    if n == 0 or observed <= 0:
+        return 1.0
+    if n <= EXACT_FLIP_N:
+        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+        return float((np.abs((signs * d).mean(axis=1)) >= observed).mean())
+    rng = np.random.default_rng(seed)
+    signs = rng.choice((-1.0, 1.0), size=(n_perm, n))
+    return float((1 + (np.abs((signs * d).mean(axis=1)) >= observed).sum()) / (n_perm + 1))
 
 
 @dataclass(frozen=True)
@@ -34,7 +53,7 @@ class PairedResult:
     diff: float
     ci95: tuple[float, float]
     p_value: float
-    test: str            # "mcnemar (exact)" | "paired bootstrap"
+    test: str            # "mcnemar (exact)" | "sign-flip permutation"
     a_only: int = 0      # 0/1 scores: questions A gets right and B wrong
     b_only: int = 0
     disagree_upper: float | None = None   # 0/1 scores: exact upper bound of the disagreement share, points
@@ -69,9 +88,8 @@ def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,
         upper = 100.0 if k == n else 100 * float(beta.ppf(0.975, k + 1, n - k))
         test = "mcnemar (exact)"
     else:
-        # two-sided bootstrap p: how often the resampled difference falls on the other side of 0
-        p = float(min(1.0, 2 * min((boots <= 0).mean(), (boots >= 0).mean()))) if d.any() else 1.0
-        test = "paired bootstrap"
+        p = sign_flip_p(d, n_boot, seed)
+        test = "sign-flip permutation"
     return PairedResult(n, 100 * float(x.mean()), 100 * float(y.mean()), 100 * float(d.mean()),
                         (100 * float(lo), 100 * float(hi)), p, test, a_only if binary else 0, b_only if binary else 0,
                         upper)

@@ -184,7 +184,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += [extra, ""]
     parts += ["## The papers' claims, tested", "",
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
-              "exact test on 0/1 scores, else a paired bootstrap), otherwise **not separable at this n**; `~` "
+              "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
               "claims need the difference bounded within ±5 points. `diff` and `ci95` are A − B in points.", "",
               _md(verdict_counts(claims), 0) if not claims.empty else "(no claims were tested)", ""]
     if not claims.empty:
