@@ -250,6 +250,9 @@ def _answer_and_score(method: Any, questions: list[Question], done: list[dict[st
 
     done_ids = {r["qid"] for r in done}
     todo = [q for q in questions if q.qid not in done_ids]
+    resume = getattr(method, "resume", None)
+    if callable(resume):  # a method whose state grows over questions (TCR-QF's KG) rebuilds it first
+        resume(list(done))
     fail_types = _failure_types()
     t_run = time.perf_counter()
     usage0 = llm.usage.snapshot() if llm is not None else None

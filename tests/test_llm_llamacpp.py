@@ -92,3 +92,27 @@ def test_prompt_too_long_is_a_clear_error():
     with pytest.raises(PromptTooLongError, match="n_ctx"):
         small.generate([{"role": "user", "content": "word " * 300}], max_tokens=4)
     small.close()
+
+
+def test_grammar_first_greedy_equals_the_library_chain(raw):
+    """Greedy decoding under a grammar (GBNF and a JSON schema) through the grammar-first sampler
+    gives the library chain's output token for token, and checks the whole vocabulary only at
+    the tokens where the model's favourite breaks the grammar."""
+    from kgrag_lib.kg.tcr_records import GRAMMAR
+    from kgrag_lib.llm.base import SamplingParams
+
+    text = "Marie Curie was born in Warsaw. She won the Nobel Prize in Physics in 1903 with Pierre Curie."
+    msgs = [{"role": "user", "content": "List the entities and relations of this text as records:\n" + text}]
+    schema = '{"type":"object","properties":{"city":{"type":"string","maxLength":20}},"required":["city"]}'
+    inner = raw._llm
+    for params in (SamplingParams(max_tokens=96, grammar=GRAMMAR), SamplingParams(max_tokens=32, json_schema=schema)):
+        fast = raw._complete(msgs if params.grammar else FRANCE, params)
+        pick = inner.last_grammar_sampler
+        assert pick.tokens >= fast.completion_tokens and pick.full_checks < pick.tokens
+        inner._init_sampler, fast_init = inner._library_init_sampler, inner._init_sampler
+        try:
+            slow = raw._complete(msgs if params.grammar else FRANCE, params)
+        finally:
+            inner._init_sampler = fast_init
+        assert fast.text == slow.text and fast.completion_tokens == slow.completion_tokens
+    assert fast.text.startswith("{") and "city" in fast.text

@@ -17,7 +17,9 @@ Specs (the `kg` / `kb` config values):
 - `wikidata5m` / `wikidata5m:<folder>`: KG-Infused RAG's Wikidata5M-KG, built by
   `data.wikidata5m.build_wikidata5m_kg` (Appendix B filters, Table 5 statistics) from the
   official files in `<data root>/wikidata5m/` (or `<folder>`).
-- `text:<dataset>[:<split>][:n=<N>][:seed=<S>]` (SA-RAG, TCR-QF): a KG an LLM extracts from the
+- `tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]` (TCR-QF): the same passages as `text:`, chunked
+  into 512 tokens and extracted as EID records (`kg.tcr_kg`); `BuiltKG.extra["tcr_folder"]`.
+- `text:<dataset>[:<split>][:n=<N>][:seed=<S>]` (SA-RAG): a KG an LLM extracts from the
   dataset's passages (`kg.text_index`; the corpus forms are in `CorpusSelection`). Needs
   `llm=`; its build folder is keyed by the model identity, the prompt version and the
   extraction settings too, the build resumes from a per-chunk journal, and `BuiltKG.extra["text"]`
@@ -276,6 +278,34 @@ def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
                       identity=identity, resumable=True, load_extra=_text_extra)
 
 
+# ---- tcr: TCR-QF's EID-record KG ------------------------------------------------------------
+def _tcr_extra(folder: Path) -> dict[str, Any]:
+    return {"tcr_folder": folder}
+
+
+def tcr_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
+    """TCR-QF's KG (`kg.tcr_kg`) of the passages `arg` selects (`CorpusSelection`), resumable;
+    `BuiltKG.extra["tcr_folder"]` is the folder `TcrKG.load` reads a private copy from."""
+    from .tcr_kg import BuildConfig, build_tcr_kg
+    from .tcr_records import PROMPT_VERSION
+    from .text_index import CorpusSelection
+
+    selection = CorpusSelection.parse(arg)
+    if llm is None:
+        raise ConfigError("a TCR-QF KG is extracted by an LLM: pass llm= to load_kg/shared_kg")
+    config = BuildConfig()
+    base = llm.default_params.to_dict()
+    identity = "\0".join([PROMPT_VERSION, llm.backend, llm.identity, config.key(), json.dumps(base, sort_keys=True),
+                          str(selection)])
+
+    def build(journal: Path) -> tuple[KGStore, dict[str, Any], Any]:
+        passages, about = selection.passages(data_root)
+        return build_tcr_kg(passages, llm, journal, config=config, about=about)
+
+    return SourcePlan(f"tcr-{selection.name[len('text-'):]}-{PROMPT_VERSION}", selection.input_files(data_root),
+                      build, identity=identity, resumable=True, load_extra=_tcr_extra)
+
+
 # ---- the table and the cache ------------------------------------------------------------
 @dataclass(frozen=True)
 class Source:
@@ -293,6 +323,7 @@ SOURCES: dict[str, Source] = {
     "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)"),
     "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'"),
     "text": Source(text_source, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True),
+    "tcr": Source(tcr_source, "'tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True),
 }
 ACCEPTED = ", ".join(s.forms for s in SOURCES.values()) + " or the folder of a saved KGStore"
 
@@ -352,7 +383,11 @@ def _saved_folder(spec: str, folder: Path) -> BuiltKG:
     stats = {"kg": str(folder), **size_stats(store)}
     if (folder / STATS_FILE).is_file():
         stats = json.loads((folder / STATS_FILE).read_text(encoding="utf-8"))
+    from .tcr_kg import TABLES_FILE
+
     extra = _text_extra(folder) if (folder / TEXT_KG_FILE).is_file() else {}
+    if (folder / TABLES_FILE).is_file():
+        extra = _tcr_extra(folder)
     return BuiltKG(f"store:{folder.name}", spec, store, stats, extra)
 
 

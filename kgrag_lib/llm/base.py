@@ -48,6 +48,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int = 42
     json_schema: str = ""
+    grammar: str = ""
 
     def __post_init__(self) -> None:
         stop = self.stop
@@ -72,6 +73,11 @@ class SamplingParams:
                     f"SamplingParams.{name}: expected {expected}, got {getattr(self, name)!r}"
                 )
         _check_schema(self.json_schema)
+        if not isinstance(self.grammar, str):
+            raise ConfigError(f"SamplingParams.grammar: expected a GBNF grammar as a string, or \"\" for none, "
+                              f"got {type(self.grammar).__name__}")
+        if self.grammar and self.json_schema:
+            raise ConfigError("SamplingParams: give json_schema or grammar, not both")
 
     @property
     def greedy(self) -> bool:
@@ -90,8 +96,9 @@ class SamplingParams:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
-        if not self.json_schema:
-            del d["json_schema"]
+        for knob in ("json_schema", "grammar"):
+            if not d[knob]:
+                del d[knob]
         return d
 
 

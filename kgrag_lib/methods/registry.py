@@ -10,9 +10,9 @@ from .base import MethodSpec
 
 
 def available_methods() -> dict[str, MethodSpec]:
-    from . import kg_infused, metaqa, sa_rag
+    from . import kg_infused, metaqa, sa_rag, tcr_qf
 
-    specs = [*metaqa.METHODS, *kg_infused.METHODS, *sa_rag.METHODS]
+    specs = [*metaqa.METHODS, *kg_infused.METHODS, *sa_rag.METHODS, *tcr_qf.METHODS]
     return {s.name: s for s in sorted(specs, key=lambda s: s.name)}
 
 

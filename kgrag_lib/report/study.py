@@ -36,12 +36,14 @@ DEVIATIONS_COMMON = (
 def paper_deviations() -> list[str]:
     """Every paper's own deviation list (`report/<paper>/paper_numbers.DEVIATIONS`); a new paper
     adds its module here."""
-    from ..methods import sa_rag
+    from ..methods import sa_rag, tcr_qf
     from .kg_infused import paper_numbers as kg_infused
     from .metaqa import paper_numbers as metaqa
     from .sa_rag import paper_numbers as sa_rag_report
+    from .tcr_qf import paper_numbers as tcr_qf_report
 
-    return [*metaqa.DEVIATIONS, *kg_infused.DEVIATIONS, *sa_rag.DEVIATIONS, *sa_rag_report.DEVIATIONS]
+    return [*metaqa.DEVIATIONS, *kg_infused.DEVIATIONS, *sa_rag.DEVIATIONS, *sa_rag_report.DEVIATIONS,
+            *tcr_qf.DEVIATIONS, *tcr_qf_report.DEVIATIONS]
 
 
 @dataclass
@@ -188,7 +190,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     if not claims.empty:
         secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
         parts += [_md(claims[~secondary]), "",
-                  "The same claims on a second metric (MetaQA: Hit@1 exact, §4.2.1 read literally; SA-RAG: F1):", "", _md(claims[secondary]), ""]
+                  "The same claims on a second metric (MetaQA: Hit@1 exact, §4.2.1 read literally; SA-RAG and "
+                  "TCR-QF: F1):", "", _md(claims[secondary]), ""]
     parts += ["## Every method on the same questions", "",
               "Scores in percent; cost per question counts every LLM request, cached or not, and the seconds it "
               "took when first computed.", "", _md(cross_method_table(runs)), ""]

@@ -20,11 +20,11 @@ from typing import Any, Sequence
 from ..config import RunConfig, load_profile, make_config, profile_section
 from ..errors import ConfigError
 from ..methods.base import RunContext
-from . import kg_infused, metaqa, report, sa_rag
+from . import kg_infused, metaqa, report, sa_rag, tcr_qf
 from .base import NotebookSettings, resolve
 
 NOTEBOOKS: dict[str, type[NotebookSettings]] = {**metaqa.NOTEBOOKS, **kg_infused.NOTEBOOKS, **sa_rag.NOTEBOOKS,
-                                                **report.NOTEBOOKS}
+                                                **tcr_qf.NOTEBOOKS, **report.NOTEBOOKS}
 
 
 @dataclass

@@ -54,7 +54,8 @@ class LlamaCppLLM(LLM):
     the KV cache of the previous prompt is faster but can change the low bits of the logits,
     so the same request could decode differently depending on what ran before it.
     A `json_schema` in the sampling parameters constrains decoding to it: through
-    `response_format` in chat mode, through a grammar compiled from the schema otherwise.
+    `response_format` in chat mode, through a grammar compiled from the schema otherwise; a
+    GBNF `grammar` is applied as it is in both modes.
     """
 
     backend = "llamacpp"
@@ -107,6 +108,12 @@ class LlamaCppLLM(LLM):
             raise BackendUnavailableError(f"llama.cpp could not load {self.model_path}: {e}") from e
         self.n_threads = threads
         self.n_ctx = self._llm.n_ctx()
+        # greedy decoding under a grammar checks the best token first (byte-identical, ~4x faster here)
+        if hasattr(self._llm, "_init_sampler"):
+            from . import grammar_first
+
+            self._llm._library_init_sampler = self._llm._init_sampler
+            grammar_first.install(self._llm)
         self._grammars: dict[str, Any] = {}
 
     def count_tokens(self, text: str) -> int:
@@ -129,19 +136,23 @@ class LlamaCppLLM(LLM):
             seed=params.seed,
         )
 
-    def _grammar(self, schema: str) -> Any:
-        """The grammar for a JSON schema, compiled once per schema (raw-prompt mode)."""
-        if schema not in self._grammars:
+    def _grammar(self, schema: str, gbnf: bool = False) -> Any:
+        """The grammar for a JSON schema (raw-prompt mode) or a GBNF text, compiled once each."""
+        key = ("gbnf:" if gbnf else "schema:") + schema
+        if key not in self._grammars:
             from llama_cpp import LlamaGrammar
 
-            self._grammars[schema] = LlamaGrammar.from_json_schema(schema, verbose=False)
-        return self._grammars[schema]
+            self._grammars[key] = (LlamaGrammar.from_string(schema, verbose=False) if gbnf else
+                                   LlamaGrammar.from_json_schema(schema, verbose=False))
+        return self._grammars[key]
 
     def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
         if not self.reuse_prefix:
             self._llm.reset()
         start = time.perf_counter()
         kwargs = self._kwargs(params)
+        if params.grammar:
+            kwargs["grammar"] = self._grammar(params.grammar, gbnf=True)
         try:
             if self.chat:
                 if params.json_schema:

@@ -262,10 +262,13 @@ def uninformative_judge(reports: Mapping[str, Any], judged: Mapping[str, Judged]
             if (j := (judged or {}).get(str(cell.out))) is not None and j.summary.get("judge_informative") is False}
 
 
-def claim_verdicts(claims: pd.DataFrame) -> pd.DataFrame:
+def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One verdict per claim family, dataset and metric from its pairwise comparisons: confirmed
-    when every comparison is, refuted when any is, 'not run' when none ran, else not separable."""
+    when every comparison is, refuted when any is, 'not run' when none ran, else not separable.
+    `families` names each family (default: SA-RAG's `CLAIM_FAMILIES`; another paper passes its own)."""
     from ...eval.paired import CONFIRMED, NOT_SEPARABLE, REFUTED
+
+    families = P.CLAIM_FAMILIES if families is None else families
 
     if claims.empty:
         return pd.DataFrame(columns=["family", "claim", "dataset", "metric", "comparisons", "verdict"])
@@ -278,7 +281,7 @@ def claim_verdicts(claims: pd.DataFrame) -> pd.DataFrame:
         verdict = (CONFIRMED if counts.get(CONFIRMED) == len(v) else REFUTED if REFUTED in counts
                    else "not run" if counts.get("not run") == len(v)
                    else JUDGE_UNINFORMATIVE if JUDGE_UNINFORMATIVE in counts else NOT_SEPARABLE)
-        recs.append({"family": family, "claim": P.CLAIM_FAMILIES.get(family, family), "dataset": dataset,
+        recs.append({"family": family, "claim": families.get(family, family), "dataset": dataset,
                      "metric": metric, "comparisons": ", ".join(f"{n} {k}" for k, n in counts.items()),
                      "verdict": verdict})
     return pd.DataFrame(recs)

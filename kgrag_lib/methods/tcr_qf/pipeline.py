@@ -1,0 +1,361 @@
+"""TCR-QF (Huang et al.), its ablations and baselines, one class for all nine variants.
+
+| name           | label                        | retrieval (`search.py`)   | TCR | feedback |
+|----------------|------------------------------|---------------------------|-----|----------|
+| tcr-llm        | LLM only                     | none                      |     |          |
+| tcr-cot        | CoT                          | none (step-by-step)       |     |          |
+| tcr-naive-rag  | Naive RAG                    | dense top_k chunks        |     |          |
+| graphrag-local | GraphRAG-style local search  | entities, relations, text |     |          |
+| tog            | ToG (w/o TCR & QF)           | ToG beam search           |     |          |
+| tog-tcr        | TCR (w/o QF)                 | ToG beam search           | yes |          |
+| tog-qf         | QF (w/o TCR)                 | ToG beam search           |     | query    |
+| tcr-qf         | TCR-QF                       | ToG beam search           | yes | query    |
+| tcr-af         | TCR-AF                       | ToG beam search           | yes | answer   |
+
+§3.4's loop, as we run it: answer from the retrieved subgraph (with restored sentences under
+TCR) -> QF: the LLM lists the missing knowledge as questions (at most `max_missing`); each is
+answered by dense retrieval of `feedback_top_k` chunks of the corpus, from which new triples are
+extracted in the EID-record format and added to the KG (edit-distance de-duplication, `kg.tcr_kg`)
+-> the subgraph is retrieved again from the grown KG and the question answered again. AF instead
+extracts the triples of the model's own answer. The loop stops when nothing is missing
+(ΔK = ∅), when the KG did not change (the next answer would repeat: same KG, same greedy
+prompts), or after `max_iterations` feedback rounds (I_max, the paper 20).
+
+The KG grows across questions too: the run answers its questions in sample order (the order of
+predictions.jsonl), every later question sees every earlier question's triples, and each
+prediction records what it added (`trace.kg_added`). A resumed run replays those additions
+(`resume`) before answering the next question, so a killed run ends with the same KG and answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ...config import make_config, opt
+from ...errors import ConfigError
+from ...kg.tcr_kg import SentenceIndex, TcrKG, restore_context, template
+from ...kg.tcr_records import answer_messages, feedback_messages, parse_records, GRAMMAR
+from ...llm.base import PromptTooLongError, SamplingParams
+from ...records import Prediction, Question
+from ..base import MethodSpec, RunContext
+from ..sa_rag.corpus import coverage_issue, resolve_spec
+from . import prompts as P
+from .search import EntityIndex, dense_top, entity_index, local_search, tog_search, topic_entities
+
+FAMILY = "tcr-qf"
+DATASETS = ("2wiki", "hotpotqa", "musique")
+
+DEVIATIONS = (
+    "TCR-QF: the KG is extracted by the run's own model with our wording of the paper's EID-record prompt "
+    "(decoding constrained to the record format by a grammar on llama.cpp), chunks of 512 tokens of the shipped "
+    "MiniLM WordPiece tokenizer (the paper does not name its tokenizer); the corpus is the pooled paragraphs of the "
+    "sampled questions, as the paper does following HotpotQA's setting.",
+    "TCR-QF: ToG runs over the extracted KG with topic entities found by name match and description similarity "
+    "(ToG takes them from the dataset); relation pruning and entity scoring answer JSON restricted to the "
+    "candidates; no call is sent when an entity has at most `width` relations or a relation one target.",
+    "TCR-QF: the dense retriever of feedback and Naive RAG is the run's embedder (MiniLM on CPU), not OpenAI's "
+    "text-embedding-small; feedback reads the top feedback_top_k chunks per missing question.",
+    "TCR-QF: questions are processed one after another in sample order, each running its own feedback rounds on "
+    "the KG grown by every earlier question; Table 3's round r counts each question's state after its r-th round "
+    "(the paper does not say whether rounds run question by question or over the whole dataset at once).",
+    "TCR-QF: duplicate feedback triples are dropped by rapidfuzz's normalized Indel similarity >= dedupe_threshold "
+    "(0.85) on entity names and relation types; the paper names edit distance without a threshold.",
+    "TCR-QF: GraphRAG is represented by our GraphRAG-style local search over the same KG (entities, their "
+    "relations and source text units within a token budget), without GraphRAG's communities or reports.",
+    "TCR-QF: on CPU the loop is cut (max_iterations, max_missing) and ToG's depth/width may be cut in the profile; "
+    "every table states them.",
+)
+
+
+@dataclass
+class TcrQFConfig:
+    """Settings of every TCR-QF variant (defaults: the paper §3-4 and ToG's defaults)."""
+
+    kg: str = opt("tcr:{dataset}:n=100:seed={seed}",
+                  "corpus and KG as a KG spec; {dataset} = the question's dataset, {seed} = the run seed; must select "
+                  "the run's own sample (same split, n and seed), e.g. tcr:2wiki:dev200:n=100:seed={seed}")
+    width: int = opt(3, "ToG beam width: relations kept per entity and paths kept per depth (ToG: 3)")
+    depth: int = opt(3, "ToG maximum depth (ToG: 3)")
+    topic_k: int = opt(3, "topic entities the search starts from")
+    max_candidates: int = opt(20, "target entities shown to the entity scorer per relation, in store order")
+    explore_temperature: float = opt(0.4, "temperature of relation pruning and entity scoring (ToG: 0.4)")
+    temperature: float = opt(0.0, "temperature of answering, sufficiency, missing knowledge and extraction (ToG: 0)")
+    max_iterations: int = opt(20, "I_max: feedback rounds at most (the paper: 20)")
+    max_missing: int = opt(5, "missing-knowledge questions kept per round (the paper sets no limit)")
+    feedback_top_k: int = opt(3, "chunks retrieved per missing-knowledge question (the paper does not say)")
+    dedupe_threshold: float = opt(0.85, "normalized edit similarity at which a feedback entity or relation is a "
+                                        "duplicate (the paper gives no value)")
+    top_k: int = opt(5, "chunks of the Naive RAG baseline")
+    local_entities: int = opt(10, "GraphRAG-style local search: entities selected (GraphRAG: top_k_mapped_entities 10)")
+    local_relations: int = opt(10, "GraphRAG-style local search: relations kept (GraphRAG: top_k_relationships 10)")
+    local_budget: int = opt(1500, "GraphRAG-style local search: context budget in tokens of the chunk tokenizer")
+    max_tokens: int = opt(512, "max new tokens of reasoning, missing knowledge and search stages")
+    extract_max_tokens: int = opt(1024, "max new tokens of a feedback extraction")
+    answer_max_tokens: int = opt(64, "max new tokens of the LLM-only answer")
+    seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)")
+
+    def validate(self) -> None:
+        for name in ("width", "depth", "topic_k", "max_candidates", "max_missing", "feedback_top_k", "top_k",
+                     "local_entities", "local_relations", "local_budget", "max_tokens", "extract_max_tokens",
+                     "answer_max_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"parameter {name!r} must be an integer >= 1, got {v!r}")
+        if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int) or self.max_iterations < 0:
+            raise ConfigError(f"parameter 'max_iterations' must be an integer >= 0, got {self.max_iterations!r}")
+        if not 0 < self.dedupe_threshold <= 1:
+            raise ConfigError(f"parameter 'dedupe_threshold' must lie in (0, 1], got {self.dedupe_threshold!r}")
+        for name in ("explore_temperature", "temperature"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"parameter {name!r} must be >= 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    label: str
+    retrieval: str  # "none" | "cot" | "dense" | "local" | "tog"
+    tcr: bool
+    feedback: str   # "" | "query" | "answer"
+    summary: str
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("tcr-llm", "LLM only", "none", False, "", "LLM only: the model answers from its own knowledge"),
+    Variant("tcr-cot", "CoT", "cot", False, "", "CoT: step-by-step reasoning without retrieval"),
+    Variant("tcr-naive-rag", "Naive RAG", "dense", False, "", "Naive RAG: the top_k chunks most similar to the question"),
+    Variant("graphrag-local", "GraphRAG-style local search", "local", False, "",
+            "GraphRAG-style local search: entities, relations and source text of the TCR-QF KG"),
+    Variant("tog", "ToG (w/o TCR & QF)", "tog", False, "", "ToG: LLM-guided beam search over the TCR-QF KG"),
+    Variant("tog-tcr", "TCR (w/o QF)", "tog", True, "", "ToG + triple context restoration"),
+    Variant("tog-qf", "QF (w/o TCR)", "tog", False, "query", "ToG + query-driven feedback"),
+    Variant("tcr-qf", "TCR-QF", "tog", True, "query",
+            "TCR-QF: ToG, triple context restoration and query-driven feedback that grows the KG"),
+    Variant("tcr-af", "TCR-AF", "tog", True, "answer", "TCR-AF: feedback from triples of the model's own answer"),
+)}
+
+
+@dataclass
+class _Parts:
+    """What a variant reads for one KG spec: its private KG and the indexes built over it."""
+
+    kg: TcrKG
+    sentences: SentenceIndex
+    chunk_ids: list[str]
+    chunk_vecs: np.ndarray
+    entities: EntityIndex
+    pids: set[str]
+
+
+class TcrQF:
+    """One variant; `answer(question)` retrieves, restores, answers and (with feedback) grows the KG."""
+
+    def __init__(self, variant: Variant | str, cfg: TcrQFConfig, ctx: RunContext, *, seed: int = 0,
+                 kg_folder: Callable[[str], Path] | None = None) -> None:
+        self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
+        self.name = self.variant.name
+        cfg.validate()
+        self.cfg = self.config = cfg
+        self.ctx = ctx
+        self.run_seed = int(seed)
+        self.seed = int(seed) if cfg.seed is None else int(cfg.seed)
+        self._kg_folder = kg_folder or self._default_folder
+        self._parts: dict[str, _Parts] = {}
+        self._replayed: list[dict[str, Any]] = []
+        self._tokenizer: Any = None
+
+    # -- parts ------------------------------------------------------------------------------------
+    def _default_folder(self, spec: str) -> Path:
+        from ...kg.sources import shared_kg
+
+        built = shared_kg(self.ctx, spec)
+        folder = built.extra.get("tcr_folder")
+        if folder is None:
+            raise ConfigError(f"kg={spec!r} is not a TCR-QF KG; use tcr:<dataset>[:<split>]:n=<N>:seed=<S>")
+        return Path(folder)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self.ctx.embedder.encode(texts), dtype=np.float32)
+
+    def parts(self, spec: str) -> _Parts:
+        if spec not in self._parts:
+            from ...retrieval import embed_cached
+
+            folder = self._kg_folder(spec)
+            kg = TcrKG.load(folder, threshold=self.cfg.dedupe_threshold)
+            name = f"tcr-{folder.name}"
+            sentences = self.ctx.memo(f"tcr:sentences:{folder}:{self.ctx.embedder.identity}", lambda: SentenceIndex.build(
+                kg.chunks.values(), self.ctx.embedder, Path(self.ctx.cache_dir), f"{name}-sentences"))
+            ids = list(kg.chunks)
+            vecs = self.ctx.memo(f"tcr:chunks:{folder}:{self.ctx.embedder.identity}", lambda: np.asarray(embed_cached(
+                self.ctx.embedder, [kg.chunks[c].as_text() for c in ids], cache_dir=Path(self.ctx.cache_dir),
+                name=f"{name}-chunks", show_progress=False), dtype=np.float32))
+            ents = entity_index(kg, self.embed)
+            self._parts[spec] = _Parts(kg, sentences, ids, vecs, ents, {c.pid for c in kg.chunks.values()})
+            for added in self._replayed:
+                kg.replay(added)
+            ents.update(kg)
+        return self._parts[spec]
+
+    def resume(self, done: list[dict[str, Any]]) -> None:
+        """Called by the runner with the predictions already written: their KG additions are
+        replayed (in order) so the next question sees the KG an uninterrupted run would."""
+        self._replayed = [((r.get("trace") or {}).get("kg_added") or []) for r in done]
+        for p in self._parts.values():
+            for added in self._replayed:
+                p.kg.replay(added)
+            p.entities.update(p.kg)
+
+    # -- stages -----------------------------------------------------------------------------------
+    def _params(self, max_tokens: int, temperature: float | None = None) -> SamplingParams:
+        t = self.cfg.temperature if temperature is None else temperature
+        return SamplingParams(max_tokens=max_tokens, temperature=float(t), seed=self.seed)
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:
+            from ...kg.tcr_kg import load_tokenizer
+
+            self._tokenizer = load_tokenizer("minilm")
+        return len(self._tokenizer.offsets(text))
+
+    def _answer(self, messages: Any, max_tokens: int, issues: list[str]) -> tuple[str, str]:
+        raw = self.ctx.llm.generate(messages, self._params(max_tokens))
+        ans = P.final_answer(raw)
+        if ans is None:
+            lines = [l.strip() for l in (raw or "").splitlines() if l.strip()]
+            ans = lines[-1] if lines else ""
+            issues.append("answer: no 'Final Answer:' line; took the last line")
+        return raw, ans
+
+    def _retrieve(self, p: _Parts, question: str, qvec: np.ndarray, trace: dict[str, Any]) -> str:
+        """The context of one answer (and, for ToG variants, the search trace of this round)."""
+        cfg, v = self.cfg, self.variant
+        if v.retrieval == "dense":
+            rows = dense_top(p.chunk_vecs, qvec, cfg.top_k)
+            trace["chunks"] = [p.chunk_ids[i] for i in rows]
+            return P.format_context([], [], [p.kg.chunks[p.chunk_ids[i]].as_text() for i in rows])
+        if v.retrieval == "local":
+            context, trace["local"] = local_search(p.kg, p.entities, qvec, self.count_tokens,
+                                                   top_entities=cfg.local_entities, top_relations=cfg.local_relations,
+                                                   budget=cfg.local_budget)
+            return context
+        topic = topic_entities(p.kg, p.entities, question, qvec, cfg.topic_k)
+        res = tog_search(p.kg, self.ctx.llm, question, topic, width=cfg.width, depth=cfg.depth,
+                         max_candidates=cfg.max_candidates,
+                         explore=self._params(cfg.max_tokens, cfg.explore_temperature),
+                         reason=self._params(cfg.max_tokens))
+        trace.update(topic=res.topic, search=res.trace, stopped=res.stopped, triples=[list(t) for t in res.triples])
+        trace.setdefault("issues", []).extend(res.issues)
+        sentences: list[str] = []
+        if v.tcr and res.triples:
+            vecs = self.embed([template(t) for t in res.triples])
+            sentences = restore_context(p.kg, p.sentences, res.triples, vecs)
+            trace["restored"] = sentences
+        return P.format_context(res.triples, sentences)
+
+    def _feedback(self, p: _Parts, q: Question, raw: str, ans: str, context: str, it: int,
+                  round_trace: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """One feedback round; the triples it added ([] = KG unchanged), None = nothing missing."""
+        cfg = self.cfg
+        params = self._params(cfg.extract_max_tokens).replace(grammar=GRAMMAR)
+        added: list[dict[str, Any]] = []
+        if self.variant.feedback == "query":
+            out = self.ctx.llm.generate(P.missing_messages(q.question, ans, context, cfg.max_missing),
+                                        self._params(cfg.max_tokens))
+            needs = P.missing_questions(out, cfg.max_missing)
+            round_trace["missing"] = needs
+            if not needs:
+                return None
+            for j, need in enumerate(needs):
+                rows = dense_top(p.chunk_vecs, self.embed([need])[0], cfg.feedback_top_k)
+                cids = [p.chunk_ids[i] for i in rows]
+                ext = parse_records(self.ctx.llm.generate(
+                    feedback_messages(need, [p.kg.chunks[c].as_text() for c in cids]), params))
+                got = p.kg.add(ext, f"{q.qid}#{it}:{j}", cids)
+                added.extend(got.triples)
+                round_trace.setdefault("extracted", []).append(
+                    {"need": need, "chunks": cids, **ext.counts(), "new_triples": len(got.triples),
+                     "duplicates": got.duplicates, "merged_entities": got.merged_entities})
+        else:
+            ext = parse_records(self.ctx.llm.generate(answer_messages(q.question, raw), params))
+            got = p.kg.add(ext, f"{q.qid}#{it}:answer", [])
+            added.extend(got.triples)
+            round_trace["extracted"] = [{**ext.counts(), "new_triples": len(got.triples),
+                                         "duplicates": got.duplicates}]
+        p.entities.update(p.kg)
+        return added
+
+    # -- one question -------------------------------------------------------------------------------
+    def answer(self, question: Question) -> Prediction:
+        v, cfg = self.variant, self.cfg
+        trace: dict[str, Any] = {"variant": v.name, "label": v.label, "config": dataclasses.asdict(cfg),
+                                 "seed": self.seed, "issues": [], "rounds": [], "kg_added": []}
+        try:
+            if v.retrieval in ("none", "cot"):
+                msgs = P.direct_messages(question.question) if v.retrieval == "none" else \
+                    P.cot_messages(question.question)
+                budget = cfg.answer_max_tokens if v.retrieval == "none" else cfg.max_tokens
+                raw, ans = self._answer(msgs, budget, trace["issues"])
+                trace["answer_raw"] = raw
+                trace["rounds"].append({"answer": ans})
+                return self._prediction(question, ans, trace)
+            spec = resolve_spec(cfg.kg, question.dataset, self.run_seed)
+            trace["kg"] = spec
+            p = self.parts(spec)
+            missing = coverage_issue(question, p.pids, "TCR-QF KG's chunks")
+            if missing:
+                trace["issues"].append(missing)
+            qvec = self.embed([question.question])[0]
+            rounds = cfg.max_iterations if v.feedback else 0
+            ans = ""
+            for it in range(rounds + 1):
+                rt: dict[str, Any] = {"round": it, "nodes": p.kg.num_nodes, "edges": p.kg.num_edges}
+                context = self._retrieve(p, question.question, qvec, rt)
+                trace["issues"].extend(rt.pop("issues", []))
+                raw, ans = self._answer(P.reasoning_messages(question.question, context), cfg.max_tokens,
+                                        trace["issues"])
+                rt.update(answer=ans, answer_raw=raw, context=context)
+                trace["rounds"].append(rt)
+                if it == rounds:
+                    trace["stopped"] = "I_max reached" if v.feedback else ""
+                    break
+                added = self._feedback(p, question, raw, ans, context, it, rt)
+                if added is None:
+                    trace["stopped"] = f"round {it}: nothing missing"
+                    break
+                rt["added"] = len(added)
+                trace["kg_added"].extend(added)
+                if not added:
+                    trace["stopped"] = f"round {it}: KG unchanged"
+                    break
+            trace["kg_size"] = {"nodes": p.kg.num_nodes, "edges": p.kg.num_edges}
+        except PromptTooLongError as exc:
+            return Prediction(question.qid, question.question, "", list(question.answers), self.name, trace=trace,
+                              failed=True, error=f"PromptTooLongError: {exc}")
+        return self._prediction(question, ans, trace)
+
+    def _prediction(self, q: Question, ans: str, trace: dict[str, Any]) -> Prediction:
+        return Prediction(q.qid, q.question, ans, list(q.answers), self.name, trace=trace, failed=not ans,
+                          error="" if ans else "empty answer from the model")
+
+
+def make_method(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, seed: int = 0, **kw: Any) -> TcrQF:
+    """Build a variant by name from a config dict (unknown keys are a ConfigError)."""
+    if name not in VARIANTS:
+        raise ConfigError(f"unknown TCR-QF variant {name!r}; expected one of {', '.join(VARIANTS)}")
+    return TcrQF(name, make_config(TcrQFConfig, cfg, where=f"method {name}"), ctx, seed=seed, **kw)
+
+
+def _spec(variant: Variant) -> MethodSpec:
+    def factory(ctx: RunContext, cfg: dict, seed: int) -> TcrQF:
+        return make_method(variant.name, ctx, cfg, seed)
+
+    return MethodSpec(variant.name, factory, TcrQFConfig, DATASETS, variant.summary, FAMILY)
+
+
+METHODS = tuple(_spec(v) for v in VARIANTS.values())
