@@ -365,3 +365,31 @@ def test_hf_logprobs_match_a_forward_pass(tiny_hf):
         assert step.top[0][1] == pytest.approx(step.logprob, abs=1e-6) and len(step.top) == 3
         assert [v for _, v in step.top] == sorted([v for _, v in step.top], reverse=True)
     assert llm.missing_tokens(["[Relevant]", "[Irrelevant]"]) == ["[Irrelevant]"]
+
+
+@pytest.mark.model
+def test_embedded_llamacpp_logprobs_on_the_real_model(tmp_path):
+    """The llama.cpp log-prob loop on the real 0.5B model: greedy log-probs are each step's best
+    alternative, the text equals plain greedy generation, a cache hit returns the same numbers,
+    and the vocabulary check sees that Self-RAG's tokens are missing."""
+    pytest.importorskip("llama_cpp")
+    from kgrag_lib.llm import load_llm
+    from kgrag_lib.llm.presets import embedded_path
+
+    try:
+        embedded_path()
+    except Exception as e:  # the model packages are an optional extra
+        pytest.skip(f"embedded model not available: {e}")
+    llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=tmp_path / "c.sqlite", chat=False, verbose=False)
+    msgs = raw_prompt("Question: What is the capital of France?\nAnswer:")
+    p = SamplingParams(max_tokens=6, temperature=0.0, logprobs=3)
+    out = llm.generate_logprobs(msgs, p)
+    assert 1 <= len(out.tokens) <= 6 and "Paris" in out.text
+    assert "".join(t.token for t in out.tokens) == out.text
+    for t in out.tokens:
+        assert len(t.top) == 3 and t.top[0][0] == t.token and t.logprob == pytest.approx(t.top[0][1])
+        assert t.logprob <= 0 and [v for _, v in t.top] == sorted((v for _, v in t.top), reverse=True)
+    assert llm.generate(msgs, p.replace(logprobs=0)) == out.text
+    again = llm.generate_logprobs(msgs, p)
+    assert llm.usage.cache_hits >= 1 and [t.logprob for t in again.tokens] == [t.logprob for t in out.tokens]
+    assert llm.missing_tokens(["[Relevant]", "Paris"]) == ["[Relevant]"]

@@ -65,7 +65,7 @@ def test_report_and_publish(results, tmp_path):
                     "### 12_x", "## Deviations from the papers"):
         assert heading in text
     assert "What the run showed." in text and "Hit@1 exact, §4.2.1 read literally" in text
-    assert "KG-Infused RAG: no DPO" in text and "<table>" in html.read_text()
+    assert "KG-Infused RAG: DPO (§3.7) on CPU" in text and "<table>" in html.read_text()
     from kgrag_lib.llm.cache import LLMCache
     from kgrag_lib.llm.fake import ScriptedLLM
 
