@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace as dc_replace
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
-from ..errors import ConfigError, KgragError
+from ..errors import BackendUnavailableError, ConfigError, KgragError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cache import LLMCache
@@ -37,6 +37,9 @@ class SamplingParams:
     constrain decoding to it (llama.cpp grammars, OpenAI-style `response_format`) to do so;
     others ignore it, so callers still validate the output. An empty schema is left out of
     `to_dict`, so the cache keys of requests without one are those from before the knob existed.
+    `logprobs` (0 = off) asks for the top-`logprobs` alternatives with their log-probabilities
+    at every generated token (read them with `LLM.generate_logprobs`); it changes what is
+    stored, so it is part of the key, and like `grammar` it is left out of the key when 0.
     """
 
     max_tokens: int = 256
@@ -49,6 +52,7 @@ class SamplingParams:
     seed: int = 42
     json_schema: str = ""
     grammar: str = ""
+    logprobs: int = 0
 
     def __post_init__(self) -> None:
         stop = self.stop
@@ -66,6 +70,8 @@ class SamplingParams:
             ("min_p", _num(self.min_p) and 0 <= self.min_p <= 1, "a number in [0, 1]"),
             ("repeat_penalty", _num(self.repeat_penalty) and self.repeat_penalty > 0, "a number > 0"),
             ("seed", isinstance(self.seed, int) and not isinstance(self.seed, bool), "an int"),
+            ("logprobs", isinstance(self.logprobs, int) and not isinstance(self.logprobs, bool)
+             and 0 <= self.logprobs <= MAX_LOGPROBS, f"an int in [0, {MAX_LOGPROBS}] (0 = off)"),
         ]
         for name, ok, expected in checks:
             if not ok:
@@ -96,10 +102,13 @@ class SamplingParams:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
-        for knob in ("json_schema", "grammar"):
+        for knob in ("json_schema", "grammar", "logprobs"):
             if not d[knob]:
                 del d[knob]
         return d
+
+
+MAX_LOGPROBS = 20  # the OpenAI API's top_logprobs limit (and vLLM's default max_logprobs)
 
 
 def _num(x: Any) -> bool:
@@ -169,9 +178,62 @@ class Usage:
         return d
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its text, its log-probability and the top alternatives at its
+    position (token text, log-probability), best first, as the backend reported them.
+
+    Log-probabilities are those of the model's own distribution (log-softmax of the logits)
+    wherever the backend lets us read them. Token texts keep special tokens (Self-RAG's
+    reflection tokens are special tokens of its tokenizer).
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+    def top_dict(self) -> dict[str, float]:
+        """The alternatives as {token text: log-probability} (the best one when texts repeat)."""
+        out: dict[str, float] = {}
+        for tok, lp in self.top:
+            if tok not in out or lp > out[tok]:
+                out[tok] = lp
+        return out
+
+    def to_json(self) -> list[Any]:
+        return [self.token, self.logprob, [[t, lp] for t, lp in self.top]]
+
+    @classmethod
+    def from_json(cls, value: Any) -> "TokenLogprob":
+        token, logprob, top = value
+        return cls(str(token), float(logprob), tuple((str(t), float(lp)) for t, lp in top))
+
+
+def top_k_alternatives(pairs: Sequence[tuple[str, float]], k: int) -> tuple[tuple[str, float], ...]:
+    """The `k` most probable (token, log-probability) pairs, best first (ties keep their order)."""
+    return tuple(sorted(pairs, key=lambda p: -p[1])[:k])
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A completion with its per-token log-probabilities (`LLM.generate_logprobs`)."""
+
+    text: str
+    tokens: tuple[TokenLogprob, ...] = ()
+
+    @property
+    def logprob(self) -> float:
+        """Sum of the generated tokens' log-probabilities (log p of the whole sequence)."""
+        return float(sum(t.logprob for t in self.tokens))
+
+
 @dataclass
 class Completion:
-    """What a backend returns for one request, before the base class post-processes it."""
+    """What a backend returns for one request, before the base class post-processes it.
+
+    `logprobs` is filled when the request asked for them (`SamplingParams.logprobs > 0`);
+    a backend that cannot read them leaves it None and the base class refuses the request.
+    """
 
     text: str
     prompt_tokens: int
@@ -179,6 +241,28 @@ class Completion:
     seconds: float = 0.0
     finish_reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    logprobs: list[TokenLogprob] | None = None
+
+
+def truncate_tokens(tokens: Sequence[TokenLogprob], text: str) -> tuple[TokenLogprob, ...]:
+    """The tokens that begin inside `text` (a completion cut at a stop string): token texts are
+    laid end to end and those starting at or after the cut are dropped."""
+    kept: list[TokenLogprob] = []
+    pos = 0
+    for t in tokens:
+        if pos >= len(text):
+            break
+        kept.append(t)
+        pos += len(t.token)
+    return tuple(kept)
+
+
+def raw_prompt(text: str) -> Messages:
+    """A plain prompt as messages: on a model loaded with `chat=False` (base models, Self-RAG)
+    `flatten_messages` turns it back into exactly `text`, so no chat template is applied."""
+    if not isinstance(text, str) or not text:
+        raise ConfigError(f"raw_prompt: expected a non-empty string, got {text!r:.80}")
+    return [{"role": "user", "content": text}]
 
 
 def truncate_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -294,8 +378,42 @@ class LLM:
         """Several completions with the same sampling parameters; cache misses go to the
         backend together so batching backends (HF, vLLM) can use the GPU well."""
         p = self._resolve(params, overrides)
+        return [g.text for g in self._serve(list_of_messages, p)]
+
+    def generate_logprobs(
+        self, messages: Messages, params: SamplingParams | None = None, **overrides: Any
+    ) -> Generation:
+        """One completion with the top-`logprobs` alternatives of every generated token.
+
+        `logprobs` (in `params` or as a keyword, 1..20) must be set: it is part of the cache
+        key, and a cache hit returns the stored log-probabilities. For a base model loaded with
+        `chat=False`, pass `raw_prompt(text)` to send `text` exactly as written.
+        """
+        return self.generate_logprobs_batch([messages], params, **overrides)[0]
+
+    def generate_logprobs_batch(
+        self,
+        list_of_messages: Sequence[Messages],
+        params: SamplingParams | None = None,
+        **overrides: Any,
+    ) -> list[Generation]:
+        """`generate_logprobs` for several requests (batched like `generate_batch`)."""
+        p = self._resolve(params, overrides)
+        if p.logprobs < 1:
+            raise ConfigError(f"generate_logprobs: set logprobs to the number of alternatives wanted per "
+                              f"token (1..{MAX_LOGPROBS}), got {p.logprobs}")
+        return self._serve(list_of_messages, p)
+
+    def missing_tokens(self, tokens: Sequence[str]) -> list[str] | None:
+        """Which of `tokens` are not single entries of the model's vocabulary, or None when
+        this backend cannot inspect its vocabulary (a remote server). Methods that read the
+        probability of special tokens (Self-RAG's reflection tokens) check this first."""
+        return None
+
+    def _serve(self, list_of_messages: Sequence[Messages], p: SamplingParams) -> list[Generation]:
+        want_lp = p.logprobs > 0
         prepared = [self._prepare(m) for m in list_of_messages]
-        results: list[str | None] = [None] * len(prepared)
+        results: list[Generation | None] = [None] * len(prepared)
         keys: list[str | None] = [None] * len(prepared)
         todo: list[int] = []
         if self._recorders:
@@ -306,9 +424,9 @@ class LLM:
         for i, msgs in enumerate(prepared):
             if self.cache is not None:
                 keys[i] = self.cache.make_key(self.backend, self.identity, msgs, p)
-                hit = self.cache.get(keys[i])
+                hit = self.cache.get(keys[i], logprobs=want_lp)
                 if hit is not None:
-                    results[i] = hit.text
+                    results[i] = Generation(hit.text, tuple(hit.logprobs or ()))
                     with self._lock:
                         self.usage.cache_hits += 1
                         self.usage.cached_prompt_tokens += hit.prompt_tokens
@@ -333,9 +451,16 @@ class LLM:
                     f"{type(self).__name__}._complete_batch returned {len(completions)} "
                     f"completions for {len(order)} requests"
                 )
-            by_key: dict[str, str] = {}
+            by_key: dict[str, Generation] = {}
             for i, c in zip(order, completions):
                 text = truncate_at_stop(c.text, p.stop)
+                tokens: tuple[TokenLogprob, ...] = ()
+                if want_lp:
+                    if c.logprobs is None:
+                        raise BackendUnavailableError(
+                            f"{self.name} ({self.backend} backend) returned no token log-probabilities; "
+                            f"this backend or server cannot provide them (logprobs={p.logprobs} was asked)")
+                    tokens = tuple(c.logprobs) if text == c.text else truncate_tokens(c.logprobs, text)
                 secs = c.seconds if c.seconds > 0 else elapsed / len(order)
                 with self._lock:
                     self.usage.calls += 1
@@ -352,11 +477,12 @@ class LLM:
                         identity=self.identity,
                         messages=prepared[i],
                         params=p,
+                        logprobs=list(tokens) if want_lp else None,
                     )
-                by_key[keys[i] or _request_fingerprint(prepared[i])] = text
+                by_key[keys[i] or _request_fingerprint(prepared[i])] = Generation(text, tokens)
             for i in todo:
                 results[i] = by_key[keys[i] or _request_fingerprint(prepared[i])]
-        return [r if r is not None else "" for r in results]
+        return [r if r is not None else Generation("") for r in results]
 
     def count_tokens(self, text: str) -> int:
         """Tokens in `text` for this model. Backends with a tokenizer override this; the

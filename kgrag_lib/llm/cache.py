@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from ..errors import CacheDamagedError, MissingDataError, UnreadableFileError
 from ..paths import cache_dir
-from .base import Messages, SamplingParams
+from .base import Messages, SamplingParams, TokenLogprob
 
 KEY_VERSION = 1  # bump when the key recipe changes, so old rows cannot be mistaken for new
 T = TypeVar("T")
@@ -55,6 +55,23 @@ class CachedCall:
     prompt_tokens: int
     completion_tokens: int
     seconds: float
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+def _envelope(text: str, logprobs: list[TokenLogprob]) -> str:
+    """The stored response of a request that asked for log-probabilities: the text and the
+    tokens as JSON in the same column, so the table (and its export files) keep one layout.
+    Such requests have `logprobs` in their key, so a plain-text row is never read as one."""
+    return json.dumps({"text": text, "logprobs": [t.to_json() for t in logprobs]},
+                      ensure_ascii=False, separators=(",", ":"))
+
+
+def _open_envelope(response: str) -> tuple[str, tuple[TokenLogprob, ...]] | None:
+    try:
+        value = json.loads(response)
+        return str(value["text"]), tuple(TokenLogprob.from_json(t) for t in value["logprobs"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def default_cache_path() -> Path:
@@ -177,7 +194,9 @@ class LLMCache:
         raw = canonical_request(backend, identity, messages, params)
         return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
-    def get(self, key: str) -> CachedCall | None:
+    def get(self, key: str, *, logprobs: bool = False) -> CachedCall | None:
+        """The stored call, or None. `logprobs=True` (a request that asked for them) reads the
+        JSON envelope `put` wrote; a row that does not parse as one counts as a miss."""
         with self._lock:
             conn = self._connect()
             row = self._retry(
@@ -186,7 +205,14 @@ class LLMCache:
                     "FROM calls WHERE key = ?", (key,)
                 ).fetchone()
             )
-        return CachedCall(*row) if row else None
+        if not row:
+            return None
+        if not logprobs:
+            return CachedCall(*row)
+        opened = _open_envelope(row[0])
+        if opened is None:
+            return None
+        return CachedCall(opened[0], row[1], row[2], row[3], opened[1])
 
     def put(
         self,
@@ -200,9 +226,13 @@ class LLMCache:
         identity: str,
         messages: Messages,
         params: SamplingParams,
+        logprobs: list[TokenLogprob] | None = None,
     ) -> None:
-        """Store one call; committed before returning (autocommit)."""
+        """Store one call; committed before returning (autocommit). With `logprobs` (the
+        request asked for them) the text and the tokens are stored together as JSON."""
         request = canonical_request(backend, identity, messages, params)
+        if logprobs is not None:
+            text = _envelope(text, logprobs)
         row = (key, backend, identity, request, text, int(prompt_tokens),
                int(completion_tokens), float(seconds), time.time())
         with self._lock:

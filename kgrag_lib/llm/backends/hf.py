@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import BackendUnavailableError
 from ..assets import file_sha256
-from ..base import LLM, Completion, Messages, SamplingParams, flatten_messages
+from ..base import LLM, Completion, Messages, SamplingParams, TokenLogprob, flatten_messages
 
 # Files whose bytes decide what a local model folder generates. Weights are pinned through
 # their index when sharded (the index lists every tensor's file) and by content otherwise.
@@ -69,6 +69,9 @@ class HFLLM(LLM):
     HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
     presets refuse to load without CUDA unless `allow_cpu=True`. A `json_schema` in the
     sampling parameters is not enforced here (callers validate and repair the output).
+    Token log-probabilities (`SamplingParams.logprobs`) are the log-softmax of the raw logits
+    of each generation step; with them the text keeps special tokens (Self-RAG's reflection
+    tokens are special tokens), cut at the first end token as always.
     """
 
     backend = "hf"
@@ -168,6 +171,10 @@ class HFLLM(LLM):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def missing_tokens(self, tokens) -> list[str]:
+        """Tokens that the tokenizer does not encode as exactly one id."""
+        return [t for t in tokens if len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) != 1]
+
     def _render(self, messages: Messages) -> str:
         if self.chat:
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -207,23 +214,37 @@ class HFLLM(LLM):
                                  add_special_tokens=not self.chat).to(self.model.device)
             torch.manual_seed(params.seed)
             start = time.perf_counter()
+            want_lp = params.logprobs > 0
+            extra = {"output_logits": True, "return_dict_in_generate": True} if want_lp else {}
             with torch.inference_mode():
-                seqs = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer)
+                gen = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer, **extra)
+                seqs = gen.sequences if want_lp else gen
+                if want_lp:  # one (batch, vocab) row of log-probabilities per generated position
+                    steps = [torch.log_softmax(s.float(), dim=-1) for s in gen.logits]
             secs = (time.perf_counter() - start) / len(chunk)
             new = seqs[:, enc["input_ids"].shape[1]:].tolist()
             prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
             # Finished rows are padded (pad is often eos): cut each at its first end token.
             ends = self._eos_ids | {self.tokenizer.pad_token_id}
-            for ids, plen in zip(new, prompt_lens):
+            for row, (ids, plen) in enumerate(zip(new, prompt_lens)):
                 n = next((k for k, t in enumerate(ids) if t in ends), len(ids))
                 stopped = n < len(ids) or n < params.max_tokens
                 ids = ids[:n]
+                logprobs = None
+                if want_lp:
+                    logprobs = [self._token_logprob(steps[j][row], t, params.logprobs) for j, t in enumerate(ids)]
                 out.append(Completion(
-                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    text=self.tokenizer.decode(ids, skip_special_tokens=not want_lp),
                     prompt_tokens=int(plen), completion_tokens=len(ids), seconds=secs,
-                    finish_reason="stop" if stopped else "length",
+                    finish_reason="stop" if stopped else "length", logprobs=logprobs,
                 ))
         return out
+
+    def _token_logprob(self, logp, token: int, k: int) -> TokenLogprob:
+        values, idx = self._torch.topk(logp, min(k, logp.shape[-1]))
+        render = lambda i: self.tokenizer.decode([int(i)], skip_special_tokens=False)  # noqa: E731
+        return TokenLogprob(render(token), float(logp[token]),
+                            tuple((render(i), float(v)) for v, i in zip(values.tolist(), idx.tolist())))
 
     def close(self) -> None:
         self.model = None

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BackendUnavailableError, ConfigError
-from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, flatten_messages
+from ..base import (LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob,
+                    flatten_messages, truncate_at_stop)
 
 
 def default_threads() -> int:
@@ -56,6 +57,9 @@ class LlamaCppLLM(LLM):
     A `json_schema` in the sampling parameters constrains decoding to it: through
     `response_format` in chat mode, through a grammar compiled from the schema otherwise; a
     GBNF `grammar` is applied as it is in both modes.
+    Token log-probabilities (`SamplingParams.logprobs`) are read in raw-prompt mode
+    (`chat=False`) from the logits llama.cpp computed for each sampled token, so the model
+    needs no `logits_all` buffer (n_ctx x vocabulary floats).
     """
 
     backend = "llamacpp"
@@ -146,7 +150,14 @@ class LlamaCppLLM(LLM):
                                    LlamaGrammar.from_json_schema(schema, verbose=False))
         return self._grammars[key]
 
+    def missing_tokens(self, tokens) -> list[str]:
+        """Tokens that the vocabulary does not hold as one entry (special tokens parsed)."""
+        return [t for t in tokens
+                if len(self._llm.tokenize(t.encode("utf-8"), add_bos=False, special=True)) != 1]
+
     def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
+        if params.logprobs:
+            return self._complete_logprobs(messages, params)
         if not self.reuse_prefix:
             self._llm.reset()
         start = time.perf_counter()
@@ -179,8 +190,75 @@ class LlamaCppLLM(LLM):
             finish_reason=out["choices"][0].get("finish_reason") or "",
         )
 
+    def _complete_logprobs(self, messages: Messages, params: SamplingParams) -> Completion:
+        """Sample token by token through `Llama.generate` and read, after each token, the
+        logits it was drawn from (the last row llama.cpp decoded); their log-softmax gives the
+        token's log-probability and the top alternatives. Special tokens are rendered as text
+        (`special=True`): a Self-RAG model's reflection tokens are special tokens."""
+        import numpy as np
+
+        if self.chat:
+            raise ConfigError(
+                f"{self.name}: token log-probabilities are read in raw-prompt mode only; load the "
+                "model with chat=False and send the rendered prompt (kgrag_lib.llm.base.raw_prompt)")
+        if params.grammar or params.json_schema:
+            raise ConfigError(f"{self.name}: logprobs cannot be combined with a grammar or json_schema here")
+        llama_cpp = _import_llama_cpp()
+        llm = self._llm
+        start = time.perf_counter()
+        prompt_tokens = llm.tokenize(flatten_messages(messages).encode("utf-8"), add_bos=True, special=True)
+        room = self.n_ctx - len(prompt_tokens)
+        if room < 1:
+            raise PromptTooLongError(
+                f"{self.name}: the prompt has {len(prompt_tokens)} tokens, the context window "
+                f"{self.n_ctx}; shorten the prompt or load with a larger n_ctx")
+        max_tokens = min(params.max_tokens, room)
+        llm.reset()
+        llm.set_seed(params.seed)
+        n_vocab = llm.n_vocab()
+        vocab = llm._model.vocab
+        k = params.logprobs
+        ids: list[int] = []
+        steps: list[TokenLogprob] = []
+        finish = "length"
+        text = ""
+
+        def piece(toks: list[int]) -> str:
+            return llm.detokenize(toks, special=True).decode("utf-8", errors="ignore")
+
+        for token in llm.generate(prompt_tokens, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p,
+                                  temp=params.temperature, repeat_penalty=params.repeat_penalty, reset=True):
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,)).astype(np.float64)
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                finish = "stop"
+                break
+            steps.append(_token_logprob(logits, int(token), k, lambda t: piece([t])))
+            ids.append(int(token))
+            text = piece(ids)
+            if params.stop and truncate_at_stop(text, params.stop) != text:
+                finish = "stop"
+                break
+            if len(ids) >= max_tokens:
+                break
+        return Completion(text=text, prompt_tokens=len(prompt_tokens), completion_tokens=len(ids),
+                          seconds=time.perf_counter() - start, finish_reason=finish, logprobs=steps)
+
     def close(self) -> None:
         llm = getattr(self, "_llm", None)
         if llm is not None:
             llm.close()
             self._llm = None
+
+
+def _token_logprob(logits, token: int, k: int, render) -> TokenLogprob:
+    """Log-softmax of one row of logits: the chosen token's entry and the top `k` entries,
+    each token id rendered to text by `render`."""
+    import numpy as np
+
+    shifted = logits - logits.max()
+    logp = shifted - np.log(np.exp(shifted).sum())
+    k = min(k, logp.shape[0])
+    best = np.argpartition(-logp, k - 1)[:k]
+    best = best[np.argsort(-logp[best], kind="stable")]
+    return TokenLogprob(render(token), float(logp[token]),
+                        tuple((render(int(i)), float(logp[i])) for i in best))

@@ -6,6 +6,13 @@ spelling; a server flavour that cannot honour a requested knob is an error, neve
 silent approximation. A `json_schema` goes as the standard `response_format` of type
 `json_schema`, which vLLM (0.6 on; its older `guided_json` field was removed in 0.12),
 llama.cpp's server, Ollama and OpenAI all enforce.
+
+`chat=False` sends the turns as one plain prompt to `/completions` (base models such as
+Self-RAG, whose prompt format is not a chat template). Token log-probabilities
+(`SamplingParams.logprobs`) go as the standard fields (`logprobs`/`top_logprobs` on chat,
+`logprobs: k` on completions); a server that answers without them is an error. On vLLM the
+request also sets `skip_special_tokens: false`, so special tokens (Self-RAG's reflection
+tokens) stay in the text, as the Self-RAG authors' own inference does.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ...errors import BackendUnavailableError, ConfigError
-from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams
+from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
 
 # How each server spells the non-standard knobs (None: not supported).
 FLAVORS: dict[str, dict[str, str | None]] = {
@@ -66,6 +73,7 @@ class OpenAICompatLLM(LLM):
         probe: bool = True,
         extra_body: dict[str, Any] | None = None,
         fold_system_prompt: bool = False,
+        chat: bool = True,
         default_params: SamplingParams | None = None,
     ) -> None:
         if flavor not in FLAVORS:
@@ -81,7 +89,10 @@ class OpenAICompatLLM(LLM):
         self.retry_delay = retry_delay
         self.concurrency = max(1, concurrency)
         self.extra_body = dict(extra_body or {})
+        self.chat = bool(chat)
         identity = f"openai:{self.base_url}#{model}"
+        if not self.chat:
+            identity += ";raw-prompt"
         self.served: dict[str, Any] = {}
         if probe:
             self.served = self._probe()
@@ -141,16 +152,26 @@ class OpenAICompatLLM(LLM):
 
     # ---- generation -------------------------------------------------------------------
     def request_body(self, messages: Messages, params: SamplingParams) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
+        body: dict[str, Any] = {"model": self.model}
+        if self.chat:
+            body["messages"] = messages
+        else:
+            body["prompt"] = flatten_messages(messages)
+        body.update({
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
             "seed": params.seed,
             "n": 1,
             "stream": False,
-        }
+        })
+        if params.logprobs:
+            if self.chat:
+                body.update(logprobs=True, top_logprobs=params.logprobs)
+            else:
+                body["logprobs"] = params.logprobs
+            if self.flavor == "vllm":
+                body["skip_special_tokens"] = False
         if params.stop:
             body["stop"] = list(params.stop)
         if params.json_schema:
@@ -175,12 +196,16 @@ class OpenAICompatLLM(LLM):
 
     def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
         start = time.perf_counter()
-        out = self._request("POST", "/chat/completions", self.request_body(messages, params))
+        path = "/chat/completions" if self.chat else "/completions"
+        out = self._request("POST", path, self.request_body(messages, params))
         try:
             choice = out["choices"][0]
-            text = choice["message"].get("content") or ""
+            text = (choice["message"].get("content") if self.chat else choice.get("text")) or ""
         except (KeyError, IndexError, TypeError, AttributeError):
             raise BackendUnavailableError(f"{self.base_url}: unexpected response {str(out)[:300]}") from None
+        logprobs = None
+        if params.logprobs:
+            logprobs = self._parse_logprobs(choice.get("logprobs"))
         usage = out.get("usage") or {}
         return Completion(
             text=text,
@@ -188,7 +213,33 @@ class OpenAICompatLLM(LLM):
             completion_tokens=int(usage.get("completion_tokens") or 0),
             seconds=time.perf_counter() - start,
             finish_reason=choice.get("finish_reason") or "",
+            logprobs=logprobs,
         )
+
+    def _parse_logprobs(self, value: Any) -> list[TokenLogprob]:
+        """The chat form ({"content": [{token, logprob, top_logprobs: [{token, logprob}]}]}) or
+        the completions form ({tokens, token_logprobs, top_logprobs: [{token: logprob}]})."""
+        where = f"{self.base_url} ({self.model})"
+        try:
+            if self.chat:
+                if not value or value.get("content") is None:
+                    raise BackendUnavailableError(
+                        f"{where} returned no token log-probabilities; the server does not support "
+                        "`logprobs`/`top_logprobs` (vLLM and llama.cpp's server do)")
+                return [TokenLogprob(str(e["token"]), float(e["logprob"]),
+                                     tuple((str(a["token"]), float(a["logprob"])) for a in e.get("top_logprobs") or ()))
+                        for e in value["content"]]
+            if not value or value.get("tokens") is None:
+                raise BackendUnavailableError(
+                    f"{where} returned no token log-probabilities; the server does not support "
+                    "`logprobs` on /completions (vLLM and llama.cpp's server do)")
+            tops = value.get("top_logprobs") or [None] * len(value["tokens"])
+            return [TokenLogprob(str(tok), float(lp) if lp is not None else 0.0,
+                                 tuple(sorted(((str(a), float(b)) for a, b in (top or {}).items()),
+                                              key=lambda p: -p[1])))
+                    for tok, lp, top in zip(value["tokens"], value["token_logprobs"], tops)]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise BackendUnavailableError(f"{where}: unreadable logprobs in the response {str(value)[:300]}") from None
 
     def _complete_batch(self, batch: list[Messages], params: SamplingParams) -> list[Completion]:
         if len(batch) == 1 or self.concurrency == 1:

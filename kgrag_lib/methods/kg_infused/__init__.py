@@ -2,14 +2,18 @@
 expansion and KG-augmented generation, with the paper's baselines and ablations.
 
 `METHODS` lists the CLI methods nor, vanilla-rag, vanilla-qe, kg-infused, kg-qe-only and
-kg-aug-only (family "kg-infused").
+kg-aug-only, and the plug-in experiments self-rag, self-rag-kg-infused, self-ask and
+self-ask-kg-infused (§4.2, App. F.1)
+(family "kg-infused").
 """
 
-from . import activation, corpus, kg_sources, pipeline, prompts, stages
+from . import activation, corpus, kg_sources, pipeline, prompts, self_ask, self_rag, stages
 from .activation import ActivationResult, ActivationSettings, spread_activation
-from .pipeline import METHODS, VARIANTS, KGInfusedConfig, KGInfusedRAG, make_method
+from .pipeline import VARIANTS, KGInfusedConfig, KGInfusedRAG, make_method
+
+METHODS = (*pipeline.METHODS, *self_rag.METHODS, *self_ask.METHODS)
 
 __all__ = [
     "METHODS", "ActivationResult", "ActivationSettings", "KGInfusedConfig", "KGInfusedRAG", "VARIANTS",
-    "activation", "corpus", "kg_sources", "make_method", "pipeline", "prompts", "spread_activation", "stages",
+    "activation", "corpus", "kg_sources", "make_method", "pipeline", "prompts", "self_ask", "self_rag", "spread_activation", "stages",
 ]

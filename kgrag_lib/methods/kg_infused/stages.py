@@ -149,8 +149,14 @@ def expand_query_kg(llm: Generator, params: Any, question: str, summary: str) ->
     return clean_query(llm.generate(P.user(text), params))
 
 
-def augment_note(llm: Generator, params: Any, question: str, note: str, summary: str) -> str:
-    """Table 16 / eq. 10: the passage note enhanced with the subgraph summary."""
+def augment_request(question: str, note: str, summary: str) -> P.Messages:
+    """The messages of the eq. 10 request: also the prompt x of the DPO pairs (§3.7), so
+    the training data and evaluation runs share one rendering."""
     text = P.KNOWLEDGE_AUGMENTATION.format(question=question, passage=note or P.NO_FACTS,
                                            summary=summary or P.NO_FACTS)
-    return clean_text(llm.generate(P.user(text), params))
+    return P.user(text)
+
+
+def augment_note(llm: Generator, params: Any, question: str, note: str, summary: str) -> str:
+    """Table 16 / eq. 10: the passage note enhanced with the subgraph summary."""
+    return clean_text(llm.generate(augment_request(question, note, summary), params))

@@ -179,3 +179,68 @@ DEVIATIONS = (
     "KG-Infused RAG: yes/no comparison questions of 2Wiki and HotpotQA get the open-answer prompt (the paper "
     "gives the yes/no prompt to StrategyQA only); F1 is the max over golds (the paper's code kept the last).",
 )
+
+
+# ------------------------------------------------------------------ plug-in tables (§5.2, App. F.1)
+# Table 2 (§5.2): KG-Infused RAG as a plug-in to Self-RAG. Self-RAG runs selfrag-llama2-7b
+# (§4.3); the plug-in module runs DPO-trained LLaMA3.1-8B (the table's caption).
+TABLE2_SOURCE = "Table 2 (§5.2): plug-in results (%) of Self-RAG"
+TABLE2_MODELS = {"base": "selfrag-llama2-7b", "plugin": "DPO-trained LLaMA3.1-8B (the KG-Infused RAG module)"}
+TABLE2 = {
+    "Self-RAG (selfrag-llama2-7b)": _row(26.2, 33.7, 24.0, 28.0, 23.0, 27.3, 22.0, 24.1, 4.4, 10.4, 3.8, 6.2,
+                                         8.8, 17.3, 8.0, 11.4, 58.0),
+    "+ KG-Infused RAG (w/ 2-Round)": _row(26.6, 32.1, 22.8, 27.2, 35.2, 39.6, 30.0, 34.9, 9.4, 15.8, 8.8, 11.3,
+                                          27.2, 32.8, 24.8, 28.3, 63.8),
+    "+ KG-Infused RAG (w/ 3-Round)": _row(25.8, 32.7, 21.6, 26.7, 38.8, 41.0, 31.4, 37.1, 10.8, 17.4, 9.0, 12.4,
+                                          25.6, 31.9, 22.4, 26.6, 63.4),
+}
+
+# Table 21 (Appendix F.1): KG-Infused RAG as a plug-in to Self-Ask. §4.3: "For the Self-Ask
+# baseline, Qwen2.5-7B is selected"; the caption: the plug-in module is DPO-trained LLaMA3.1-8B.
+TABLE21_SOURCE = "Table 21 (Appendix F.1): plug-in results (%) of Self-Ask"
+TABLE21_MODELS = {"base": "Qwen2.5-7B", "plugin": "DPO-trained LLaMA3.1-8B (the KG-Infused RAG module)"}
+TABLE21 = {
+    "Self-Ask": _row(36.6, 42.6, 35.4, 38.2, 39.2, 42.4, 33.6, 38.4, 11.8, 16.7, 7.8, 12.1,
+                     32.8, 40.1, 29.6, 34.2, 65.6),
+    "+ KG-Infused RAG (w/ 1-Round)": _row(34.2, 40.3, 31.8, 35.4, 44.8, 45.9, 35.2, 42.0, 13.2, 18.9, 10.8, 14.3,
+                                          32.0, 38.5, 28.0, 32.8, 69.6),
+    "+ KG-Infused RAG (w/ 2-Round)": _row(34.8, 41.1, 32.0, 36.0, 41.8, 43.1, 33.0, 39.3, 12.6, 17.8, 9.0, 13.1,
+                                          30.4, 37.0, 26.4, 31.3, 69.2),
+    "+ KG-Infused RAG (w/ 3-Round)": _row(35.6, 41.6, 33.0, 36.7, 40.6, 41.3, 30.8, 37.6, 12.4, 18.0, 9.2, 13.2,
+                                          33.6, 40.5, 30.4, 34.8, 68.2),
+}
+
+# The text's reading of the two tables, for holding against ours.
+PLUGIN_TEXT_CLAIMS = {
+    "table2": ("§5.2: with 2-round activation, the plug-in raises Self-RAG's Avg on four datasets by 5.1% to "
+               "16.9%; HotpotQA's Avg drops by 0.8%."),
+    "table21": ("Appendix F.1: Self-Ask + KG-Infused RAG gives moderate gains on four datasets and a slight drop "
+                "on HotpotQA; smaller and less consistent gains than with Self-RAG."),
+}
+# A plug-in claim's relation follows the paper's own numbers: '>' or '<' when the plug-in row is
+# at least this many points (Avg; Acc on StrategyQA) from its base row, '~' (no difference) below.
+PLUGIN_CLAIM_MIN_GAP = 1.0
+
+
+def _plugin_claims(table: str, source: str, rows: dict, base_label: str, base: str, plugin: str) -> tuple:
+    out = []
+    for label, per in rows.items():
+        if label == base_label:
+            continue
+        rounds = int(label.split("w/ ")[1].split("-Round")[0])
+        for d in DATASETS:
+            m = "acc" if d == "strategyqa" else "avg"
+            gap = round(per[d][m] - rows[base_label][d][m], 1)
+            rel = ">" if gap >= PLUGIN_CLAIM_MIN_GAP else "<" if gap <= -PLUGIN_CLAIM_MIN_GAP else "~"
+            out.append((f"{table}.{plugin}.r{rounds}.{d}", table.replace("table", "Table "), d, (plugin, rounds), rel,
+                        (base, None), "avg",
+                        f"{source}: {label} {per[d][m]} vs {base_label} {rows[base_label][d][m]} "
+                        f"({'Acc' if m == 'acc' else 'Avg'}, {gap:+.1f})"))
+    return tuple(out)
+
+
+# Sides are (our method name, rounds); the metric 'avg' is Acc alone on StrategyQA.
+PLUGIN_CLAIMS = (
+    *_plugin_claims("table2", TABLE2_SOURCE, TABLE2, "Self-RAG (selfrag-llama2-7b)", "self-rag", "self-rag-kg-infused"),
+    *_plugin_claims("table21", TABLE21_SOURCE, TABLE21, "Self-Ask", "self-ask", "self-ask-kg-infused"),
+)
