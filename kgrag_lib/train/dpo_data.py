@@ -340,11 +340,10 @@ def augmentation_inputs(method: KGInfusedRAG, question: Question) -> StageInputs
     q = question.question
     corpus = method.corpus_for(question)
     qvec = method.embed(q)
-    seeds = method.seed_entities(q, qvec)
-    act = method.activate(q, [e for e, _ in seeds])
-    summary = method.summarize(q, act)
-    q2 = method.expand_query(q, summary) or q   # the pipeline's fallback to q
-    got = method.retrieve(corpus, q, q2, qvec)
+    trace: dict[str, Any] = {}
+    summary, act = method.kg_facts(q, trace, qvec)
+    got = method.retrieve_expanded(corpus, q, summary, trace, qvec)
+    q2 = trace["expanded_query"]
     note = method.write_note(q, got.passages)
     store = method.kg.store
     return StageInputs(S.augment_request(q, note, summary or ""), note, summary, q2, [p.pid for p in got.passages],

@@ -175,6 +175,35 @@ class KGInfusedRAG:
         """§3.6 eq. 11 (or NoR without context): (raw output, cleaned answer)."""
         return S.answer_question(self.llm, self.params("answer"), question, context, yes_no)
 
+    # ---- stage groups every KG variant and plug-in shares ------------------------------
+    def kg_facts(self, question: str, trace: dict[str, Any], qvec=None) -> tuple[str, ActivationResult]:
+        """§3.4 for one query: seed entities, spreading activation and the subgraph summary S_G,
+        each recorded in `trace`. Returns (S_G, the activation)."""
+        kg = self.kg
+        trace["kg"] = kg.name
+        seeds = self.seed_entities(question, qvec)
+        trace["seed_entity_scores"] = [{"entity": kg.store.entity_name(e), "score": round(s, 4)} for e, s in seeds]
+        act = self.activate(question, [e for e, _ in seeds])
+        trace["activation"] = act.to_trace(kg.store)
+        summary = self.summarize(question, act)
+        trace["summary"] = summary
+        return summary, act
+
+    def retrieve_expanded(self, corpus: CorpusIndex, question: str, summary: str | None, trace: dict[str, Any],
+                          qvec=None) -> S.Retrieved:
+        """q' (KG-based with a summary, vanilla without) and the dual retrieval of Appendix C.2,
+        recorded in `trace`. Without a q' the paper's code retrieves by the query for both halves;
+        we do too, and say so."""
+        q2 = self.expand_query(question, summary)
+        if not q2:
+            trace.setdefault("issues", []).append(
+                "query expansion: the model wrote no q', retrieved by the query itself for both halves")
+            q2 = question
+        trace["expanded_query"] = q2
+        got = self.retrieve(corpus, question, q2, qvec)
+        trace["skipped_duplicates"] = [corpus.passages[i].pid for i in got.skipped_duplicates]
+        return got
+
     # ---- the whole pipeline -----------------------------------------------------------
     def answer(self, question: Question) -> Prediction:
         v, cfg, q = self.variant, self.cfg, question.question
@@ -188,27 +217,11 @@ class KGInfusedRAG:
         corpus = self.corpus_for(question)
         trace["corpus"] = corpus.name
         qvec = self.embed(q)
-        summary = None
-        if v.uses_kg:
-            kg = self.kg
-            trace["kg"] = kg.name
-            seeds = self.seed_entities(q, qvec)
-            trace["seed_entity_scores"] = [{"entity": kg.store.entity_name(e), "score": round(s, 4)} for e, s in seeds]
-            act = self.activate(q, [e for e, _ in seeds])
-            trace["activation"] = act.to_trace(kg.store)
-            summary = self.summarize(q, act)
-            trace["summary"] = summary
-
+        summary = self.kg_facts(q, trace, qvec)[0] if v.uses_kg else None
         if v.retrieval == "q":
             got = self.retrieve(corpus, q, None, qvec)
         else:
-            q2 = self.expand_query(q, summary if v.retrieval == "kg-qe" else None)
-            if not q2:  # the paper's code falls back to q; we do too, and say so
-                trace["issues"].append("query expansion: the model wrote no q', retrieved by q for both halves")
-                q2 = q
-            trace["expanded_query"] = q2
-            got = self.retrieve(corpus, q, q2, qvec)
-            trace["skipped_duplicates"] = [corpus.passages[i].pid for i in got.skipped_duplicates]
+            got = self.retrieve_expanded(corpus, q, summary if v.retrieval == "kg-qe" else None, trace, qvec)
         trace["passages"] = got.to_trace()
 
         note = self.write_note(q, got.passages)

@@ -167,21 +167,8 @@ class SelfAsk:
         qvec = rag.embed(follow_up)
         summary = None
         if self.uses_kg:
-            kg = rag.kg
-            seeds = rag.seed_entities(follow_up, qvec)
-            rec["seed_entity_scores"] = [{"entity": kg.store.entity_name(e), "score": round(s, 4)} for e, s in seeds]
-            act = rag.activate(follow_up, [e for e, _ in seeds])
-            rec["activation"] = act.to_trace(kg.store)
-            summary = rag.summarize(follow_up, act)
-            rec["summary"] = summary
-            q2 = rag.expand_query(follow_up, summary)
-            if not q2:  # as the pipeline: fall back to the follow-up itself, and say so
-                rec["issues"].append("query expansion: the model wrote no q', "
-                                     "retrieved by the follow-up for both halves")
-                q2 = follow_up
-            rec["expanded_query"] = q2
-            got = rag.retrieve(corpus, follow_up, q2, qvec)
-            rec["skipped_duplicates"] = [corpus.passages[i].pid for i in got.skipped_duplicates]
+            summary, _ = rag.kg_facts(follow_up, rec, qvec)
+            got = rag.retrieve_expanded(corpus, follow_up, summary, rec, qvec)
         else:
             got = rag.retrieve(corpus, follow_up, None, qvec)
         rec["passages"] = got.to_trace()

@@ -302,21 +302,8 @@ class SelfRAG:
             got = kgr.retrieve(corpus, q, None, qvec)
             trace["passages"] = got.to_trace()
             return got.passages, None
-        kg = kgr.kg
-        trace["kg"] = kg.name
-        seeds = kgr.seed_entities(q, qvec)
-        trace["seed_entity_scores"] = [{"entity": kg.store.entity_name(e), "score": round(s, 4)} for e, s in seeds]
-        act = kgr.activate(q, [e for e, _ in seeds])
-        trace["activation"] = act.to_trace(kg.store)
-        summary = kgr.summarize(q, act)
-        trace["summary"] = summary
-        q2 = kgr.expand_query(q, summary)
-        if not q2:
-            trace["issues"].append("query expansion: the model wrote no q', retrieved by q for both halves")
-            q2 = q
-        trace["expanded_query"] = q2
-        got = kgr.retrieve(corpus, q, q2, qvec)
-        trace["skipped_duplicates"] = [corpus.passages[i].pid for i in got.skipped_duplicates]
+        summary, _ = kgr.kg_facts(q, trace, qvec)
+        got = kgr.retrieve_expanded(corpus, q, summary, trace, qvec)
         trace["passages"] = got.to_trace()
         return got.passages, summary
 
