@@ -530,7 +530,7 @@ def table19(records: list[dict[str, Any]], pairs: list[dict[str, Any]], rounds: 
             sorted(rounds) == [1, 2] else None)
     put("inputs (paper)", {r: PAPER_INPUTS_PER_ROUND for r in rounds if r in (1, 2)},
         2 * PAPER_INPUTS_PER_ROUND if sorted(rounds) == [1, 2] else None)
-    return pd.DataFrame.from_dict(rows, orient="index", columns=cols, dtype=object)  # counts stay integers
+    return pd.DataFrame(list(rows.values()), index=list(rows), columns=cols, dtype=object)  # counts stay integers
 
 
 # ---- the build --------------------------------------------------------------------------------
