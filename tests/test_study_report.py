@@ -57,6 +57,19 @@ def test_collect_reads_summaries_claims_and_runs(results):
     assert cost.loc["12_x", "answering wall hours"] == pytest.approx(round(16 / 3600, 2))
 
 
+def test_collect_finds_grids_one_level_down(results):
+    """Notebook 27 runs its base and +DPO grids in runs-base/ and runs-dpo/, notebook 21 its
+    upper-bound KG in upper-bound/: their runs are collected (and published) too, once each."""
+    _run(results / "27_z" / "runs-dpo" / "runs" / "metaqa-1hop" / "kg-rag", "kg-rag", "metaqa-1hop",
+         ["no", "no", "Cy", "no"], ["Ann", "Bob", "Cy", "Di"])
+    (results / "27_z" / "summary.json").write_text("[]", encoding="utf-8")
+    res = ST.collect(results)
+    folders = [r["folder"] for r in res.runs]
+    assert len(res.runs) == 4 and len(set(folders)) == 4
+    nested = [r for r in res.runs if "runs-dpo" in r["folder"]]
+    assert len(nested) == 1 and nested[0]["notebook"] == "27_z" and nested[0]["hit1"] == 25.0
+
+
 def test_report_and_publish(results, tmp_path):
     res = ST.collect(results)
     md, html = ST.write_report(res, results, "p", extra="What the run showed.")

@@ -95,7 +95,8 @@ def collect(root: str | Path, exclude: Iterable[str] = ("90_report",)) -> StudyR
     skip = set(exclude)
     for nb in sorted(p for p in root.iterdir() if p.is_dir() and (p / "summary.json").exists() and p.name not in skip):
         out.summaries[nb.name] = read_summary(nb)
-    for man in sorted(root.glob("*/runs/**/manifest.json")):
+    # A notebook's grids may sit one level down (21's upper-bound KG, 27's base and +DPO models).
+    for man in sorted(set(root.glob("*/runs/**/manifest.json")) | set(root.glob("*/*/runs/**/manifest.json"))):
         rec = read_run(man.parent)
         if rec is not None:
             rec["notebook"] = man.relative_to(root).parts[0]
