@@ -499,6 +499,10 @@ def _length_fn(unit: str, llm: Any) -> tuple[Callable[[str], int], str]:
     return llm.count_tokens, how + ", message contents without the chat template"
 
 
+def _pair_key(p: dict[str, Any]) -> str:
+    return json.dumps([p["prompt"], p["chosen"], p["rejected"]], sort_keys=True, ensure_ascii=False)
+
+
 def table19(records: list[dict[str, Any]], pairs: list[dict[str, Any]], rounds: list[int], count: Callable[[str], int],
             unit: str):
     """Table 19's layout: columns D_KA^r per round and D_KA (their union); rows our counts
@@ -515,6 +519,10 @@ def table19(records: list[dict[str, Any]], pairs: list[dict[str, Any]], rounds: 
     put("questions", {r: len({q for q, i in inputs if i["round"] == r}) for r in rounds}, len(records))
     put("inputs", {r: sum(i["round"] == r for _, i in inputs) for r in rounds}, len(inputs))
     put("pairs", {r: sum(p["round"] == r for p in pairs) for r in rounds}, len(pairs))
+    # A small model often selects no new triple in a later round, so that round's input (and pair)
+    # repeats an earlier one's: D_KA as a set holds each such pair once.
+    put("distinct pairs", {r: len({_pair_key(p) for p in pairs if p["round"] == r}) for r in rounds},
+        len({_pair_key(p) for p in pairs}))
     for reason in DROP_REASONS:
         put(f"dropped: {reason}", {r: sum(i["round"] == r and i["status"] == reason for _, i in inputs)
                                    for r in rounds}, sum(i["status"] == reason for _, i in inputs))
