@@ -172,30 +172,33 @@ def folder_lock(out: Path) -> Iterator[None]:
         lock.release()
 
 
-def _check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bool) -> dict[str, Any] | None:
+RUN_REMEDY = "use another output folder (--out / out_dir), or overwrite it (--overwrite / overwrite=True)"
+
+
+def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bool, *, items: str = "predictions",
+                 kind: str = "run", remedy: str = RUN_REMEDY) -> dict[str, Any] | None:
     """The stored manifest when resuming is safe; None when starting afresh. Refuses a folder
-    whose stored predictions were made with other settings, unless `overwrite`."""
+    whose stored `items` were made with other settings, unless `overwrite` (every resumable
+    writer shares this rule: runs, DPO data)."""
     man_path = out / MANIFEST_FILE
     if not man_path.exists():
         if n_stored:
-            raise StaleRunError(f"{out} holds {n_stored} predictions but no {MANIFEST_FILE}, so nothing says what made "
-                                f"them; use another output folder, or overwrite it (--overwrite / overwrite=True)")
+            raise StaleRunError(f"{out} holds {n_stored} {items} but no {MANIFEST_FILE}, so nothing says what made "
+                                f"them; {remedy}")
         return None
     try:
         prev = json.loads(man_path.read_text(encoding="utf-8"))
         stored = prev["config"]
     except (ValueError, KeyError, TypeError):
-        raise StaleRunError(f"{man_path}: not a run manifest (damaged?); use another output folder, or overwrite it "
-                            f"(--overwrite / overwrite=True)") from None
+        raise StaleRunError(f"{man_path}: not a {kind} manifest (damaged?); {remedy}") from None
     diff = identity_diff(stored, config)
     if not diff:
         return prev
     if overwrite or not n_stored:
         return None
     shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
-    raise StaleRunError(f"{out} holds {n_stored} predictions made with other settings ({shown}); nothing was changed. "
-                        f"Use another output folder (--out / out_dir), or overwrite it (--overwrite / overwrite=True) "
-                        f"to discard them and start again")
+    raise StaleRunError(f"{out} holds {n_stored} {items} made with other settings ({shown}); nothing was changed. "
+                        f"To start again, {remedy} to discard them")
 
 
 def run_method(
@@ -226,7 +229,7 @@ def run_method(
     with folder_lock(out):
         pred_path = out / PRED_FILE
         done = read_predictions(pred_path, allow_torn_tail=True) if pred_path.exists() else []
-        prev = _check_resume(out, config, len(done), overwrite)
+        prev = check_resume(out, config, len(done), overwrite)
         if prev is None:
             done = []
             for f in (PRED_FILE, METRICS_FILE):

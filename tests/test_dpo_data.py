@@ -438,3 +438,21 @@ def test_real_model_builds_pairs_or_counts_drops(tmp_path_factory, shared_llm_ca
         assert ds.column_names == ["prompt", "chosen", "rejected"] and ds[0]["chosen"][0]["content"].strip()
         assert data.stats.loc["pairs", "D_KA"] == 1 and data.stats.loc["avg prompt tokens", "D_KA"] > 20
     assert json.loads(data.stats_json.read_text())["judge"] == llm.name
+
+
+def test_table19_counts_a_pair_repeated_across_rounds_once_in_the_union():
+    """When round 2 adds no triple, its augmentation input and pair repeat round 1's: D_KA as a
+    set holds that pair once (the 'distinct pairs' row), the 'pairs' row counts both."""
+    from kgrag_lib.train.dpo_data import table19
+
+    msgs = [{"role": "user", "content": "improve this"}]
+    pair = {"prompt": msgs, "chosen": [{"role": "assistant", "content": "good"}],
+            "rejected": [{"role": "assistant", "content": "bad"}]}
+    other = {**pair, "chosen": [{"role": "assistant", "content": "better"}]}
+    pairs = [{**pair, "round": 1}, {**pair, "round": 2}, {**other, "round": 2}]
+    records = [{"qid": "q1", "inputs": [{"round": 1, "status": "pair"}, {"round": 2, "status": "pair"}]},
+               {"qid": "q2", "inputs": [{"round": 2, "status": "pair"}]}]
+    df = table19(records, pairs, [1, 2], lambda s: len(s.split()), "words")
+    assert list(df.loc["pairs"]) == [1, 2, 3]
+    assert list(df.loc["distinct pairs"]) == [1, 2, 2]
+    assert list(df.loc["questions"]) == [1, 2, 2] and df.loc["inputs", "D_KA"] == 3

@@ -51,7 +51,7 @@ from ..methods.kg_infused.pipeline import KGInfusedConfig, KGInfusedRAG
 from ..progress import progress as progress_bar
 from ..provenance import manifest as provenance_manifest
 from ..records import Question
-from ..runner import StaleRunError, folder_lock, identity_diff
+from ..runner import check_resume, folder_lock
 from . import judge_prompts as J
 
 DATASET = "2wiki"
@@ -499,6 +499,10 @@ def _length_fn(unit: str, llm: Any) -> tuple[Callable[[str], int], str]:
     return llm.count_tokens, how + ", message contents without the chat template"
 
 
+def _pair_key(p: dict[str, Any]) -> str:
+    return json.dumps([p["prompt"], p["chosen"], p["rejected"]], sort_keys=True, ensure_ascii=False)
+
+
 def table19(records: list[dict[str, Any]], pairs: list[dict[str, Any]], rounds: list[int], count: Callable[[str], int],
             unit: str):
     """Table 19's layout: columns D_KA^r per round and D_KA (their union); rows our counts
@@ -515,6 +519,10 @@ def table19(records: list[dict[str, Any]], pairs: list[dict[str, Any]], rounds: 
     put("questions", {r: len({q for q, i in inputs if i["round"] == r}) for r in rounds}, len(records))
     put("inputs", {r: sum(i["round"] == r for _, i in inputs) for r in rounds}, len(inputs))
     put("pairs", {r: sum(p["round"] == r for p in pairs) for r in rounds}, len(pairs))
+    # A small model often selects no new triple in a later round, so that round's input (and pair)
+    # repeats an earlier one's: D_KA as a set holds each such pair once.
+    put("distinct pairs", {r: len({_pair_key(p) for p in pairs if p["round"] == r}) for r in rounds},
+        len({_pair_key(p) for p in pairs}))
     for reason in DROP_REASONS:
         put(f"dropped: {reason}", {r: sum(i["round"] == r and i["status"] == reason for _, i in inputs)
                                    for r in rounds}, sum(i["status"] == reason for _, i in inputs))
@@ -586,30 +594,6 @@ def _identity(cfg: DPODataConfig, ctx: RunContext, judge: Any, qids: list[str]) 
     }, default=str))
 
 
-def _check_resume(out: Path, identity: dict[str, Any], n_done: int, overwrite: bool) -> dict[str, Any] | None:
-    """The stored manifest when resuming is safe; None to start afresh; refuses other settings."""
-    man = out / MANIFEST_FILE
-    if not man.exists():
-        if n_done:
-            raise StaleRunError(f"{out} holds {n_done} finished questions but no {MANIFEST_FILE}, so nothing says "
-                                f"what made them; use another out_dir, or overwrite=True to discard them")
-        return None
-    try:
-        prev = json.loads(man.read_text(encoding="utf-8"))
-        stored = prev["config"]
-    except (ValueError, KeyError, TypeError):
-        raise StaleRunError(f"{man}: not a DPO data manifest (damaged?); use another out_dir, or overwrite=True") \
-            from None
-    diff = identity_diff(stored, identity)
-    if not diff:
-        return prev
-    if overwrite or not n_done:
-        return None
-    shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
-    raise StaleRunError(f"{out} holds DPO data for {n_done} questions made with other settings ({shown}); nothing "
-                        f"was changed. Use another out_dir, or overwrite=True to discard it and start again")
-
-
 def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, progress: bool = True, *,
                    overwrite: bool = False, judge_llm: Any = None, kg_source: Any = None,
                    corpus_loader: Callable[[str], Any] | None = None) -> DPOData:
@@ -635,7 +619,8 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
     pairs_path, q_path = out / PAIRS_FILE, out / QUESTIONS_FILE
     with folder_lock(out):
         records, torn_q = _read_jsonl(q_path)
-        prev = _check_resume(out, identity, len(records), overwrite)
+        prev = check_resume(out, identity, len(records), overwrite, items="finished DPO-data questions",
+                            kind="DPO data", remedy="use another out_dir, or overwrite=True")
         if prev is None:
             records = []
             for f in (PAIRS_FILE, QUESTIONS_FILE, STATS_CSV, STATS_JSON):
