@@ -196,7 +196,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     parts += ["## Every method on the same questions", "",
               "Scores in percent; cost per question counts every LLM request, cached or not, and the seconds it "
               "took when first computed.", "", _md(cross_method_table(runs)), ""]
-    parts += ["## What each notebook's runs cost", "", _md(cost_by_notebook(runs), 2), ""]
+    parts += ["## What each notebook's runs cost", "", _md(cost_by_notebook(runs).rename_axis("notebook").reset_index(), 2), ""]
     parts += ["## Each notebook's results", ""]
     for nb, rows in res.summaries.items():
         kinds: dict[tuple, list[dict[str, Any]]] = {}
