@@ -193,3 +193,21 @@ def test_json_schema_goes_as_response_format_to_every_flavor(server):
             "type": "json_schema", "json_schema": {"name": "output", "schema": json.loads(schema)}}
     llm.generate(Q)
     assert "response_format" not in server.bodies[-1]
+
+
+def test_grammar_goes_where_each_server_reads_it_and_is_refused_elsewhere(server):
+    gbnf = 'root ::= "Paris" | "Rome"'
+    vllm = load_llm(f"openai:{server.url}#qwen-test", flavor="vllm", cache=False)
+    vllm.generate(Q, grammar=gbnf)
+    assert server.bodies[-1]["structured_outputs"] == {"grammar": gbnf} and "grammar" not in server.bodies[-1]
+    lcpp = load_llm(f"openai:{server.url}#qwen-test", flavor="llamacpp", cache=False)
+    lcpp.generate(Q, grammar=gbnf)
+    assert server.bodies[-1]["grammar"] == gbnf and "structured_outputs" not in server.bodies[-1]
+    lcpp.generate(Q)
+    assert "grammar" not in server.bodies[-1]
+    sent = len(server.bodies)
+    for flavor in ("ollama", "openai"):
+        llm = load_llm(f"openai:{server.url}#qwen-test", flavor=flavor, cache=False)
+        with pytest.raises(ConfigError, match=f"'{flavor}' server flavour takes no GBNF grammar"):
+            llm.generate(Q, grammar=gbnf)
+    assert len(server.bodies) == sent  # refused before anything was sent

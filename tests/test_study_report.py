@@ -70,6 +70,18 @@ def test_collect_finds_grids_one_level_down(results):
     assert len(nested) == 1 and nested[0]["notebook"] == "27_z" and nested[0]["hit1"] == 25.0
 
 
+def test_collect_finds_a_single_run_notebook(results):
+    """Notebook 00 keeps its one run in run/: it counts in the tables and the cost lines too."""
+    _run(results / "00_q" / "run", "llm-kg", "metaqa-1hop", ["Ann", "no", "no", "no"], ["Ann", "Bob", "Cy", "Di"],
+         seconds=9.0)
+    (results / "00_q" / "summary.json").write_text("[]", encoding="utf-8")
+    res = ST.collect(results)
+    single = [r for r in res.runs if r["notebook"] == "00_q"]
+    assert len(single) == 1 and single[0]["method"] == "llm-kg" and single[0]["hit1"] == 25.0
+    cost = ST.cost_by_notebook(ST.unique_runs(res.runs))
+    assert cost.loc["00_q", "answering wall hours"] == pytest.approx(round(36 / 3600, 2))
+
+
 def test_report_and_publish(results, tmp_path):
     res = ST.collect(results)
     md, html = ST.write_report(res, results, "p", extra="What the run showed.")

@@ -98,3 +98,16 @@ def test_study_results_table_has_one_table_per_kind_of_row():
     first, second = text.split("\n\n")
     assert "independent_requests" not in first and "acc" not in second and "NaN" not in text
     assert notebook_table([]) == "(no result rows)"
+
+
+def test_study_results_table_leaves_out_claims_not_run_and_quotes():
+    from kgrag_lib.commands.study import notebook_table
+
+    claims = [{"claim": "c.2wiki", "dataset": "2wiki", "verdict": "not separable at this n", "diff": 3.0,
+               "quote": "a long sentence from the paper " * 5},
+              {"claim": "c.musique", "dataset": "musique", "verdict": "not run", "diff": None, "quote": "q"}]
+    text = notebook_table(claims)
+    assert "c.2wiki" in text and "c.musique" not in text and "long sentence" not in text
+    assert "1 claim on datasets this notebook did not run left out" in text
+    only_not_run = notebook_table(claims[1:])
+    assert only_not_run == "(1 claim, none run by this notebook's datasets)"

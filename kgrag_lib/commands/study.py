@@ -41,7 +41,9 @@ def handle(args: argparse.Namespace) -> int:
 
 def notebook_table(rows: list[dict]) -> str:
     """One notebook's summary rows as fixed-width text: one table per kind of row (rows with the
-    same fields, e.g. scores vs request counts), each without the columns it never fills."""
+    same fields, e.g. scores vs request counts), each without the columns it never fills. Claim
+    rows leave out the claims a notebook did not run and the paper's quote (both stay in
+    results.csv), so the table fits a screen."""
     import pandas as pd
 
     if not rows:
@@ -51,6 +53,19 @@ def notebook_table(rows: list[dict]) -> str:
         kinds.setdefault(tuple(r), []).append(r)
     tables = []
     for group in kinds.values():
-        table = pd.DataFrame(group).dropna(axis=1, how="all")
+        table = pd.DataFrame(group)
+        if "verdict" in table and "claim" in table:
+            not_run = table["verdict"] == "not run"
+            if not_run.all():
+                tables.append(f"({_claims(len(table))}, none run by this notebook's datasets)")
+                continue
+            table = table[~not_run].drop(columns=[c for c in ("quote",) if c in table])
+            if not_run.any():
+                tables.append(f"({_claims(int(not_run.sum()))} on datasets this notebook did not run left out)")
+        table = table.dropna(axis=1, how="all")
         tables.append("```\n" + table.to_string(index=False, na_rep="–", float_format=lambda v: f"{v:.4g}") + "\n```")
     return "\n\n".join(tables)
+
+
+def _claims(k: int) -> str:
+    return f"{k} claim" + ("" if k == 1 else "s")

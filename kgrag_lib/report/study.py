@@ -3,7 +3,7 @@ REPORT.md (and HTML), plus a compact copy of the results that can be committed.
 
 It reads only files: each notebook's `summary.json` (its result rows, including the paper's
 claims tested on paired questions: rows with a "claim" key) and each run's `manifest.json`,
-`metrics.json` and `predictions.jsonl` under `<results>/<notebook>/runs/`. So a method added
+`metrics.json` and `predictions.jsonl` under `<results>/<notebook>/runs/` (or `run/`). So a method added
 later (SA-RAG, TCR-QF) appears in the claims, the cross-method table and the cost lines as
 soon as its notebooks and runs exist, without editing the report notebook.
 """
@@ -95,8 +95,11 @@ def collect(root: str | Path, exclude: Iterable[str] = ("90_report",)) -> StudyR
     skip = set(exclude)
     for nb in sorted(p for p in root.iterdir() if p.is_dir() and (p / "summary.json").exists() and p.name not in skip):
         out.summaries[nb.name] = read_summary(nb)
-    # A notebook's grids may sit one level down (21's upper-bound KG, 27's base and +DPO models).
-    for man in sorted(set(root.glob("*/runs/**/manifest.json")) | set(root.glob("*/*/runs/**/manifest.json"))):
+    # A notebook's grids may sit one level down (21's upper-bound KG, 27's base and +DPO models);
+    # a notebook with a single run (00) keeps it in `run/`.
+    found = (set(root.glob("*/runs/**/manifest.json")) | set(root.glob("*/*/runs/**/manifest.json"))
+             | set(root.glob("*/run/manifest.json")))
+    for man in sorted(found):
         rec = read_run(man.parent)
         if rec is not None:
             rec["notebook"] = man.relative_to(root).parts[0]

@@ -67,8 +67,9 @@ class HFLLM(LLM):
 
     `model` is a local folder, a hub repo id (resolved to the exact commit; with
     HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
-    presets refuse to load without CUDA unless `allow_cpu=True`. A `json_schema` in the
-    sampling parameters is not enforced here (callers validate and repair the output).
+    presets refuse to load without CUDA unless `allow_cpu=True`. A `json_schema` or GBNF
+    `grammar` in the sampling parameters is not enforced here (callers validate and repair the
+    output; the extraction parsers count every record they reject, so the cost shows in the stats).
     Token log-probabilities (`SamplingParams.logprobs`) are the log-softmax of the raw logits
     of each generation step; with them the text keeps special tokens (Self-RAG's reflection
     tokens are special tokens), cut at the first end token as always.

@@ -5,7 +5,10 @@ lacks (top_k, min_p, repetition penalty) go as extra body fields in the server's
 spelling; a server flavour that cannot honour a requested knob is an error, never a
 silent approximation. A `json_schema` goes as the standard `response_format` of type
 `json_schema`, which vLLM (0.6 on; its older `guided_json` field was removed in 0.12),
-llama.cpp's server, Ollama and OpenAI all enforce.
+llama.cpp's server, Ollama and OpenAI all enforce. A GBNF `grammar` goes as vLLM's
+`structured_outputs: {grammar}` (0.12 on; xgrammar reads GBNF) or llama.cpp server's `grammar`
+field; Ollama and OpenAI have no grammar field, so a grammar sent to them is refused rather than
+dropped (the extraction stages of SA-RAG and TCR-QF would otherwise run unconstrained unnoticed).
 
 `chat=False` sends the turns as one plain prompt to `/completions` (base models such as
 Self-RAG, whose prompt format is not a chat template). Token log-probabilities
@@ -38,6 +41,13 @@ FLAVORS: dict[str, dict[str, str | None]] = {
     "openai": {"top_k": None, "min_p": None, "repeat_penalty": None},
 }
 _NEUTRAL = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+# Where each server takes a GBNF grammar: a (field, sub-field) path in the body, or None.
+GRAMMAR_FIELD: dict[str, tuple[str, ...] | None] = {
+    "vllm": ("structured_outputs", "grammar"),
+    "llamacpp": ("grammar",),
+    "ollama": None,
+    "openai": None,
+}
 
 
 def normalize_base_url(url: str) -> str:
@@ -177,6 +187,17 @@ class OpenAICompatLLM(LLM):
         if params.json_schema:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "output", "schema": json.loads(params.json_schema)}}
+        if params.grammar:
+            path = GRAMMAR_FIELD[self.flavor]
+            if path is None:
+                raise ConfigError(
+                    f"grammar: the {self.flavor!r} server flavour takes no GBNF grammar, so this request "
+                    f"would decode unconstrained; use flavor='vllm' or 'llamacpp', or the in-process "
+                    f"llama.cpp backend")
+            slot = body
+            for key in path[:-1]:
+                slot = slot.setdefault(key, {})
+            slot[path[-1]] = params.grammar
         names = FLAVORS[self.flavor]
         for knob, neutral in _NEUTRAL.items():
             value = getattr(params, knob)
