@@ -46,6 +46,8 @@ def notebook_table(rows: list[dict]) -> str:
     results.csv), so the table fits a screen."""
     import pandas as pd
 
+    from ..eval.paired import NOT_RUN
+
     if not rows:
         return "(no result rows)"
     kinds: dict[tuple, list[dict]] = {}
@@ -55,7 +57,7 @@ def notebook_table(rows: list[dict]) -> str:
     for group in kinds.values():
         table = pd.DataFrame(group)
         if "verdict" in table and "claim" in table:
-            not_run = table["verdict"] == "not run"
+            not_run = table["verdict"] == NOT_RUN
             if not_run.all():
                 tables.append(f"({_claims(len(table))}, none run by this notebook's datasets)")
                 continue

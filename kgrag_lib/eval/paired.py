@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 CONFIRMED, REFUTED, NOT_SEPARABLE = "confirmed", "refuted", "not separable at this n"
+NOT_RUN = "not run"   # a claim whose two sides have no run on that dataset
 MIN_EQUIVALENCE_N = 30
 EXACT_FLIP_N = 16
 

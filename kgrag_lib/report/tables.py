@@ -162,14 +162,14 @@ def check_paired_claims(claims: Iterable[tuple], side_values: Callable[[Side, st
     (claim id, table, dataset, side A, relation, side B, metric, quote); `side_values(side,
     dataset, metric)` gives a side's {qid: value in [0, 1]}, None when it was not run (the claim
     then reads 'not run'); `label(side)` names a side in the statement."""
-    from ..eval.paired import paired_test, verdict
+    from ..eval.paired import NOT_RUN, paired_test, verdict
 
     out = []
     for cid, table, dataset, a, rel, b, metric, quote in claims:
         va, vb = side_values(a, dataset, metric), side_values(b, dataset, metric)
         rec = {"claim": cid, "table": table, "dataset": dataset, "statement": f"{label(a)} {rel} {label(b)}",
                "metric": metric, "n_pairs": 0, "ours_a": math.nan, "ours_b": math.nan, "diff": math.nan, "ci95": None,
-               "p_value": math.nan, "test": "", "verdict": "not run", "quote": quote}
+               "p_value": math.nan, "test": "", "verdict": NOT_RUN, "quote": quote}
         if va is not None and vb is not None:
             both = [q for q in va if q in vb]
             r = paired_test([va[q] for q in both], [vb[q] for q in both])

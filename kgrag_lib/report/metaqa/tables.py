@@ -176,7 +176,7 @@ def check_claims(scores: pd.DataFrame, claims: Sequence[Claim] | None = None, me
     claims compare kg-rag settings (`N=`/`K=`) with the claim's other settings held fixed. A
     claim whose two sides were not both run reads 'not run'.
     """
-    from ...eval.paired import paired_test, verdict
+    from ...eval.paired import NOT_RUN, paired_test, verdict
 
     claims = list(CLAIMS if claims is None else claims)
     require_columns(scores, ("dataset", "qid", metric), "per-question scores")
@@ -191,7 +191,7 @@ def check_claims(scores: pd.DataFrame, claims: Sequence[Claim] | None = None, me
         b = _side(scores, {**base, **_claim_side(c.b)}, metric)
         row = {"claim": c.cid, "dataset": c.dataset, "statement": f"{c.a} {c.relation} {c.b}",
                "n_pairs": 0, "ours_a": np.nan, "ours_b": np.nan, "diff": np.nan, "ci95": None, "p_value": np.nan,
-               "test": "", "verdict": "not run", "source": c.source, "quote": c.quote}
+               "test": "", "verdict": NOT_RUN, "source": c.source, "quote": c.quote}
         if a is not None and b is not None:
             both = a.index.intersection(b.index)
             r = paired_test(a.loc[both].to_numpy(), b.loc[both].to_numpy())

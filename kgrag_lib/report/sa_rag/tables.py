@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ...eval.paired import NOT_RUN
 from . import paper_numbers as P
 from ..tables import ci_cell
 
@@ -242,7 +243,7 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
                              lambda side: system_label(*side), alpha=alpha, margin=margin)
     blind = uninformative_judge(reports, judged)
     if not df.empty and blind:
-        df.loc[(df["metric"] == "correct") & df["dataset"].isin(blind) & (df["verdict"] != "not run"),
+        df.loc[(df["metric"] == "correct") & df["dataset"].isin(blind) & (df["verdict"] != NOT_RUN),
                "verdict"] = JUDGE_UNINFORMATIVE
     return df
 
@@ -271,10 +272,10 @@ def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str] | None = No
     recs = []
     for (family, dataset, metric), g in df.groupby(["family", "dataset", "metric"], sort=False):
         v = list(g["verdict"])
-        counts = {k: v.count(k) for k in (CONFIRMED, REFUTED, NOT_SEPARABLE, "not run", JUDGE_UNINFORMATIVE)
+        counts = {k: v.count(k) for k in (CONFIRMED, REFUTED, NOT_SEPARABLE, NOT_RUN, JUDGE_UNINFORMATIVE)
                   if v.count(k)}
         verdict = (CONFIRMED if counts.get(CONFIRMED) == len(v) else REFUTED if REFUTED in counts
-                   else "not run" if counts.get("not run") == len(v)
+                   else NOT_RUN if counts.get(NOT_RUN) == len(v)
                    else JUDGE_UNINFORMATIVE if JUDGE_UNINFORMATIVE in counts else NOT_SEPARABLE)
         recs.append({"family": family, "claim": families.get(family, family), "dataset": dataset,
                      "metric": metric, "comparisons": ", ".join(f"{n} {k}" for k, n in counts.items()),
