@@ -119,3 +119,29 @@ def test_compare_runs_pairs_two_models_and_weighs_time(results):
     assert out["correct_per_cpu_hour_a"] == 1350.0 and out["correct_per_cpu_hour_b"] == 450.0
     avg = ST.compare_runs(results / "12_x/runs/metaqa-1hop/kg-rag", results / "12_x/runs/metaqa-1hop/llm", "avg")
     assert avg["metric"] == "avg" and avg["test"] == "sign-flip permutation"
+
+
+def test_published_reference_runs_are_committable(tmp_path):
+    """What `publish` writes under results/reference/ is meant for git: a `runs/` folder there
+    must not fall under the repository's ignore rules (they ignore `runs/` everywhere else)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("needs a git checkout of the repository")
+    probes = ["results/reference/12_x/runs/metaqa-1hop/kg-rag/n100_seed0/questions.jsonl",
+              "results/reference/21_x/upper-bound/runs/2wiki/n100_seed0/kg-infused/metrics.json",
+              "results/reference/27_x/runs-dpo/runs/2wiki/n20_seed0/kg-infused/manifest.json",
+              "results/reference/00_x/run/questions.jsonl"]
+    out = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=root, capture_output=True, text=True)
+    assert out.stdout.split() == [], f"ignored by .gitignore: {out.stdout.split()}"
+    elsewhere = subprocess.run(["git", "check-ignore", "--no-index", "runs/x/questions.jsonl",
+                                "results/cpu-smoke/12_x/runs/a/questions.jsonl"], cwd=root, capture_output=True, text=True)
+    assert elsewhere.stdout.split() == ["runs/x/questions.jsonl", "results/cpu-smoke/12_x/runs/a/questions.jsonl"]
+    committed = root / "results/reference"
+    if committed.is_dir():   # every run the committed report counts has its per-question results beside it
+        for metrics in committed.rglob("metrics.json"):
+            assert (metrics.parent / "questions.jsonl").is_file() and (metrics.parent / "manifest.json").is_file()
+        assert any(committed.glob("12_*/runs/*/*/*/questions.jsonl")), "no committed MetaQA run of the reference"
