@@ -74,3 +74,34 @@ def test_a_few_same_sign_differences_do_not_confirm_a_claim():
     assert three.p_value == pytest.approx(0.25) and verdict(">", three) == NOT_SEPARABLE
     six = paired_test([0.5, 0.4, 0.9, 0.6, 0.7, 0.8], [0.1, 0.2, 0.3, 0.2, 0.1, 0.3])
     assert six.p_value == pytest.approx(2 / 64) and verdict(">", six) == CONFIRMED   # exact: 2 of 64 patterns
+
+
+def test_sign_flip_p_is_exact_over_the_differing_questions():
+    """Ties change nothing under a sign flip, so they are dropped; the p over the k differing
+    questions is then exact (matched against brute force) up to EXACT_FLIP_N of them, so a
+    verdict at the 0.05 threshold never hangs on Monte Carlo noise."""
+    import itertools
+
+    import numpy as np
+
+    from kgrag_lib.eval.paired import EXACT_FLIP_N, sign_flip_p
+
+    rng = np.random.default_rng(7)
+    for k in (1, 2, 5, 9, 12):
+        d = rng.normal(0.1, 0.3, k)
+        brute = np.mean([abs(np.dot(s, d)) >= abs(d.sum()) - 1e-12 for s in itertools.product((-1, 1), repeat=k)])
+        assert sign_flip_p(d) == pytest.approx(brute, abs=1e-12)
+        assert sign_flip_p(np.concatenate([d, np.zeros(90)])) == sign_flip_p(d)    # 90 ties: same p
+    # thirds and halves as Avg of EM/F1/Acc makes them: equal sums of different patterns count
+    d = np.array([1 / 3, 1 / 3, 2 / 3, -1 / 3, 1.0, 1 / 3])
+    brute = np.mean([abs(np.dot(s, d)) >= abs(d.sum()) - 1e-12 for s in itertools.product((-1, 1), repeat=6)])
+    assert sign_flip_p(d) == pytest.approx(brute)
+    # 30 differing questions among 100: exact, a multiple of 2^-30, and seed-free
+    d = np.concatenate([rng.normal(0.08, 0.3, 30), np.zeros(70)])
+    p = sign_flip_p(d, seed=1)
+    assert 30 <= EXACT_FLIP_N and p == sign_flip_p(d, seed=2) and (p * 2 ** 30) == pytest.approx(round(p * 2 ** 30))
+    # beyond EXACT_FLIP_N: Monte Carlo, seeded, close to the normal approximation
+    d = rng.normal(0.0, 0.3, 200)
+    d += 1.96 * d.std() / np.sqrt(200) - d.mean()           # z ≈ 1.96: p ≈ 0.05
+    assert sign_flip_p(d, seed=1) == sign_flip_p(d, seed=1)
+    assert sign_flip_p(d, seed=1) == pytest.approx(0.05, abs=0.006)
