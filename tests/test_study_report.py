@@ -90,6 +90,8 @@ def test_report_and_publish(results, tmp_path):
                     "### 12_x", "## Deviations from the papers"):
         assert heading in text
     assert "What the run showed." in text and "Hit@1 exact, §4.2.1 read literally" in text
+    assert "| 0.500 | not separable at this n |" in text           # p with three decimals, not "0.5" -> "0.5"
+    assert [ST.format_p(v) for v in (0.0500259, 0.049, 0.0004, None)] == ["0.050", "0.049", "<0.001", None]
     assert "KG-Infused RAG: DPO (§3.7) on CPU" in text and "<table>" in html.read_text()
     from kgrag_lib.llm.cache import LLMCache
     from kgrag_lib.llm.fake import ScriptedLLM

@@ -138,6 +138,14 @@ def cost_by_notebook(runs: pd.DataFrame) -> pd.DataFrame:
                          "runs": runs.groupby("notebook").size()})
 
 
+def format_p(v: Any) -> str | None:
+    """p as text with three decimals, so a verdict at the 0.05 threshold reads as such
+    (the report's tables print floats with one decimal)."""
+    if v is None or pd.isna(v):
+        return None
+    return "<0.001" if float(v) < 0.001 else f"{float(v):.3f}"
+
+
 def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
     if claims.empty:
         return claims
@@ -148,7 +156,7 @@ def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
         if c in df:
             df[c] = df[c].map(lambda v: None if v is None or pd.isna(v) else round(float(v), 1))
     if "p_value" in df:
-        df["p_value"] = df["p_value"].map(lambda v: None if v is None or pd.isna(v) else float(f"{float(v):.3g}"))
+        df["p_value"] = df["p_value"].map(format_p)
     return df
 
 
