@@ -278,6 +278,8 @@ def test_table1_layout_with_the_papers_rows_costs_and_intervals(tmp_path):
     assert table.loc["TCR-QF", ("MuSiQue-Full (not in our data)", "EM", "paper")] == 30.3
     assert table.loc["TCR-QF", ("ConcurrentQA (not in our data)", "F1", "paper")] == 59.7
     assert ("HotpotQA", "EM", "ours") not in table.columns                      # a dataset we did not run
+    assert table.loc["TCR-QF", ("2WikiMultiHopQA", "Acc (gold in answer)", "ours")] == 75.0
+    assert ("2WikiMultiHopQA", "Acc (gold in answer)", "paper") not in table.columns   # the paper has no Acc
     assert ("MuSiQue-Full (not in our data)", "EM", "ours") not in table.columns
     both = R.table1(rows, ["2wiki", "hotpotqa"], paper_only=False)
     assert pd.isna(both.loc["TCR-QF", ("HotpotQA", "EM", "ours")])
@@ -583,3 +585,15 @@ def test_the_notebooks_path_from_kg_to_growth(notebook):
     assert list(growth["em"]) == [50.0, 100.0, 100.0]        # the tutor question is right from round 1 on
     assert R.final_kg_size(again.cells[0].rows) == {"nodes": 5, "edges": 4}
     assert R.stopped_counts(tcr.rows) == {"nothing missing": 2}
+
+
+def test_a_sentence_holding_the_answer_scores_acc_but_not_em(tmp_path):
+    """The small model answers in a sentence; strict EM gives 0, Acc shows the answer was there."""
+    report = hand_grid(tmp_path, {"tcr-qf": 0})
+    for cell in report.cells:
+        for r in cell.rows:
+            r["prediction"] = "Based on the context, the director is Ann Lee."
+        cell.metrics.update(summarize(cell.rows))
+    row = R.result_rows(report)[0]
+    assert row["em"] == 0.0 and row["acc"] == 100.0 and 0 < row["f1"] < 100 and len(row["acc_ci95"]) == 2
+    assert R.table1([row]).loc["TCR-QF", ("2WikiMultiHopQA", "Acc (gold in answer)", "ours")] == 100.0

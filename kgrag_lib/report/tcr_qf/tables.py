@@ -33,6 +33,9 @@ from ..tables import ci_cell
 
 CORPUS = "pooled paragraphs of the sampled questions, chunks of 512 tokens with 64 overlap, titles kept"
 COST_LABELS = {"llm_requests_per_q": "LLM calls / q", "llm_seconds_per_q": "LLM s / q"}
+# ours only: the paper reports EM and F1, but a small model that answers in a sentence scores EM 0
+# even when the sentence holds the answer; Acc (a gold answer occurs in the raw answer) shows that
+OURS_ONLY_LABELS = {"acc": "Acc (gold in answer)"}
 
 
 def system_label(method: str) -> str:
@@ -80,7 +83,7 @@ def _mean(values: Iterable[float]) -> float | None:
 
 def result_rows(report: Any, **labels: Any) -> list[dict[str, Any]]:
     """One flat row per cell of a grid (for `write_summary` and the tables): the system, dataset,
-    n, failures, EM and F1 with their 95% intervals, and per question the LLM calls, tokens, LLM
+    n, failures, EM, F1 and Acc with their 95% intervals, and per question the LLM calls, tokens, LLM
     seconds as first computed, wall seconds in this run, answers (rounds) and triples added."""
     out = []
     for cell in report.cells:
@@ -93,8 +96,8 @@ def result_rows(report: Any, **labels: Any) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "label": system_label(cell.run.method), "method": cell.run.method, "config": cell.run.label,
             "dataset": cell.dataset, "n": m.get("n"), "failed": m.get("failed", 0), "em": m.get("em"),
-            "f1": m.get("f1"),
-            "em_ci95": m.get("em_ci95"), "f1_ci95": m.get("f1_ci95"),
+            "f1": m.get("f1"), "acc": m.get("acc"),
+            "em_ci95": m.get("em_ci95"), "f1_ci95": m.get("f1_ci95"), "acc_ci95": m.get("acc_ci95"),
             "llm_requests_per_q": cost.get("llm_requests"), "llm_seconds_per_q": llm_s,
             "seconds_per_q": cost.get("seconds"), "prompt_tokens_per_q": cost.get("llm_total_prompt_tokens"),
             "completion_tokens_per_q": cost.get("llm_total_completion_tokens"),
@@ -129,6 +132,7 @@ def _layout(rows: Iterable[Mapping[str, Any]], order: Sequence[str], paper: Mapp
     cols = []
     for d in datasets:
         cols += [(dataset_label(d), P.METRIC_LABELS[m], src) for m in P.METRICS for src in ("ours", "paper")]
+        cols += [(dataset_label(d), name, "ours") for name in OURS_ONLY_LABELS.values()]
         if cost:
             cols += [(dataset_label(d), COST_LABELS[k], "ours") for k in COST_LABELS]
     for d in paper_datasets:
@@ -149,6 +153,9 @@ def _layout(rows: Iterable[Mapping[str, Any]], order: Sequence[str], paper: Mapp
         for m in P.METRICS:
             v = r.get(m)
             df.loc[label, (ds, P.METRIC_LABELS[m], "ours")] = math.nan if v is None else float(v)
+        for k, name in OURS_ONLY_LABELS.items():
+            v = r.get(k)
+            df.loc[label, (ds, name, "ours")] = math.nan if v is None else float(v)
         if cost:
             for k, name in COST_LABELS.items():
                 v = r.get(k)
