@@ -363,3 +363,27 @@ def test_kg_difference_pairs_the_same_configuration_on_two_kgs():
     row = out.iloc[0]
     assert row["configuration"] == "KG-Infused RAG (w/ 2-Round)" and row["n_pairs"] == 40
     assert (row["heldout"], row["oracle"], row["diff"]) == (0.0, 62.5, 62.5) and row["separable"] == "yes"
+    assert "note" not in out      # no empty column when no row needs a note
+
+
+def test_the_oracle_kg_is_no_upper_bound_beside_another_dataset():
+    """2wiki-evidence-oracle holds 2Wiki's gold facts only; beside HotpotQA the row says so."""
+    from pathlib import Path
+
+    from kgrag_lib.eval.summary import summarize
+    from kgrag_lib.grid import Cell, GridReport, GridRun
+
+    run = GridRun.of("kg-infused", rounds=2)
+
+    def grid(answers):
+        cells = []
+        for ds in ("2wiki", "hotpotqa"):
+            rows = [{"qid": f"q{i}", "question": "?", "prediction": a, "answers": ["Ann"], "dataset": ds}
+                    for i, a in enumerate(answers)]
+            cells.append(Cell(run, ds, Path("."), summarize(rows), rows, sent=0))
+        return GridReport(cells, sent=0)
+
+    out = R.kg_difference(grid(["Bob"] * 10), grid(["Ann"] * 10), "2wiki-evidence-heldout", "2wiki-evidence-oracle")
+    notes = dict(zip(out["dataset"], out["note"]))
+    assert notes["2wiki"] == "" and "holds no hotpotqa gold facts" in notes["hotpotqa"]
+    assert "not an upper bound" in notes["hotpotqa"]

@@ -37,6 +37,9 @@ KG_DESCRIPTIONS = {
                              "not Wikidata5M-KG",
     "wikidata5m": "Wikidata5M-KG (Appendix B preprocessing)",
 }
+# an upper-bound KG bounds only the datasets whose gold facts it holds; beside any other dataset it is
+# just a bigger KG, and its row must not read as an upper bound
+UPPER_BOUND_FOR = {"2wiki-evidence-oracle": ("2wiki",)}
 CORPUS_LOCAL = "pooled question contexts per dataset (2Wiki: HippoRAG's 6,119 passages), not Wikipedia-2018"
 
 
@@ -461,7 +464,8 @@ def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting:
 def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: str = "avg") -> pd.DataFrame:
     """The same configurations on two KGs (two grids over the same questions): per configuration
     and dataset, each KG's mean of `metric` (points), the paired difference other − base with its
-    95% interval and p, and whether it is separable at this n."""
+    95% interval and p, and whether it is separable at this n; a `note` where `other_kg` is an
+    upper bound only for other datasets (`UPPER_BOUND_FOR`)."""
     from ...eval.paired import paired_test
 
     recs = []
@@ -477,5 +481,12 @@ def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: st
                      other_kg: round(r.mean_a, 1), "diff": round(r.diff, 1), "ci95": [round(v, 1) for v in r.ci95],
                      "p_value": r.p_value,
                      "separable": "yes" if r.p_value < 0.05 else "not separable at this n"})
-    return pd.DataFrame(recs)
+        bounds = UPPER_BOUND_FOR.get(other_kg)
+        if bounds is not None and cell.dataset not in bounds:
+            recs[-1]["note"] = (f"{other_kg} holds no {cell.dataset} gold facts (only {', '.join(bounds)}'s): "
+                                "not an upper bound here")
+    df = pd.DataFrame(recs)
+    if "note" in df:
+        df["note"] = df["note"].fillna("")
+    return df
 
