@@ -39,7 +39,9 @@ def results(tmp_path):
          "p_value": 0.5, "verdict": "not separable at this n"},
         {"claim": "exp2.ours_over_llm_1hop", "table": "Figure 5", "dataset": "metaqa-1hop", "statement": "kg-rag > llm",
          "metric": "hit1_exact", "n_pairs": 4, "verdict": "not separable at this n"}]), encoding="utf-8")
-    (root / "13_y" / "summary.json").write_text(json.dumps([{"method": "kg-rag", "correct": 3}]), encoding="utf-8")
+    (root / "13_y" / "summary.json").write_text(json.dumps([{"method": "kg-rag", "correct": 3},
+                                                            {"configuration": "x", "p_value": 0.0497}]),
+                                                encoding="utf-8")
     (root / "90_report").mkdir()
     (root / "90_report" / "summary.json").write_text(json.dumps([{"table": "study"}]), encoding="utf-8")
     return root
@@ -90,8 +92,9 @@ def test_report_and_publish(results, tmp_path):
                     "### 12_x", "## Deviations from the papers"):
         assert heading in text
     assert "What the run showed." in text and "Hit@1 exact, §4.2.1 read literally" in text
-    assert "| 0.500 | not separable at this n |" in text           # p with three decimals, not "0.5" -> "0.5"
-    assert [ST.format_p(v) for v in (0.0500259, 0.049, 0.0004, None)] == ["0.050", "0.049", "<0.001", None]
+    assert "| 0.5000 | not separable at this n |" in text          # p with four decimals, not one
+    assert "| x | 0.0497 |" in text                                  # in a notebook's own table too
+    assert [ST.format_p(v) for v in (0.0500259, 0.0497, 0.00004, None)] == ["0.0500", "0.0497", "<0.0001", None]
     assert "KG-Infused RAG: DPO (§3.7) on CPU" in text and "<table>" in html.read_text()
     from kgrag_lib.llm.cache import LLMCache
     from kgrag_lib.llm.fake import ScriptedLLM

@@ -139,11 +139,11 @@ def cost_by_notebook(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def format_p(v: Any) -> str | None:
-    """p as text with three decimals, so a verdict at the 0.05 threshold reads as such
-    (the report's tables print floats with one decimal)."""
+    """p as text with four decimals, so a p at the 0.05 threshold reads on the side its verdict
+    took (the report's tables print floats with one decimal; summary.json keeps the float)."""
     if v is None or pd.isna(v):
         return None
-    return "<0.001" if float(v) < 0.001 else f"{float(v):.3f}"
+    return "<0.0001" if float(v) < 0.0001 else f"{float(v):.4f}"
 
 
 def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
@@ -216,7 +216,10 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
                 kinds.setdefault(tuple(r), []).append(r)
         parts += [f"### {nb}", ""]
         for group in kinds.values():
-            parts += [_md(pd.DataFrame(group).dropna(axis=1, how="all")), ""]
+            df = pd.DataFrame(group).dropna(axis=1, how="all")
+            if "p_value" in df:
+                df["p_value"] = df["p_value"].map(format_p)
+            parts += [_md(df), ""]
     every = [*DEVIATIONS_COMMON, *paper_deviations(), *deviations]
     parts += ["## Deviations from the papers", ""] + [f"- {d}" for d in every] + [""]
     return "\n".join(parts)
