@@ -155,8 +155,6 @@ def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
     for c in ("ours_a", "ours_b", "diff"):
         if c in df:
             df[c] = df[c].map(lambda v: None if v is None or pd.isna(v) else round(float(v), 1))
-    if "p_value" in df:
-        df["p_value"] = df["p_value"].map(format_p)
     return df
 
 
@@ -174,6 +172,8 @@ def verdict_counts(claims: pd.DataFrame) -> pd.DataFrame:
 
 
 def _md(df: pd.DataFrame, digits: int = 1) -> str:
+    if "p_value" in df:
+        df = df.assign(p_value=df["p_value"].map(format_p))
     return to_markdown(df, digits=digits) if not df.empty else "(none)"
 
 
@@ -216,10 +216,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
                 kinds.setdefault(tuple(r), []).append(r)
         parts += [f"### {nb}", ""]
         for group in kinds.values():
-            df = pd.DataFrame(group).dropna(axis=1, how="all")
-            if "p_value" in df:
-                df["p_value"] = df["p_value"].map(format_p)
-            parts += [_md(df), ""]
+            parts += [_md(pd.DataFrame(group).dropna(axis=1, how="all")), ""]
     every = [*DEVIATIONS_COMMON, *paper_deviations(), *deviations]
     parts += ["## Deviations from the papers", ""] + [f"- {d}" for d in every] + [""]
     return "\n".join(parts)

@@ -153,13 +153,9 @@ def _layout(rows: Iterable[Mapping[str, Any]], order: Sequence[str], paper: Mapp
         for m in P.METRICS:
             v = r.get(m)
             df.loc[label, (ds, P.METRIC_LABELS[m], "ours")] = math.nan if v is None else float(v)
-        for k, name in OURS_ONLY_LABELS.items():
+        for k, name in {**OURS_ONLY_LABELS, **(COST_LABELS if cost else {})}.items():
             v = r.get(k)
             df.loc[label, (ds, name, "ours")] = math.nan if v is None else float(v)
-        if cost:
-            for k, name in COST_LABELS.items():
-                v = r.get(k)
-                df.loc[label, (ds, name, "ours")] = math.nan if v is None else float(v)
     return df
 
 
