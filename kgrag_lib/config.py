@@ -208,5 +208,7 @@ class RunConfig:
     embedder: str = opt("minilm", "embedding model: minilm, mpnet, or a sentence-transformers id/path")
     data_root: str | None = opt(None, "dataset root (default: $KGRAG_DATA_ROOT, then ../shared/data)")
     cache_dir: str | None = opt(None, "cache folder for LLM calls, embeddings and models (default: $KGRAG_CACHE_DIR, then .cache/)")
+    concurrency: int | None = opt(None, "questions answered at once (None: the backend's default, 1 for in-process "
+                                        "models, more for servers); the results do not depend on it")
     out: str = opt("runs/latest", "output folder for predictions.jsonl, metrics.json and manifest.json")
     profile: str = opt("cpu-smoke", "profile name (cpu-smoke, gpu-paper) or YAML path")

@@ -112,4 +112,5 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
         "profile": r.profile,
         "qids": [q.qid for q in questions],
     }
-    return run_method(runner_method, questions, out, config, llm=llm, progress=progress, overwrite=overwrite)
+    return run_method(runner_method, questions, out, config, llm=llm, progress=progress, overwrite=overwrite,
+                      concurrency=r.run.concurrency)

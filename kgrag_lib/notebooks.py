@@ -48,6 +48,20 @@ def execute(notebook: str | Path, executed_path: str | Path, parameters: dict[st
     return executed_path
 
 
+def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: Path) -> Path:
+    """`profile` with its `run` section overridden, checked, and written as YAML to `path`."""
+    import yaml
+
+    from .config import load_profile
+
+    prof = load_profile(profile)
+    prof["run"] = {**(prof.get("run") or {}), **run_overrides}
+    load_profile(dict(prof))  # refuse a bad override here, not in the first notebook
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(prof, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def read_summary(out_dir: str | Path) -> list[dict[str, Any]]:
     p = Path(out_dir) / SUMMARY_FILE
     if not p.exists():
@@ -67,10 +81,16 @@ def write_summary(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,
-              progress: bool = True, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+              progress: bool = True, extra: dict[str, Any] | None = None,
+              run_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Execute every study notebook in order; return the results folder, per-notebook wall time
-    and summary rows."""
+    and summary rows. `run_overrides` (e.g. concurrency) change the profile's `run` section for
+    every notebook: the effective profile is written to `<out_root>/profile.yaml` and passed to
+    the notebooks, so their executed copies name the file that holds their settings."""
     out_root = Path(out_root or REPO_ROOT / "results" / Path(profile).stem).resolve()  # notebooks run in notebooks/
+    given = {k: v for k, v in (run_overrides or {}).items() if v is not None}
+    if given:
+        profile = str(effective_profile(profile, given, out_root / "profile.yaml"))
     books = study_notebooks()
     if only:
         books = [b for b in books if any(b.stem.startswith(o) or b.name == o for o in only)]

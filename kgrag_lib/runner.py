@@ -75,6 +75,28 @@ def _rewrite_clean(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+class JsonlAppender:
+    """Append one JSON line per record, flushed and fsynced at once (TEMP: replaced by kgrag_lib.jsonl)."""
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        self.path, self._lock, self._fh = Path(path), threading.Lock(), None
+
+    def __enter__(self) -> "JsonlAppender":
+        self._fh = open(self.path, "a", encoding="utf-8")
+        return self
+
+    def append(self, row: Any) -> None:
+        with self._lock:
+            self._fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def __exit__(self, *exc: Any) -> None:
+        self._fh.close()
+
+
 def _atomic_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
@@ -91,18 +113,33 @@ def _failure_types() -> tuple[type[BaseException], ...]:
 
 
 @contextmanager
-def _recording(llm: Any) -> Iterator[list[str]]:
-    """The LLM's request ids during one question ([] for a method without an LLM)."""
-    if llm is None or not hasattr(llm, "recording"):
-        yield []
+def _metering(llm: Any) -> Iterator[Any]:
+    """The LLM's meter during one question (request ids and usage), None without an LLM."""
+    if llm is None or not hasattr(llm, "meter"):
+        yield None
         return
-    with llm.recording() as keys:
-        yield keys
+    with llm.meter() as m:
+        yield m
+
+
+def resolve_concurrency(concurrency: int | None, llm: Any, method: Any) -> int:
+    """Questions in flight: the run's setting, else the backend's default (1 in-process, more
+    for servers); 1 for a method whose state grows across questions (`parallel_safe` False)."""
+    from .concurrency import check_workers
+
+    n = check_workers(concurrency) if concurrency is not None else int(getattr(llm, "default_concurrency", 1) or 1)
+    if n > 1 and not getattr(method, "parallel_safe", True):
+        import sys
+
+        print(f"kgrag: {getattr(method, 'name', 'this method')} answers questions in order (its state grows "
+              f"across questions), so it runs with 1 question in flight, not {n}", file=sys.stderr)
+        return 1
+    return n
 
 
 # What a run's results depend on: a resume must find the same values in manifest.json.
 # Paths of the data and caches and the profile's other sections are not part of it.
-_VOLATILE_RUN = ("out", "profile", "data_root", "cache_dir")
+_VOLATILE_RUN = ("out", "profile", "data_root", "cache_dir", "concurrency")
 LOCK_FILE = ".run.lock"
 
 
@@ -211,8 +248,13 @@ def run_method(
     metrics: tuple[str, ...] | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Answer every question not yet in `out_dir`, then score all of them.
+
+    `concurrency` questions are answered at once (None: the LLM backend's default), each
+    question's pipeline unchanged; lines are written as questions finish, so the file's order
+    may differ from the sample's while the scores do not.
 
     Resuming is refused when the folder's manifest records other settings (`run_identity`),
     unless `overwrite` (which discards the stored predictions). The folder is locked while
@@ -241,14 +283,16 @@ def run_method(
             man["resumed_from"] = prev.get("started")
             man["started"] = prev.get("started", man["started"])
         _atomic_json(out / MANIFEST_FILE, man)
-        result = _answer_and_score(method, questions, done, pred_path, llm, progress, metrics)
+        result = _answer_and_score(method, questions, done, pred_path, llm, progress, metrics,
+                                   resolve_concurrency(concurrency, llm, method))
         _atomic_json(out / METRICS_FILE, result)
     _warn_issues(result, out)
     return result
 
 
 def _answer_and_score(method: Any, questions: list[Question], done: list[dict[str, Any]], pred_path: Path,
-                      llm: Any, progress: bool, metrics: tuple[str, ...] | None) -> dict[str, Any]:
+                      llm: Any, progress: bool, metrics: tuple[str, ...] | None, concurrency: int = 1) -> dict[str, Any]:
+    from .concurrency import as_they_finish
     from .eval.summary import summarize
 
     done_ids = {r["qid"] for r in done}
@@ -257,36 +301,39 @@ def _answer_and_score(method: Any, questions: list[Question], done: list[dict[st
     if callable(resume):  # a method whose state grows over questions (TCR-QF's KG) rebuilds it first
         resume(list(done))
     fail_types = _failure_types()
+    name = getattr(method, "name", "")
+
+    def answer(q: Question) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        with _metering(llm) as meter:
+            try:
+                pred: Prediction = method.answer(q)
+            except fail_types as exc:  # recorded, not fatal
+                pred = Prediction(q.qid, q.question, "", list(q.answers), name,
+                                  trace=getattr(exc, "trace", {}) or {}, failed=True,
+                                  error=f"{type(exc).__name__}: {exc}")
+        cost: dict[str, Any] = {"seconds": round(time.perf_counter() - t0, 3)}
+        if meter is not None:
+            cost.update({f"llm_{k}": v for k, v in meter.usage.to_dict().items()})
+        pred.cost = {**cost, **(pred.cost or {})}
+        row = pred.to_dict()
+        row["dataset"] = q.dataset
+        row["requests"] = list(meter.keys) if meter is not None else []  # request ids: what a grid shares
+        return row
+
     t_run = time.perf_counter()
     usage0 = llm.usage.snapshot() if llm is not None else None
-    with open(pred_path, "a", encoding="utf-8") as fh:
-        bar = progress_bar(todo, desc=f"{getattr(method, 'name', 'method')}", unit="q", disable=not progress,
-                           initial=len(questions) - len(todo), total=len(questions))
-        for q in bar:
-            snap = llm.usage.snapshot() if llm is not None else None
-            t0 = time.perf_counter()
-            with _recording(llm) as requests:
-                try:
-                    pred: Prediction = method.answer(q)
-                except fail_types as exc:  # recorded, not fatal
-                    pred = Prediction(q.qid, q.question, "", list(q.answers), getattr(method, "name", ""),
-                                      trace=getattr(exc, "trace", {}) or {}, failed=True,
-                                      error=f"{type(exc).__name__}: {exc}")
-            cost = {"seconds": round(time.perf_counter() - t0, 3)}
-            if snap is not None:
-                cost.update({f"llm_{k}": v for k, v in llm.usage.since(snap).to_dict().items()})
-            pred.cost = {**cost, **(pred.cost or {})}
-            row = pred.to_dict()
-            row["dataset"] = q.dataset
-            row["requests"] = list(requests)  # request ids: what a grid of runs shares
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+    bar = progress_bar(total=len(questions), initial=len(questions) - len(todo), desc=f"{name or 'method'}",
+                       unit="q", disable=not progress)
+    with JsonlAppender(pred_path) as out, bar:
+        for _, row in as_they_finish(answer, todo, concurrency):
+            out.append(row)
             done.append(row)
+            bar.update(1)
     by_qid = {r["qid"]: r for r in done}
     result = summarize([by_qid[q.qid] for q in questions], metrics=metrics)
     this = {"answered": len(todo), "reused": len(questions) - len(todo),
-            "wall_seconds": round(time.perf_counter() - t_run, 2)}
+            "wall_seconds": round(time.perf_counter() - t_run, 2), "concurrency": concurrency}
     if usage0 is not None:
         used = llm.usage.since(usage0)
         this.update({"llm_calls_sent": used.calls, "llm_cache_hits": used.cache_hits,

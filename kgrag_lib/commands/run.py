@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embedder", default=None, help="minilm, mpnet or a sentence-transformers id/path")
     p.add_argument("--data-root", default=None, help="dataset root (default $KGRAG_DATA_ROOT, then ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="cache folder (default $KGRAG_CACHE_DIR, then .cache/)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="questions answered at once (default: the profile's run.concurrency, else 1 for an "
+                        "in-process model and 8 for a server); the results do not depend on it")
     for flag, typ, hlp in METHOD_FLAGS:
         p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other method config field (repeatable)")
@@ -78,6 +81,7 @@ def handle(args: argparse.Namespace) -> int:
     overrides = {
         "split": args.split, "qa_file": args.qa_file, "n": args.n, "seed": args.seed, "model": args.model,
         "embedder": args.embedder, "data_root": args.data_root, "cache_dir": args.cache_dir,
+        "concurrency": args.concurrency,
     }
     for flag, _, _ in METHOD_FLAGS:
         key = flag.lstrip("-").replace("-", "_")

@@ -8,9 +8,11 @@ the persistent call cache, stop-string truncation and the usage counters.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import threading
 import time
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace as dc_replace
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
@@ -178,6 +180,25 @@ class Usage:
         return d
 
 
+@dataclass
+class Meter:
+    """What one unit of work (a question, a chunk) asked of one LLM: its request ids and its cost.
+
+    Meters live in a context variable, so with many questions in flight on threads each
+    question's counts stay its own (the global `LLM.usage` counts everything). Work a question
+    fans out to further threads joins its meter when it runs through `concurrency.parallel_map`
+    (which copies the context).
+    """
+
+    keys: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+# The active meters of this context: (id of the LLM, meter) pairs, innermost last.
+_METERS: contextvars.ContextVar[tuple[tuple[int, Meter], ...]] = contextvars.ContextVar("kgrag_llm_meters",
+                                                                                       default=())
+
+
 @dataclass(frozen=True)
 class TokenLogprob:
     """One generated token: its text, its log-probability and the top alternatives at its
@@ -321,9 +342,17 @@ class LLM:
     Subclasses set `backend`, call `super().__init__` with the model's exact identity and
     implement `_complete` (and optionally `_complete_batch`). Everything else is shared.
     `name` is the preset or spec the user asked for; `identity` pins the exact weights.
+
+    Any number of threads may call `generate` at once (questions in flight). Identical requests
+    in flight together are computed once: the later callers wait for the first one's answer,
+    so a shared cache's de-duplication holds under concurrency. A backend that computes one
+    request at a time in this process (llama.cpp, transformers) leaves `concurrent_requests`
+    False and its calls are serialized; a server backend sets it True.
     """
 
     backend: str = "base"
+    concurrent_requests: bool = False   # may `_complete_batch` run on several threads at once?
+    default_concurrency: int = 1        # questions in flight when the run does not say
 
     def __init__(
         self,
@@ -343,25 +372,42 @@ class LLM:
         self.n_ctx = n_ctx
         self.usage = Usage()
         self._lock = threading.Lock()
-        self._recorders: list[list[str]] = []
+        self._backend_lock = threading.Lock()
+        self._inflight: dict[str, Future] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, identity={self.identity!r})"
 
     # ---- public API -------------------------------------------------------------------
     @contextmanager
-    def recording(self) -> Iterator[list[str]]:
-        """Collect the key of every request served inside the block, cached or not.
+    def meter(self) -> Iterator[Meter]:
+        """Count what the work inside the block asks of this LLM (request ids and usage).
 
-        The runner stores them per question, so how many requests a grid of runs shares
-        (distinct / independent) is counted from the result files, even after a resume.
+        Meters are per context (thread), so each question in flight gets its own counts; the
+        runner stores them per question, so how many requests a grid of runs shares (distinct /
+        independent) is counted from the result files, even after a resume.
         """
-        keys: list[str] = []
-        self._recorders.append(keys)
+        m = Meter()
+        token = _METERS.set(_METERS.get() + ((id(self), m),))
         try:
-            yield keys
+            yield m
         finally:
-            self._recorders.remove(keys)
+            _METERS.reset(token)
+
+    @contextmanager
+    def recording(self) -> Iterator[list[str]]:
+        """The key of every request served inside the block, cached or not (see `meter`)."""
+        with self.meter() as m:
+            yield m.keys
+
+    def _meters(self) -> list[Meter]:
+        return [m for owner, m in _METERS.get() if owner == id(self)]
+
+    def _count(self, meters: list[Meter], **inc: float) -> None:
+        with self._lock:
+            for u in [self.usage] + [m.usage for m in meters]:
+                for k, v in inc.items():
+                    setattr(u, k, getattr(u, k) + v)
 
     def generate(
         self, messages: Messages, params: SamplingParams | None = None, **overrides: Any
@@ -411,78 +457,109 @@ class LLM:
         return None
 
     def _serve(self, list_of_messages: Sequence[Messages], p: SamplingParams) -> list[Generation]:
+        from .cache import LLMCache
+
         want_lp = p.logprobs > 0
+        meters = self._meters()
         prepared = [self._prepare(m) for m in list_of_messages]
+        keys = [LLMCache.make_key(self.backend, self.identity, msgs, p) for msgs in prepared]
+        if meters:
+            with self._lock:
+                for m in meters:
+                    m.keys.extend(k[:16] for k in keys)
         results: list[Generation | None] = [None] * len(prepared)
-        keys: list[str | None] = [None] * len(prepared)
         todo: list[int] = []
-        if self._recorders:
-            for i, msgs in enumerate(prepared):
-                rk = request_key(self.backend, self.identity, msgs, p)
-                for rec in self._recorders:
-                    rec.append(rk)
-        for i, msgs in enumerate(prepared):
-            if self.cache is not None:
-                keys[i] = self.cache.make_key(self.backend, self.identity, msgs, p)
-                hit = self.cache.get(keys[i], logprobs=want_lp)
-                if hit is not None:
-                    results[i] = Generation(hit.text, tuple(hit.logprobs or ()))
-                    with self._lock:
-                        self.usage.cache_hits += 1
-                        self.usage.cached_prompt_tokens += hit.prompt_tokens
-                        self.usage.cached_completion_tokens += hit.completion_tokens
-                        self.usage.cached_seconds += hit.seconds
+        for i, key in enumerate(keys):
+            hit = self.cache.get(key, logprobs=want_lp) if self.cache is not None else None
+            if hit is None:
+                todo.append(i)
+                continue
+            results[i] = Generation(hit.text, tuple(hit.logprobs or ()))
+            self._count(meters, cache_hits=1, cached_prompt_tokens=hit.prompt_tokens,
+                        cached_completion_tokens=hit.completion_tokens, cached_seconds=hit.seconds)
+        if not todo:
+            return [r if r is not None else Generation("") for r in results]
+        # Each distinct missing request is computed by exactly one caller: the first to claim it
+        # (here or on another thread); the others wait for its answer.
+        mine: dict[str, tuple[int, Future]] = {}
+        theirs: dict[str, Future] = {}
+        with self._lock:
+            for i in todo:
+                k = keys[i]
+                if k in mine or k in theirs:
                     continue
-            todo.append(i)
-        if todo:
-            # Requests identical within one batch are computed once.
-            unique: dict[str, int] = {}
-            order: list[int] = []
-            for i in todo:
-                k = keys[i] or _request_fingerprint(prepared[i])
-                if k not in unique:
-                    unique[k] = i
-                    order.append(i)
-            start = time.perf_counter()
-            completions = self._complete_batch([prepared[i] for i in order], p)
-            elapsed = time.perf_counter() - start
-            if len(completions) != len(order):
-                raise RuntimeError(
-                    f"{type(self).__name__}._complete_batch returned {len(completions)} "
-                    f"completions for {len(order)} requests"
-                )
-            by_key: dict[str, Generation] = {}
-            for i, c in zip(order, completions):
-                text = truncate_at_stop(c.text, p.stop)
-                tokens: tuple[TokenLogprob, ...] = ()
-                if want_lp:
-                    if c.logprobs is None:
-                        raise BackendUnavailableError(
-                            f"{self.name} ({self.backend} backend) returned no token log-probabilities; "
-                            f"this backend or server cannot provide them (logprobs={p.logprobs} was asked)")
-                    tokens = tuple(c.logprobs) if text == c.text else truncate_tokens(c.logprobs, text)
-                secs = c.seconds if c.seconds > 0 else elapsed / len(order)
+                if k in self._inflight:
+                    theirs[k] = self._inflight[k]
+                else:
+                    fut: Future = Future()
+                    self._inflight[k] = fut
+                    mine[k] = (i, fut)
+        done: dict[str, _Served] = {}
+        if mine:
+            try:
+                done.update(self._compute([i for i, _ in mine.values()], prepared, keys, p, want_lp, meters))
+            except BaseException as exc:
                 with self._lock:
-                    self.usage.calls += 1
-                    self.usage.prompt_tokens += c.prompt_tokens
-                    self.usage.completion_tokens += c.completion_tokens
-                    self.usage.seconds += secs
-                if self.cache is not None and keys[i] is not None:
-                    self.cache.put(
-                        keys[i], text,
-                        prompt_tokens=c.prompt_tokens,
-                        completion_tokens=c.completion_tokens,
-                        seconds=secs,
-                        backend=self.backend,
-                        identity=self.identity,
-                        messages=prepared[i],
-                        params=p,
-                        logprobs=list(tokens) if want_lp else None,
-                    )
-                by_key[keys[i] or _request_fingerprint(prepared[i])] = Generation(text, tokens)
-            for i in todo:
-                results[i] = by_key[keys[i] or _request_fingerprint(prepared[i])]
+                    for k, (_, fut) in mine.items():
+                        self._inflight.pop(k, None)
+                        fut.set_exception(exc)
+                raise
+            with self._lock:
+                for k, (_, fut) in mine.items():
+                    self._inflight.pop(k, None)
+                    fut.set_result(done[k])
+        for k, fut in theirs.items():
+            served = fut.result()
+            done[k] = served
+            self._count(meters, cache_hits=1, cached_prompt_tokens=served.prompt_tokens,
+                        cached_completion_tokens=served.completion_tokens, cached_seconds=served.seconds)
+        for i in todo:
+            results[i] = done[keys[i]].generation
         return [r if r is not None else Generation("") for r in results]
+
+    def _compute(self, order: list[int], prepared: list[Messages], keys: list[str], p: SamplingParams,
+                 want_lp: bool, meters: list[Meter]) -> dict[str, "_Served"]:
+        """Send the requests at `order` to the backend, count and cache them."""
+        start = time.perf_counter()
+        batch = [prepared[i] for i in order]
+        if self.concurrent_requests:
+            completions = self._complete_batch(batch, p)
+        else:
+            with self._backend_lock:
+                completions = self._complete_batch(batch, p)
+        elapsed = time.perf_counter() - start
+        if len(completions) != len(order):
+            raise RuntimeError(
+                f"{type(self).__name__}._complete_batch returned {len(completions)} "
+                f"completions for {len(order)} requests"
+            )
+        out: dict[str, _Served] = {}
+        for i, c in zip(order, completions):
+            text = truncate_at_stop(c.text, p.stop)
+            tokens: tuple[TokenLogprob, ...] = ()
+            if want_lp:
+                if c.logprobs is None:
+                    raise BackendUnavailableError(
+                        f"{self.name} ({self.backend} backend) returned no token log-probabilities; "
+                        f"this backend or server cannot provide them (logprobs={p.logprobs} was asked)")
+                tokens = tuple(c.logprobs) if text == c.text else truncate_tokens(c.logprobs, text)
+            secs = c.seconds if c.seconds > 0 else elapsed / len(order)
+            self._count(meters, calls=1, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                        seconds=secs)
+            if self.cache is not None:
+                self.cache.put(
+                    keys[i], text,
+                    prompt_tokens=c.prompt_tokens,
+                    completion_tokens=c.completion_tokens,
+                    seconds=secs,
+                    backend=self.backend,
+                    identity=self.identity,
+                    messages=prepared[i],
+                    params=p,
+                    logprobs=list(tokens) if want_lp else None,
+                )
+            out[keys[i]] = _Served(Generation(text, tokens), c.prompt_tokens, c.completion_tokens, secs)
+        return out
 
     def count_tokens(self, text: str) -> int:
         """Tokens in `text` for this model. Backends with a tokenizer override this; the
@@ -532,5 +609,11 @@ def request_key(backend: str, identity: str, messages: Messages, params: Samplin
     return LLMCache.make_key(backend, identity, messages, params)[:16]
 
 
-def _request_fingerprint(messages: Messages) -> str:
-    return json.dumps(messages, sort_keys=True)
+@dataclass(frozen=True)
+class _Served:
+    """One computed request, as handed to the callers that waited for it."""
+
+    generation: Generation
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float

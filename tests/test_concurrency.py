@@ -1,0 +1,245 @@
+"""Many questions in flight: the same results as one at a time, exact per-question costs, and
+identical requests computed once however many threads ask for them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+
+import pytest
+
+from kgrag_lib.concurrency import as_they_finish, check_workers, parallel_map
+from kgrag_lib.errors import ConfigError
+from kgrag_lib.llm.cache import LLMCache
+from kgrag_lib.llm.fake import ScriptedLLM
+from kgrag_lib.records import Prediction, Question
+from kgrag_lib.runner import PRED_FILE, run_method
+
+
+def _msg(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+class SlowEcho:
+    """A deterministic, thread-safe responder that takes a while and counts what reaches it."""
+
+    def __init__(self, delay: float = 0.05) -> None:
+        self.delay, self.calls, self.lock, self.peak, self.active = delay, 0, threading.Lock(), 0, 0
+
+    def __call__(self, messages, params) -> str:
+        with self.lock:
+            self.calls += 1
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        time.sleep(self.delay)
+        with self.lock:
+            self.active -= 1
+        return "echo " + messages[-1]["content"][:20]
+
+
+def _server_like(fn, cache=None) -> ScriptedLLM:
+    llm = ScriptedLLM(fn, identity="scripted:slow-echo", cache=cache)
+    llm.concurrent_requests = True   # like a server backend: requests may overlap
+    return llm
+
+
+def test_parallel_map_keeps_input_order_and_runs_inline_at_one():
+    assert parallel_map(lambda x: x * x, range(10), 4) == [x * x for x in range(10)]
+    seen = []
+    assert parallel_map(lambda x: seen.append(threading.current_thread().name) or x, [1, 2], 1) == [1, 2]
+    assert seen == [threading.current_thread().name] * 2
+
+
+def test_first_error_propagates_and_nothing_queued_starts():
+    started = []
+
+    def fn(x):
+        started.append(x)
+        if x == 0:
+            raise ValueError("boom")
+        time.sleep(0.05)
+        return x
+
+    with pytest.raises(ValueError, match="boom"):
+        list(as_they_finish(fn, list(range(50)), 2))
+    assert len(started) < 50
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "4"])
+def test_workers_must_be_a_positive_integer(bad):
+    with pytest.raises(ConfigError, match="integer >= 1"):
+        check_workers(bad)
+
+
+def test_identical_requests_in_flight_are_sent_once(tmp_path):
+    echo = SlowEcho(delay=0.2)
+    llm = _server_like(echo, cache=LLMCache(tmp_path / "c.sqlite"))
+    meters = []
+
+    def ask(_):
+        with llm.meter() as m:
+            llm.generate(_msg("the same question"))
+        meters.append(m)
+
+    parallel_map(ask, range(8), 8)
+    assert echo.calls == 1
+    assert llm.usage.calls == 1 and llm.usage.cache_hits == 7
+    assert sorted(m.usage.calls for m in meters) == [0] * 7 + [1]
+    assert all(len(m.keys) == 1 and m.keys == meters[0].keys for m in meters)
+    # every caller is charged the tokens the request stands for, fresh or joined
+    assert {m.usage.total_completion_tokens for m in meters} == {meters[0].usage.total_completion_tokens}
+
+
+def test_identical_requests_in_flight_are_sent_once_without_a_cache():
+    echo = SlowEcho(delay=0.2)
+    llm = _server_like(echo)
+    out = parallel_map(lambda _: llm.generate(_msg("q")), range(6), 6)
+    assert echo.calls == 1 and len(set(out)) == 1
+
+
+def test_a_failed_request_fails_every_caller_waiting_for_it_and_is_not_remembered():
+    gate = threading.Event()
+    n = {"calls": 0}
+
+    def flaky(messages, params):
+        n["calls"] += 1
+        gate.wait(1)
+        if n["calls"] == 1:
+            raise RuntimeError("server fell over")
+        return "fine"
+
+    llm = _server_like(flaky)
+    errors = []
+
+    def ask(_):
+        try:
+            llm.generate(_msg("q"))
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert errors == ["server fell over"] * 3
+    assert llm.generate(_msg("q")) == "fine"   # the failure was not cached or left in flight
+
+
+def test_in_process_backends_compute_one_request_at_a_time():
+    echo = SlowEcho(delay=0.05)
+    llm = ScriptedLLM(echo, identity="scripted:in-process")
+    assert llm.concurrent_requests is False
+    parallel_map(lambda i: llm.generate(_msg(f"q{i}")), range(6), 6)
+    assert echo.peak == 1 and echo.calls == 6
+
+
+def test_work_fanned_out_inside_a_question_is_counted_in_its_meter():
+    llm = _server_like(SlowEcho(delay=0.01))
+    with llm.meter() as outer:
+        parallel_map(lambda i: llm.generate(_msg(f"part {i}")), range(5), 5)
+    assert outer.usage.calls == 5 and len(outer.keys) == 5
+
+
+class CallsPerQuestion:
+    """A method that asks question i for i+1 distinct completions, plus one shared request."""
+
+    name = "calls-per-q"
+
+    def __init__(self, llm) -> None:
+        self.llm = llm
+
+    def answer(self, q: Question) -> Prediction:
+        k = int(q.qid[1:]) + 1
+        texts = [self.llm.generate(_msg(f"{q.qid} step {j}")) for j in range(k)]
+        self.llm.generate(_msg("shared instruction"))
+        return Prediction(q.qid, q.question, texts[-1], list(q.answers), self.name)
+
+
+def _questions(n: int) -> list[Question]:
+    return [Question(f"q{i}", f"question {i}", [f"echo q{i} step {i}"], dataset="toy") for i in range(n)]
+
+
+def test_per_question_costs_stay_exact_under_concurrency(tmp_path):
+    llm = _server_like(SlowEcho(delay=0.02), cache=LLMCache(tmp_path / "c.sqlite"))
+    questions = _questions(12)
+    metrics = run_method(CallsPerQuestion(llm), questions, tmp_path / "run", {"x": 1}, llm=llm, progress=False,
+                         concurrency=8)
+    rows = {r["qid"]: r for r in map(json.loads, (tmp_path / "run" / PRED_FILE).read_text().splitlines())}
+    assert len(rows) == 12
+    for i in range(12):
+        cost = rows[f"q{i}"]["cost"]
+        assert cost["llm_requests"] == i + 2            # its own k calls + the shared one
+        assert len(rows[f"q{i}"]["requests"]) == i + 2
+    assert sum(r["cost"]["llm_calls"] for r in rows.values()) == llm.usage.calls == sum(range(1, 13)) + 1
+    assert metrics["this_run"]["concurrency"] == 8 and metrics["this_run"]["llm_calls_sent"] == llm.usage.calls
+
+
+def test_a_method_whose_state_grows_runs_one_question_at_a_time(tmp_path, capsys):
+    echo = SlowEcho(delay=0.02)
+    method = CallsPerQuestion(_server_like(echo))
+    method.parallel_safe = False
+    run_method(method, _questions(4), tmp_path / "run", {}, llm=method.llm, progress=False, concurrency=4)
+    assert echo.peak == 1
+    assert "1 question in flight" in capsys.readouterr().err
+
+
+def _prompt_hash_llm(spec, cache_path=None, **kw):
+    """A deterministic stand-in for a server: the answer is a word of the prompt chosen by its hash."""
+
+    def respond(messages, params):
+        text = " ".join(m["content"] for m in messages)
+        words = [w for w in text.split() if w.isalpha()] or ["none"]
+        return words[int(hashlib.sha256(text.encode()).hexdigest(), 16) % len(words)]
+
+    llm = ScriptedLLM(respond, identity=f"scripted-hash:{spec}", cache=LLMCache(cache_path))
+    llm.concurrent_requests = True
+    return llm
+
+
+@pytest.fixture
+def hash_llm(tmp_path, monkeypatch):
+    import kgrag_lib.llm as llm_mod
+    import kgrag_lib.retrieval as retrieval_mod
+    from fakes import BagOfWordsEmbedder
+
+    monkeypatch.setattr(llm_mod, "load_llm", _prompt_hash_llm)
+    monkeypatch.setattr(retrieval_mod, "load_embedder", lambda spec, **kw: BagOfWordsEmbedder())
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _comparable(out):
+    rows = sorted(map(json.loads, (out / PRED_FILE).read_text().splitlines()), key=lambda r: r["qid"])
+    for r in rows:
+        r["cost"] = {k: v for k, v in r["cost"].items() if "seconds" not in k}
+    metrics = json.loads((out / "metrics.json").read_text())
+    metrics.pop("this_run")
+    metrics = json.loads(json.dumps(metrics).replace("seconds", "s"))
+    for key in list(metrics.get("cost_per_question", {})):
+        if key.endswith("s") and "second" in key:
+            metrics["cost_per_question"].pop(key)
+    return rows, {k: v for k, v in metrics.items() if k != "cost_per_question"}
+
+
+@pytest.mark.parametrize("method,dataset,n", [
+    ("llm-kg", "metaqa-1hop", 6), ("kg-rag", "metaqa-2hop", 6), ("vanilla-rag", "2wiki", 6),
+    ("kg-infused", "2wiki", 6), ("self-ask", "2wiki", 4),
+])
+def test_concurrency_1_and_8_give_the_same_predictions_and_scores(tmp_path, hash_llm, monkeypatch, method, dataset,
+                                                                  n):
+    from kgrag_lib.experiment import run_experiment
+
+    outs = {}
+    for c in (1, 8):
+        outs[c] = tmp_path / f"c{c}"
+        monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / f"cache{c}"))   # each from a cold LLM cache
+        run_experiment(method, dataset, outs[c], progress=False, n=n, seed=3, concurrency=c)
+    rows1, m1 = _comparable(outs[1])
+    rows8, m8 = _comparable(outs[8])
+    assert rows1 == rows8
+    assert m1 == m8
+    assert len(rows1) == n
