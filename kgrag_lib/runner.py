@@ -12,6 +12,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -325,8 +326,11 @@ def _answer_and_score(method: Any, questions: list[Question], done: list[dict[st
     usage0 = llm.usage.snapshot() if llm is not None else None
     bar = progress_bar(total=len(questions), initial=len(questions) - len(todo), desc=f"{name or 'method'}",
                        unit="q", disable=not progress)
+    # The first question runs alone: it builds what the method loads lazily (indexes, KG parts),
+    # which the questions in flight after it then share instead of building it side by side.
+    flow = chain(as_they_finish(answer, todo[:1], 1), as_they_finish(answer, todo[1:], concurrency))
     with JsonlAppender(pred_path) as out, bar:
-        for _, row in as_they_finish(answer, todo, concurrency):
+        for _, row in flow:
             out.append(row)
             done.append(row)
             bar.update(1)

@@ -9,6 +9,7 @@ notebook or a test. The table of all methods is `methods.registry`.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -89,7 +90,17 @@ class RunContext:
         return self.embedder_
 
     def memo(self, key: str, build: Callable[[], Any]) -> Any:
-        """Build a heavy shared object (a KG store, an index) once per context."""
-        if key not in self.shared:
-            self.shared[key] = build()
+        """Build a heavy shared object (a KG store, an index) once per context, however many
+        questions in flight ask for it (one lock per key; builds of other keys may nest)."""
+        if key in self.shared:
+            return self.shared[key]
+        with _MEMO_LOCK:
+            lock = _MEMO_KEY_LOCKS.setdefault((id(self), key), threading.Lock())
+        with lock:
+            if key not in self.shared:
+                self.shared[key] = build()
         return self.shared[key]
+
+
+_MEMO_LOCK = threading.Lock()
+_MEMO_KEY_LOCKS: dict[tuple[int, str], threading.Lock] = {}

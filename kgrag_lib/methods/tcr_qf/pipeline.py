@@ -159,6 +159,7 @@ class TcrQF:
                  kg_folder: Callable[[str], Path] | None = None) -> None:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
+        self.parallel_safe = not self.variant.feedback   # feedback grows one KG across the questions
         cfg.validate()
         self.cfg = self.config = cfg
         self.ctx = ctx
