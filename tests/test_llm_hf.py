@@ -160,7 +160,6 @@ def test_raw_prompt_mode_for_base_models(model_dir):
 
 
 @pytest.mark.model
-@pytest.mark.slow
 def test_real_qwen_gguf_through_transformers(monkeypatch):
     """The embedded Qwen GGUF dequantized by transformers: the same weights, template and
     answer as the llama.cpp path (the way the GPU presets run, minus the GPU)."""

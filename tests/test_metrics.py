@@ -224,6 +224,13 @@ def test_bootstrap_ci():
     assert bootstrap_ci(v, seed=3) == bootstrap_ci(v, seed=3)
     assert bootstrap_ci(v, seed=3) != bootstrap_ci(v, seed=4)
     assert all(math.isnan(x) for x in bootstrap_ci([]))
+    # it is scipy's BCa interval with the seeded generator
+    from scipy.stats import bootstrap
+    ref = bootstrap((v,), np.mean, n_resamples=1000, method="BCa", rng=np.random.default_rng(3)).confidence_interval
+    assert bootstrap_ci(v, seed=3) == pytest.approx((ref.low, ref.high))
+    # a skewed small sample (1 of 10) still gets a finite interval around its mean
+    lo, hi = bootstrap_ci([1.0] + [0.0] * 9)
+    assert 0.0 <= lo <= 0.1 < hi <= 1.0
     s = score_records([{"prediction": p, "answers": a} for p, a in RECORDS * 10], ("em",), ci=True)
     lo, hi = s["em_ci95"]
     assert lo <= s["em"] <= hi and 0 <= lo and hi <= 100

@@ -296,7 +296,7 @@ def score_records(
 
     A metric's mean is over the items where it applies; when that count differs from n it
     is reported as "n_<metric>", and a metric that applies nowhere is None. `ci` adds
-    "<metric>_ci95": [lo, hi] (percentile bootstrap, level 1 - alpha); `per_item` adds
+    "<metric>_ci95": [lo, hi] (BCa bootstrap, level 1 - alpha); `per_item` adds
     "per_item": {metric: [value or None, ...]}.
     """
     recs = list(records)

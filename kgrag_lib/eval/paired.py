@@ -4,8 +4,8 @@ Every "A beats B" claim of the papers is tested on per-question scores of both s
 same questions: McNemar's exact test when the scores are 0/1 (Hit@1, EM, Acc), a paired
 sign-flip permutation test otherwise (F1, Avg: exact over all 2^k sign patterns of the k
 questions whose scores differ, up to `EXACT_FLIP_N` of them, Monte Carlo beyond), and always a
-paired-bootstrap 95% interval of the difference. The verdict follows the test, not the
-interval: with few differing questions a percentile bootstrap interval is too narrow and can
+paired-bootstrap (BCa) 95% interval of the difference. The verdict follows the test, not the
+interval: with few differing questions a bootstrap interval is too narrow and can
 exclude 0 where the exact test gives p > 0.05. (A bootstrap p-value is not used: on a few
 questions whose differences share a sign every resample does too, and one question would
 "confirm" a claim with p = 0.)
@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+from .bootstrap import bootstrap_ci
 
 CONFIRMED, REFUTED, NOT_SEPARABLE = "confirmed", "refuted", "not separable at this n"
 NOT_RUN = "not run"   # a claim whose two sides have no run on that dataset
@@ -100,9 +102,7 @@ def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,
         return PairedResult(0, float("nan"), float("nan"), float("nan"), (float("nan"), float("nan")), 1.0,
                             "no pairs")
     d = x - y
-    rng = np.random.default_rng(seed)
-    boots = d[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
+    lo, hi = bootstrap_ci(d, n_boot=n_boot, seed=seed)
     binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
     a_only, b_only = int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum())
     upper = None

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from . import metrics as M
+from .metrics import score_items
 from .bootstrap import bootstrap_ci
 
 DEFAULT_METRICS = ("em", "f1", "acc", "hit1", "hit1_exact", "hit1_first", "yesno_agree")
@@ -23,7 +23,7 @@ def summarize(rows: list[dict[str, Any]], metrics: Iterable[str] | None = None, 
     out: dict[str, Any] = {"n": len(rows), "failed": int(sum(bool(r.get("failed")) for r in rows))}
     if not rows:
         return out
-    items = M.score_items(rows, metrics)
+    items = score_items(rows, metrics)
     for m, raw in items.items():
         vals = np.array([v for v in raw if v is not None], dtype=float)
         if not len(vals):  # e.g. recall@k on rows without gold passages

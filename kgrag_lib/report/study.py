@@ -177,9 +177,21 @@ def _md(df: pd.DataFrame, digits: int = 1) -> str:
     return to_markdown(df, digits=digits) if not df.empty else "(none)"
 
 
-def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] = (), extra: str = "") -> str:
-    """REPORT.md: the claims and their verdicts, each notebook's tables, the cross-method table,
-    what every table cost, and every deviation from the papers in one list."""
+FINDINGS_FILE = "FINDINGS.md"   # hand-written findings beside a published report (results/reference/)
+
+
+def read_findings(folder: str | Path | None) -> str:
+    """The hand-written findings kept beside a published report (`<folder>/FINDINGS.md`), or ""
+    when there are none: REPORT.md is regenerated, so text written by hand lives in its own file."""
+    path = Path(folder) / FINDINGS_FILE if folder else None
+    return path.read_text(encoding="utf-8").strip() if path and path.is_file() else ""
+
+
+def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] = (), extra: str = "",
+                    findings: str = "") -> str:
+    """REPORT.md: the hand-written `findings` (markdown, placed first), the claims and their
+    verdicts, each notebook's tables, the cross-method table, what every table cost, and every
+    deviation from the papers in one list."""
     from ..provenance import git_commit
 
     runs = unique_runs(res.runs)
@@ -194,6 +206,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
              f"{hours:.2f} wall hours on this machine ({2 * hours:.2f} core-hours on 2 cores).", ""]
     if extra:
         parts += [extra, ""]
+    if findings:
+        parts += [findings, ""]
     parts += ["## The papers' claims, tested", "",
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
@@ -223,13 +237,13 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
 
 
 def write_report(res: StudyResults, dest: str | Path, profile: str, deviations: Iterable[str] = (),
-                 extra: str = "") -> tuple[Path, Path]:
+                 extra: str = "", findings: str = "") -> tuple[Path, Path]:
     """REPORT.md and REPORT.html in `dest`."""
     import markdown
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    text = report_markdown(res, profile, deviations, extra)
+    text = report_markdown(res, profile, deviations, extra, findings)
     md_path, html_path = dest / "REPORT.md", dest / "REPORT.html"
     md_path.write_text(text, encoding="utf-8")
     body = markdown.markdown(text, extensions=["tables", "fenced_code"])

@@ -141,13 +141,13 @@ def ci_cell(row: Mapping[str, Any], metric: str) -> str:
 
 
 def to_markdown(df: pd.DataFrame, digits: int = 1, index: bool = False) -> str:
-    """A GitHub-style pipe table; floats with `digits` decimals, missing values as '–'."""
+    """A GitHub-style pipe table (`DataFrame.to_markdown`; tabulate, in the `notebooks` extra);
+    floats with `digits` decimals, missing values as '–'. Cells are formatted here and passed as
+    text, so tabulate neither re-reads "1.0" as a number nor reformats it."""
     frame = df.reset_index() if index else df
-    header = [str(c) for c in frame.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for rec in frame.itertuples(index=False):
-        lines.append("| " + " | ".join(_cell(v, digits) for v in rec) + " |")
-    return "\n".join(lines) + "\n"
+    cells = pd.DataFrame([[_cell(v, digits) for v in rec] for rec in frame.itertuples(index=False)],
+                         columns=[str(c) for c in frame.columns], dtype=object)
+    return cells.to_markdown(index=False, tablefmt="pipe", disable_numparse=True) + "\n"
 
 
 # ------------------------------------------------------------------------- the papers' claims

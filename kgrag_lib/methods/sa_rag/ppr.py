@@ -5,6 +5,10 @@ A pure power iteration over a weighted undirected graph with the semantics of
 the personalization vector), pinned against it in the tests. HippoRAG 2 runs it with damping
 0.5 over entity and passage nodes; the graph and the reset vector are built by
 `retrievers.PPRRetriever`.
+
+Kept instead of calling `networkx.pagerank` per query because it is faster on our sizes
+(bench/library_bench.py, same results to 1e-18): 0.41 ms against 1.34 ms for one query on the
+cpu-reference index (550 nodes), 4.9 ms against 125 ms on a 20,000-node graph.
 """
 
 from __future__ import annotations

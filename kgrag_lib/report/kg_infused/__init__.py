@@ -2,9 +2,9 @@
 
 Notebooks 20-25 read it as one namespace beside the paper's numbers:
 
-    from kgrag_lib.report import kg_infused as R
-    from kgrag_lib.report.kg_infused import paper_numbers as P
-    R.with_deltas(R.layout(rows), ...), R.paper_table1(), P.TABLE1_SOURCE
+    from kgrag_lib.report import kg_infused as kg_infused_report
+    from kgrag_lib.report.kg_infused import paper_numbers
+    kg_infused_report.with_deltas(kg_infused_report.layout(rows), ...), kg_infused_report.paper_table1(), paper_numbers.TABLE1_SOURCE
 """
 
 from . import case_study, figures, paper_numbers, tables

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from . import paper_numbers as P
+from . import paper_numbers
 from .tables import (ABLATION_LABELS, METRIC_LABELS, ROUND_VARIANTS, VARIANT_LABELS, metrics_for, out_degrees,
                      paper_table4)
 
@@ -68,7 +68,7 @@ def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
 
     rows = list(rows)
     baselines = list(baselines)
-    datasets = [d for d in P.DATASETS if any(r["dataset"] == d for r in rows)]
+    datasets = [d for d in paper_numbers.DATASETS if any(r["dataset"] == d for r in rows)]
     styles = {"kg-infused": ("#C44E52", "o"), "kg-qe-only": ("#4C72B0", "s"), "kg-aug-only": ("#55A868", "^")}
     base_colors = {"vanilla-rag": "#555555", "vanilla-qe": "#999999", "nor": "#BBBBBB"}
     fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(3.6 * max(len(datasets), 1), 3.3), squeeze=False)
@@ -92,7 +92,7 @@ def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
         ax.set_xlabel("activation rounds")
         ax.set_ylabel(f"{METRIC_LABELS[m]} (%)")
         ax.set_ylim(-2, 102)
-        ax.set_title(P.DATASET_LABELS.get(ds, ds), fontsize=10)
+        ax.set_title(paper_numbers.DATASET_LABELS.get(ds, ds), fontsize=10)
         ax.grid(alpha=0.3)
     if datasets:
         handles, labels = axes[0][0].get_legend_handles_labels()

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from ...errors import ConfigError
-from . import paper_numbers as P
+from . import paper_numbers
 from .tables import (METRIC_LABELS, Setting, layout, metrics_for, paper_layout, question_values, result_row,
                      side_by_side, with_deltas)
 
@@ -53,9 +53,9 @@ class PluginTable:
 
 TABLES = {
     "2": PluginTable("2", "self-rag", "self-rag-kg-infused", "Self-RAG", "Self-RAG (selfrag-llama2-7b)",
-                     P.TABLE2, P.TABLE2_SOURCE, P.TABLE2_MODELS),
+                     paper_numbers.TABLE2, paper_numbers.TABLE2_SOURCE, paper_numbers.TABLE2_MODELS),
     "21": PluginTable("21", "self-ask", "self-ask-kg-infused", "Self-Ask", "Self-Ask",
-                      P.TABLE21, P.TABLE21_SOURCE, P.TABLE21_MODELS),
+                      paper_numbers.TABLE21, paper_numbers.TABLE21_SOURCE, paper_numbers.TABLE21_MODELS),
 }
 METHOD_TABLE = {m: t for t in TABLES.values() for m in t.methods}
 
@@ -182,7 +182,7 @@ def interval_table(rows: Iterable[Mapping[str, Any]], table: str | int, datasets
         if r["label"] not in frame.index:
             continue
         for m in metrics_for(r["dataset"]):
-            col = (P.DATASET_LABELS.get(r["dataset"], r["dataset"]), METRIC_LABELS[m])
+            col = (paper_numbers.DATASET_LABELS.get(r["dataset"], r["dataset"]), METRIC_LABELS[m])
             if col in frame.columns:
                 frame.loc[r["label"], col] = ci_cell(r, m)
     return frame.fillna("–")
@@ -191,9 +191,9 @@ def interval_table(rows: Iterable[Mapping[str, Any]], table: str | int, datasets
 def plugin_caption(table: str | int, setting: Setting) -> str:
     """What both halves of a plug-in table were made with: our setting, then the paper's."""
     t = table_spec(table)
-    ns = ", ".join(f"{P.DATASET_LABELS[d]} {P.SAMPLE_SIZES[d]}" for d in P.DATASETS)
+    ns = ", ".join(f"{paper_numbers.DATASET_LABELS[d]} {paper_numbers.SAMPLE_SIZES[d]}" for d in paper_numbers.DATASETS)
     return (setting.caption(f"{t.title} layout ({t.base_label} plug-in)") +
-            f"\npaper: {t.source}; models {t.paper_model_text()}; KG {P.SETUP['kg']}; corpus {P.SETUP['corpus']}; "
+            f"\npaper: {t.source}; models {t.paper_model_text()}; KG {paper_numbers.SETUP['kg']}; corpus {paper_numbers.SETUP['corpus']}; "
             f"n = {ns}")
 
 
@@ -206,7 +206,7 @@ def check_plugin_claims(report: Any, table: str | int | None = None, alpha: floa
     side. A side is (method, rounds); rounds None matches any run of the method."""
     from ..tables import check_paired_claims
 
-    claims = P.PLUGIN_CLAIMS
+    claims = paper_numbers.PLUGIN_CLAIMS
     if table is not None:
         title = table_spec(table).title
         claims = tuple(c for c in claims if c[1] == title)

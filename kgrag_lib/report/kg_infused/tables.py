@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from . import paper_numbers as P
+from . import paper_numbers
 
 METRIC_LABELS = {"acc": "Acc", "f1": "F1", "em": "EM", "avg": "Avg"}
 # Our method variants (kgrag_lib.methods.kg_infused) and the paper's row names.
@@ -45,7 +45,7 @@ CORPUS_LOCAL = "pooled question contexts per dataset (2Wiki: HippoRAG's 6,119 pa
 
 def metrics_for(dataset: str) -> tuple[str, ...]:
     """The paper's metrics for a dataset (§4.1, Table 6): Acc only for yes/no StrategyQA."""
-    return P.YES_NO_METRICS if dataset == "strategyqa" else P.MULTI_HOP_METRICS
+    return paper_numbers.YES_NO_METRICS if dataset == "strategyqa" else paper_numbers.MULTI_HOP_METRICS
 
 
 def round_label(variant: str, rounds: int | None, ablation: bool = False) -> str:
@@ -87,7 +87,7 @@ class Setting:
 
     def caption(self, what: str) -> str:
         kg = KG_DESCRIPTIONS.get(self.kg, self.kg)
-        ns = ", ".join(f"{P.DATASET_LABELS.get(d, d)} n={k}" for d, k in self.n.items())
+        ns = ", ".join(f"{paper_numbers.DATASET_LABELS.get(d, d)} n={k}" for d, k in self.n.items())
         lines = [f"{what} — ours: model {self.model}; KG {kg}; corpus {self.corpus}",
                  f"samples: {ns or 'none'}" + (f"; profile {self.profile}" if self.profile else "")]
         if self.extra:
@@ -138,7 +138,7 @@ def corpus_description(corpus: str, datasets: Sequence[str] = ()) -> str:
 # ------------------------------------------------------------------------- Table 1 / 3
 def _columns(datasets: Sequence[str]) -> pd.MultiIndex:
     return pd.MultiIndex.from_tuples(
-        [(P.DATASET_LABELS.get(d, d), METRIC_LABELS[m]) for d in datasets for m in metrics_for(d)],
+        [(paper_numbers.DATASET_LABELS.get(d, d), METRIC_LABELS[m]) for d in datasets for m in metrics_for(d)],
         names=["dataset", "metric"])
 
 
@@ -147,14 +147,14 @@ def layout(rows: Iterable[Mapping[str, Any]], datasets: Sequence[str] | None = N
     """Rows (label, dataset, acc/f1/em/avg) -> the paper's table: one line per label,
     (dataset, metric) columns; datasets we did not run stay empty (NaN)."""
     rows = list(rows)
-    datasets = list(datasets or [d for d in P.DATASETS if any(r["dataset"] == d for r in rows)])
+    datasets = list(datasets or [d for d in paper_numbers.DATASETS if any(r["dataset"] == d for r in rows)])
     labels = list(order or dict.fromkeys(r["label"] for r in rows))
     df = pd.DataFrame(math.nan, index=pd.Index(labels, name="method"), columns=_columns(datasets))
     for r in rows:
         if r["dataset"] not in datasets or r["label"] not in labels:
             continue
         for m in metrics_for(r["dataset"]):
-            df.loc[r["label"], (P.DATASET_LABELS.get(r["dataset"], r["dataset"]), METRIC_LABELS[m])] = r.get(m)
+            df.loc[r["label"], (paper_numbers.DATASET_LABELS.get(r["dataset"], r["dataset"]), METRIC_LABELS[m])] = r.get(m)
     return df
 
 
@@ -162,17 +162,17 @@ def paper_layout(table: Mapping[str, Mapping[str, Mapping[str, float]]],
                  datasets: Sequence[str] | None = None) -> pd.DataFrame:
     """A transcribed paper table ({row: {dataset: {metric: value}}}) in the same layout."""
     rows = [{"label": label, "dataset": d, **vals} for label, per in table.items() for d, vals in per.items()]
-    return layout(rows, datasets or P.DATASETS, order=list(table))
+    return layout(rows, datasets or paper_numbers.DATASETS, order=list(table))
 
 
 def paper_table1(model: str = "LLaMA3.1-8B", datasets: Sequence[str] | None = None) -> pd.DataFrame:
-    if model not in P.TABLE1:
-        raise KeyError(f"Table 1 has models {list(P.TABLE1)}; got {model!r}")
-    return paper_layout(P.TABLE1[model], datasets)
+    if model not in paper_numbers.TABLE1:
+        raise KeyError(f"Table 1 has models {list(paper_numbers.TABLE1)}; got {model!r}")
+    return paper_layout(paper_numbers.TABLE1[model], datasets)
 
 
 def paper_table3(datasets: Sequence[str] | None = None) -> pd.DataFrame:
-    return paper_layout(P.TABLE3, datasets)
+    return paper_layout(paper_numbers.TABLE3, datasets)
 
 
 def delta(df: pd.DataFrame, row: str, base: str) -> pd.Series:
@@ -310,11 +310,11 @@ def recall_table(runs: Mapping[str, Iterable[Mapping[str, Any]]], supporting: Ma
     scored = df[df[col].notna()]
     mean = scored.groupby(["label", "dataset"])[col].mean().mul(100).round(1).unstack("dataset")
     n = scored.groupby(["label", "dataset"])[col].size().unstack("dataset")
-    datasets = [d for d in P.DATASETS if d in set(df["dataset"])]
+    datasets = [d for d in paper_numbers.DATASETS if d in set(df["dataset"])]
     labels = list(runs)
     out = pd.DataFrame(index=pd.Index(labels, name="method"))
     for d in datasets:
-        name = P.DATASET_LABELS.get(d, d)
+        name = paper_numbers.DATASET_LABELS.get(d, d)
         out[(name, f"R@{k}")] = mean[d].reindex(labels) if d in mean else math.nan
         out[(name, "n")] = n[d].reindex(labels).fillna(0).astype(int) if d in n else 0
     out.columns = pd.MultiIndex.from_tuples(out.columns, names=["dataset", ""])
@@ -322,8 +322,8 @@ def recall_table(runs: Mapping[str, Iterable[Mapping[str, Any]]], supporting: Ma
 
 
 def paper_table4() -> pd.DataFrame:
-    df = pd.DataFrame(P.TABLE4).T
-    df.columns = [P.DATASET_LABELS[c] for c in df.columns]
+    df = pd.DataFrame(paper_numbers.TABLE4).T
+    df.columns = [paper_numbers.DATASET_LABELS[c] for c in df.columns]
     df.index.name = "method"
     return df
 
@@ -371,10 +371,10 @@ def table5_frame(ours: Mapping[str, Mapping[str, Any]] | None = None) -> pd.Data
     """Table 5: the paper's two lines, then for each of our preprocessing runs (stats dicts as
     returned by `preprocess_wikidata5m`) its 'original' and 'kept' lines; plus removed shares."""
     rows = []
-    orig, kept = P.TABLE5["Wikidata5M"], P.TABLE5["Wikidata5M-KG"]
+    orig, kept = paper_numbers.TABLE5["Wikidata5M"], paper_numbers.TABLE5["Wikidata5M-KG"]
     rows.append({"source": "paper", "dataset/KG": "Wikidata5M", **orig})
     rows.append({"source": "paper", "dataset/KG": "Wikidata5M-KG", **kept,
-                 **{f"removed % {k}": P.TABLE5_REMOVED_PCT[k] for k in orig}})
+                 **{f"removed % {k}": paper_numbers.TABLE5_REMOVED_PCT[k] for k in orig}})
     for name, stats in (ours or {}).items():
         o, kp = stats["original"], stats["kept"]
         rows.append({"source": "ours", "dataset/KG": f"{name} (input)",
@@ -457,7 +457,7 @@ def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting:
                  and (rounds is None or dict(c.run.cfg).get("rounds") == rounds)]
         return question_values(cells[0].rows, metric, supporting) if cells else None
 
-    return check_paired_claims(P.CLAIMS if claims is None else claims, side_values, lambda side: round_label(*side),
+    return check_paired_claims(paper_numbers.CLAIMS if claims is None else claims, side_values, lambda side: round_label(*side),
                                alpha=alpha, margin=margin)
 
 

@@ -3,9 +3,9 @@ recall sweep over c x tau_a.
 
 Notebooks 30-33 read it as one namespace beside the paper's numbers:
 
-    from kgrag_lib.report import sa_rag as R
-    from kgrag_lib.report.sa_rag import paper_numbers as P
-    R.table1(R.result_rows(report, judged), "phi4"), P.TABLE1_SOURCE
+    from kgrag_lib.report import sa_rag as sa_rag_report
+    from kgrag_lib.report.sa_rag import paper_numbers
+    sa_rag_report.table1(sa_rag_report.result_rows(report, judged), "phi4"), paper_numbers.TABLE1_SOURCE
 """
 
 from . import activation, figures, paper_numbers, tables

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from . import paper_numbers as P
+from . import paper_numbers
 
 GOLDEN, ACTIVATED, BOTH, OTHER = "#F2D13B", "#D9534F", "#F4A6C8", "#A9D3F0"
 
@@ -172,7 +172,7 @@ def plot_recall_vs_context(table: pd.DataFrame, x: str = "context_words", title:
             ax.scatter(paper[x], paper["recall"], s=160, facecolors="none", edgecolors="#C44E52", linewidths=1.5,
                        label="paper: c 0.4, tau_a 0.5", zorder=3)
         n = int(t["questions"].max()) if len(t) else 0
-        ax.set_title(f"{P.DATASET_LABELS.get(ds, ds)} (n={n}; labels: tau_a)", fontsize=9)
+        ax.set_title(f"{paper_numbers.DATASET_LABELS.get(ds, ds)} (n={n}; labels: tau_a)", fontsize=9)
         ax.set_xlabel({"context_words": "context words (documents + relations)",
                        "documents": "documents in the context"}.get(x, x))
         ax.set_ylabel("recall of gold paragraphs (%)")

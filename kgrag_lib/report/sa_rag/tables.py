@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from ...eval.paired import NOT_RUN
-from . import paper_numbers as P
+from . import paper_numbers
 from ..tables import ci_cell
 
 PAPER_ROW = {"PPR (HippoRAG 2-style)": "HippoRAG 2"}   # our row -> the paper's row it stands for
@@ -42,7 +42,7 @@ def paper_row(label: str) -> str:
 def caption(what: str, model: str, n: Mapping[str, int], *, judge: str | None = None, embedder: str = "",
             profile: str = "") -> str:
     """The line under a table: what ours was made with (see the module doc)."""
-    ns = ", ".join(f"{P.DATASET_LABELS.get(d, d)} n={k}" for d, k in n.items())
+    ns = ", ".join(f"{paper_numbers.DATASET_LABELS.get(d, d)} n={k}" for d, k in n.items())
     parts = [f"{what}. Ours: model {model}" + (f", embedder {embedder}" if embedder else ""),
              f"corpus: {CORPUS}", f"samples: {ns or 'none'}"]
     if judge is not None:
@@ -127,7 +127,7 @@ def result_rows(report: Any, judged: Mapping[str, Judged] | None = None, **label
 def _order(labels: Iterable[str]) -> list[str]:
     """Our labels in the paper's row order (rows the paper lacks last, in first-seen order)."""
     labels = list(dict.fromkeys(labels))
-    known = [l for r in P.ROWS for l in labels if paper_row(l) == r]
+    known = [l for r in paper_numbers.ROWS for l in labels if paper_row(l) == r]
     return known + [l for l in labels if l not in known]
 
 
@@ -136,41 +136,41 @@ def table1(rows: Iterable[Mapping[str, Any]], paper_model: str = "phi4",
     """Table 1's layout: one line per system, columns (dataset, metric, ours | paper); the paper's
     value is that of the row ours reproduces (`PAPER_ROW`), NaN where it has none; ours is NaN
     where we did not run it."""
-    if paper_model not in P.TABLE1:
-        raise KeyError(f"Table 1 has models {list(P.TABLE1)}; got {paper_model!r}")
+    if paper_model not in paper_numbers.TABLE1:
+        raise KeyError(f"Table 1 has models {list(paper_numbers.TABLE1)}; got {paper_model!r}")
     rows = list(rows)
-    datasets = list(datasets or [d for d in P.DATASETS if any(r["dataset"] == d for r in rows)])
+    datasets = list(datasets or [d for d in paper_numbers.DATASETS if any(r["dataset"] == d for r in rows)])
     labels = _order(r["label"] for r in rows)
-    cols = pd.MultiIndex.from_tuples([(P.DATASET_LABELS.get(d, d), P.METRIC_LABELS[m], src) for d in datasets
-                                      for m in P.METRICS for src in ("ours", "paper")],
+    cols = pd.MultiIndex.from_tuples([(paper_numbers.DATASET_LABELS.get(d, d), paper_numbers.METRIC_LABELS[m], src) for d in datasets
+                                      for m in paper_numbers.METRICS for src in ("ours", "paper")],
                                      names=["dataset", "metric", "source"])
     df = pd.DataFrame(math.nan, index=pd.Index(labels, name="system"), columns=cols)
-    paper = P.TABLE1[paper_model]
+    paper = paper_numbers.TABLE1[paper_model]
     for label in labels:
         for d in datasets:
             theirs = paper.get(paper_row(label), {}).get(d, {})
-            for m in P.METRICS:
-                df.loc[label, (P.DATASET_LABELS.get(d, d), P.METRIC_LABELS[m], "paper")] = theirs.get(m, math.nan)
+            for m in paper_numbers.METRICS:
+                df.loc[label, (paper_numbers.DATASET_LABELS.get(d, d), paper_numbers.METRIC_LABELS[m], "paper")] = theirs.get(m, math.nan)
     for r in rows:
         if r["dataset"] in datasets:
-            for m in P.METRICS:
+            for m in paper_numbers.METRICS:
                 v = r.get(m)
-                df.loc[r["label"], (P.DATASET_LABELS.get(r["dataset"], r["dataset"]), P.METRIC_LABELS[m], "ours")] = (
+                df.loc[r["label"], (paper_numbers.DATASET_LABELS.get(r["dataset"], r["dataset"]), paper_numbers.METRIC_LABELS[m], "ours")] = (
                     math.nan if v is None else float(v))
     return df
 
 
 def paper_table1(paper_model: str = "phi4") -> pd.DataFrame:
     """The paper's Table 1 block of one model, in percent: rows x (dataset, metric)."""
-    recs = {label: {(P.DATASET_LABELS[d], P.METRIC_LABELS[m]): per[d][m] for d in P.DATASETS for m in P.METRICS}
-            for label, per in P.TABLE1[paper_model].items()}
+    recs = {label: {(paper_numbers.DATASET_LABELS[d], paper_numbers.METRIC_LABELS[m]): per[d][m] for d in paper_numbers.DATASETS for m in paper_numbers.METRICS}
+            for label, per in paper_numbers.TABLE1[paper_model].items()}
     return pd.DataFrame.from_dict(recs, orient="index")
 
 
 def intervals(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Our scores with their bootstrap 95% intervals, n and failures, one line per (dataset, system)."""
     return pd.DataFrame([{"dataset": r["dataset"], "system": r["label"], "n": r.get("n"), "failed": r.get("failed"),
-                          **{f"{P.METRIC_LABELS[m]} (95% CI)": ci_cell(r, m) for m in P.METRICS},
+                          **{f"{paper_numbers.METRIC_LABELS[m]} (95% CI)": ci_cell(r, m) for m in paper_numbers.METRICS},
                           "judged": r.get("judged"), "LLM requests / q": r.get("llm_requests_per_q")}
                          for r in rows])
 
@@ -239,7 +239,7 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
         verdicts = (judged or {})[str(cells[0].out)].verdicts if metric == "correct" else None
         return question_values(cells[0].rows, metric, verdicts)
 
-    df = check_paired_claims(P.CLAIMS if claims is None else claims, side_values,
+    df = check_paired_claims(paper_numbers.CLAIMS if claims is None else claims, side_values,
                              lambda side: system_label(*side), alpha=alpha, margin=margin)
     blind = uninformative_judge(reports, judged)
     if not df.empty and blind:
@@ -264,7 +264,7 @@ def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str] | None = No
     `families` names each family (default: SA-RAG's `CLAIM_FAMILIES`; another paper passes its own)."""
     from ...eval.paired import CONFIRMED, NOT_SEPARABLE, REFUTED
 
-    families = P.CLAIM_FAMILIES if families is None else families
+    families = paper_numbers.CLAIM_FAMILIES if families is None else families
 
     if claims.empty:
         return pd.DataFrame(columns=["family", "claim", "dataset", "metric", "comparisons", "verdict"])
@@ -301,7 +301,7 @@ def index_table(stats: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     with what the corpus is (the pooled paragraphs of the sampled questions, titles kept)."""
     recs = []
     for dataset, s in stats.items():
-        rec: dict[str, Any] = {"dataset": P.DATASET_LABELS.get(dataset, dataset), "corpus": s.get("corpus", CORPUS),
+        rec: dict[str, Any] = {"dataset": paper_numbers.DATASET_LABELS.get(dataset, dataset), "corpus": s.get("corpus", CORPUS),
                                "model": s.get("model")}
         rec.update({label: s.get(key) for key, label in INDEX_COLUMNS.items()})
         recs.append(rec)

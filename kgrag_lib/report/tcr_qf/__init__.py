@@ -3,9 +3,9 @@ with Fig. 4.
 
 Notebooks 40-43 read it as one namespace beside the paper's numbers:
 
-    from kgrag_lib.report import tcr_qf as R
-    from kgrag_lib.report.tcr_qf import paper_numbers as P
-    R.table1(R.result_rows(report)), P.TABLE1_SOURCE
+    from kgrag_lib.report import tcr_qf as tcr_qf_report
+    from kgrag_lib.report.tcr_qf import paper_numbers
+    tcr_qf_report.table1(tcr_qf_report.result_rows(report)), paper_numbers.TABLE1_SOURCE
 """
 
 from . import figures, paper_numbers, tables

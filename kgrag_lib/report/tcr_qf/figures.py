@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..sa_rag.figures import plot_table1 as _plot_bars
-from . import paper_numbers as P
+from . import paper_numbers
 from .tables import paper_growth
 
 PALETTE = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
@@ -38,7 +38,7 @@ def plot_rounds(frame: pd.DataFrame, metric: str = "em", title: str = ""):
             g = g.sort_values("round")
             ax.plot(g["round"], g[metric], marker="o", color=PALETTE[i % len(PALETTE)], label=label)
         n = int(f["n"].max()) if len(f) else 0
-        ax.set_title(f"{P.DATASET_LABELS.get(ds, ds)} (n={n})", fontsize=9)
+        ax.set_title(f"{paper_numbers.DATASET_LABELS.get(ds, ds)} (n={n})", fontsize=9)
         ax.set_xlabel("round")
         ax.set_xticks(sorted(set(f["round"])))
         ax.set_ylim(-2, 102)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..sa_rag.tables import claim_verdicts as _claim_verdicts
 from ..sa_rag.tables import question_values, with_metric
-from . import paper_numbers as P
+from . import paper_numbers
 from ..tables import ci_cell
 
 CORPUS = "pooled paragraphs of the sampled questions, chunks of 512 tokens with 64 overlap, titles kept"
@@ -46,7 +46,7 @@ def system_label(method: str) -> str:
 
 
 def dataset_label(dataset: str) -> str:
-    return P.DATASET_LABELS.get(dataset, dataset)
+    return paper_numbers.DATASET_LABELS.get(dataset, dataset)
 
 
 def settings_note(cfg: Any) -> str:
@@ -131,28 +131,28 @@ def _layout(rows: Iterable[Mapping[str, Any]], order: Sequence[str], paper: Mapp
         paper_row_of_label[label] = row
     cols = []
     for d in datasets:
-        cols += [(dataset_label(d), P.METRIC_LABELS[m], src) for m in P.METRICS for src in ("ours", "paper")]
+        cols += [(dataset_label(d), paper_numbers.METRIC_LABELS[m], src) for m in paper_numbers.METRICS for src in ("ours", "paper")]
         cols += [(dataset_label(d), name, "ours") for name in OURS_ONLY_LABELS.values()]
         if cost:
             cols += [(dataset_label(d), COST_LABELS[k], "ours") for k in COST_LABELS]
     for d in paper_datasets:
-        cols += [(f"{dataset_label(d)} (not in our data)", P.METRIC_LABELS[m], "paper") for m in P.METRICS]
+        cols += [(f"{dataset_label(d)} (not in our data)", paper_numbers.METRIC_LABELS[m], "paper") for m in paper_numbers.METRICS]
     df = pd.DataFrame(math.nan, index=pd.Index(index, name="system"),
                       columns=pd.MultiIndex.from_tuples(cols, names=["dataset", "metric", "source"]))
     for label in index:
         theirs = paper.get(paper_row_of_label.get(label) or "", {})
         for d in datasets:
-            for m in P.METRICS:
-                df.loc[label, (dataset_label(d), P.METRIC_LABELS[m], "paper")] = theirs.get(d, {}).get(m, math.nan)
+            for m in paper_numbers.METRICS:
+                df.loc[label, (dataset_label(d), paper_numbers.METRIC_LABELS[m], "paper")] = theirs.get(d, {}).get(m, math.nan)
         for d in paper_datasets:
-            for m in P.METRICS:
-                df.loc[label, (f"{dataset_label(d)} (not in our data)", P.METRIC_LABELS[m], "paper")] = \
+            for m in paper_numbers.METRICS:
+                df.loc[label, (f"{dataset_label(d)} (not in our data)", paper_numbers.METRIC_LABELS[m], "paper")] = \
                     theirs.get(d, {}).get(m, math.nan)
     for r in rows:
         label, ds = system_label(r["method"]), dataset_label(r["dataset"])
-        for m in P.METRICS:
+        for m in paper_numbers.METRICS:
             v = r.get(m)
-            df.loc[label, (ds, P.METRIC_LABELS[m], "ours")] = math.nan if v is None else float(v)
+            df.loc[label, (ds, paper_numbers.METRIC_LABELS[m], "ours")] = math.nan if v is None else float(v)
         for k, name in {**OURS_ONLY_LABELS, **(COST_LABELS if cost else {})}.items():
             v = r.get(k)
             df.loc[label, (ds, name, "ours")] = math.nan if v is None else float(v)
@@ -166,11 +166,11 @@ def table1(rows: Iterable[Mapping[str, Any]], datasets: Sequence[str] | None = N
     beside GraphRAG), the paper's GPT-4o row, and with `paper_only` the paper's MuSiQue-Full
     and ConcurrentQA columns, which our data lacks."""
     rows = list(rows)
-    datasets = list(datasets or [d for d in P.DATASETS if any(r["dataset"] == d for r in rows)])
-    order = sorted(P.TABLE1_ROW, key=lambda m: P.TABLE1_ROWS.index(P.TABLE1_ROW[m]))
-    lacking = [d for d in P.PAPER_DATASETS if d not in P.DATASETS] if paper_only else []
-    return _layout(rows, order, P.TABLE1, P.TABLE1_ROW, datasets, lacking,
-                   P.PAPER_ONLY_ROWS if paper_only else None, cost)
+    datasets = list(datasets or [d for d in paper_numbers.DATASETS if any(r["dataset"] == d for r in rows)])
+    order = sorted(paper_numbers.TABLE1_ROW, key=lambda m: paper_numbers.TABLE1_ROWS.index(paper_numbers.TABLE1_ROW[m]))
+    lacking = [d for d in paper_numbers.PAPER_DATASETS if d not in paper_numbers.DATASETS] if paper_only else []
+    return _layout(rows, order, paper_numbers.TABLE1, paper_numbers.TABLE1_ROW, datasets, lacking,
+                   paper_numbers.PAPER_ONLY_ROWS if paper_only else None, cost)
 
 
 def table2(rows: Iterable[Mapping[str, Any]], datasets: Sequence[str] | None = None, *,
@@ -178,15 +178,15 @@ def table2(rows: Iterable[Mapping[str, Any]], datasets: Sequence[str] | None = N
     """Table 2's layout: ToG, TCR (w/o QF), QF (w/o TCR), TCR-AF, TCR-QF beside the paper's
     ablation on 2WikiMultiHopQA and HotpotQA (another dataset we ran gets ours only)."""
     rows = list(rows)
-    datasets = list(datasets or [d for d in P.DATASETS if any(r["dataset"] == d for r in rows)])
-    order = sorted(P.TABLE2_ROW, key=lambda m: P.TABLE2_ROWS.index(P.TABLE2_ROW[m]))
-    return _layout(rows, order, P.TABLE2, P.TABLE2_ROW, datasets, (), None, cost)
+    datasets = list(datasets or [d for d in paper_numbers.DATASETS if any(r["dataset"] == d for r in rows)])
+    order = sorted(paper_numbers.TABLE2_ROW, key=lambda m: paper_numbers.TABLE2_ROWS.index(paper_numbers.TABLE2_ROW[m]))
+    return _layout(rows, order, paper_numbers.TABLE2, paper_numbers.TABLE2_ROW, datasets, (), None, cost)
 
 
 def paper_table(which: int = 1) -> pd.DataFrame:
     """The paper's Table 1 or 2 as printed, in percent: rows x (dataset, metric)."""
-    table, datasets = (P.TABLE1, P.PAPER_DATASETS) if which == 1 else (P.TABLE2, P.TABLE2_DATASETS)
-    recs = {label: {(dataset_label(d), P.METRIC_LABELS[m]): per[d][m] for d in datasets for m in P.METRICS}
+    table, datasets = (paper_numbers.TABLE1, paper_numbers.PAPER_DATASETS) if which == 1 else (paper_numbers.TABLE2, paper_numbers.TABLE2_DATASETS)
+    recs = {label: {(dataset_label(d), paper_numbers.METRIC_LABELS[m]): per[d][m] for d in datasets for m in paper_numbers.METRICS}
             for label, per in table.items()}
     return pd.DataFrame.from_dict(recs, orient="index")
 
@@ -195,7 +195,7 @@ def intervals(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Our scores with their bootstrap 95% intervals, n, failures and the cost per question, one
     line per (dataset, system)."""
     return pd.DataFrame([{"dataset": r["dataset"], "system": r["label"], "n": r.get("n"), "failed": r.get("failed"),
-                          **{f"{P.METRIC_LABELS[m]} (95% CI)": ci_cell(r, m) for m in P.METRICS},
+                          **{f"{paper_numbers.METRIC_LABELS[m]} (95% CI)": ci_cell(r, m) for m in paper_numbers.METRICS},
                           "LLM calls / q": r.get("llm_requests_per_q"), "LLM s / q": r.get("llm_seconds_per_q"),
                           "wall s / q (this run)": r.get("seconds_per_q"),
                           "prompt tokens / q": r.get("prompt_tokens_per_q"), "answers / q": r.get("answers_per_q"),
@@ -252,14 +252,14 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
                  and c.run.method == method]
         return question_values(cells[0].rows, metric) if cells else None
 
-    return check_paired_claims(P.CLAIMS if claims is None else claims, side_values, system_label, alpha=alpha,
+    return check_paired_claims(paper_numbers.CLAIMS if claims is None else claims, side_values, system_label, alpha=alpha,
                                margin=margin)
 
 
 def claim_verdicts(claims: pd.DataFrame) -> pd.DataFrame:
     """One verdict per claim family, dataset and metric: confirmed when every comparison is,
     refuted when any is, 'not run' when none ran, else not separable at this n."""
-    return _claim_verdicts(claims, P.CLAIM_FAMILIES)
+    return _claim_verdicts(claims, paper_numbers.CLAIM_FAMILIES)
 
 
 # ------------------------------------------------------------------------- rounds (Fig. 3)
@@ -428,7 +428,7 @@ def table3(growth: pd.DataFrame, paper: bool = True) -> pd.DataFrame:
     Edges, EM and F1, ours beside the paper's (2WikiMultiHopQA, rounds 0-10)."""
     metrics = {"nodes": "Nodes", "edges": "Edges", "em": "EM", "f1": "F1"}
     ours = growth.set_index("round") if len(growth) else pd.DataFrame(columns=list(metrics))
-    theirs = {r["round"]: r for r in P.TABLE3} if paper else {}
+    theirs = {r["round"]: r for r in paper_numbers.TABLE3} if paper else {}
     rounds = sorted(set(int(r) for r in ours.index) | set(theirs))
     sources = ("ours", "paper") if paper else ("ours",)
     cols = pd.MultiIndex.from_tuples([(label, s) for label in metrics.values() for s in sources],
@@ -444,13 +444,13 @@ def table3(growth: pd.DataFrame, paper: bool = True) -> pd.DataFrame:
         if len(ours):
             df.loc["Δ", (label, "ours")] = float(ours[key].iloc[-1] - ours[key].iloc[0])
         if paper:
-            df.loc["Δ", (label, "paper")] = float(P.TABLE3_DELTA[key])
+            df.loc["Δ", (label, "paper")] = float(paper_numbers.TABLE3_DELTA[key])
     return df
 
 
 def paper_growth() -> pd.DataFrame:
     """The paper's Table 3 as a growth frame (the columns of `kg_growth`), for Fig. 4."""
-    df = pd.DataFrame(P.TABLE3)
+    df = pd.DataFrame(paper_numbers.TABLE3)
     for c in ("nodes", "edges", "em", "f1"):
         df[f"delta_{c}"] = df[c] - df[c].iloc[0]
     return df
@@ -494,13 +494,13 @@ def kg_table(stats: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 def paper_kg_scale() -> dict[str, Any]:
     """The paper's initial 2Wiki KG (Table 3, round 0) over its 1,200 questions' contexts."""
-    r0, n = P.TABLE3[0], P.SAMPLE_SIZES["2wiki"]
+    r0, n = paper_numbers.TABLE3[0], paper_numbers.SAMPLE_SIZES["2wiki"]
     return {"dataset": "2WikiMultiHopQA (paper)", "questions": n, "nodes": r0["nodes"], "edges": r0["edges"],
             "nodes / question": round(r0["nodes"] / n, 1), "edges / question": round(r0["edges"] / n, 1),
             "source": "Table 3, round 0; §4: 1,200 questions"}
 
 
-def kg_cost(stats: Mapping[str, Mapping[str, Any]], paper_n: int = P.SAMPLE_SIZES["2wiki"]) -> pd.DataFrame:
+def kg_cost(stats: Mapping[str, Mapping[str, Any]], paper_n: int = paper_numbers.SAMPLE_SIZES["2wiki"]) -> pd.DataFrame:
     """What extraction cost per corpus: one LLM call per chunk, tokens, the wall time of the build
     that made it (a resumed build counts its last part), per chunk and per question, and what the
     same rate would take for 100 questions and for the paper's sample (1,200 questions)."""
