@@ -315,3 +315,23 @@ def test_grammar_goes_where_each_server_reads_it_and_is_refused_elsewhere(server
         with pytest.raises(ConfigError, match=f"'{flavor}' server flavour takes no GBNF grammar"):
             llm.generate(Q, grammar=gbnf)
     assert len(server.bodies) == sent  # refused before anything was sent
+
+
+def test_managed_specs_say_what_is_missing(monkeypatch, tmp_path):
+    import shutil
+
+    from kgrag_lib.llm import managed_server
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv(managed_server.LLAMA_SERVER_ENV, raising=False)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 16)
+    with pytest.raises(BackendUnavailableError, match="llama-server.*not on PATH.*llamacpp-server:<gguf>"):
+        load_llm(f"llama-server:{gguf}", cache=False)
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(BackendUnavailableError, match="vLLM is not installed here.*KGRAG_VLLM_URL"):
+            load_llm("vllm-serve:Qwen/Qwen2.5-7B-Instruct", cache=False)
+    with pytest.raises(ConfigError, match="preset 'qwen2.5-7b-instruct' is not a GGUF model"):
+        load_llm("llamacpp-server:qwen2.5-7b-instruct", cache=False)

@@ -97,7 +97,7 @@ def load_llm(
         options.setdefault("needs_gpu", preset.needs_gpu)
         return _construct(HFLLM, spec, model, name=preset.name, cache=c, **options)
 
-    if spec.lower().endswith(".gguf") and not spec.startswith("hf:"):
+    if spec.lower().endswith(".gguf") and not spec.startswith(("hf:",) + tuple(p + ":" for p in MANAGED_PREFIXES)):
         from .assets import check_gguf, file_sha256
         from .backends.llamacpp import LlamaCppLLM
 
