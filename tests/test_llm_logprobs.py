@@ -281,7 +281,7 @@ def lp_server():
 def _openai(url, **kw):
     from kgrag_lib.llm.backends.openai_compat import OpenAICompatLLM
 
-    return OpenAICompatLLM(url, "selfrag", probe=False, max_retries=0, **kw)
+    return OpenAICompatLLM(url, "selfrag", probe=False, max_retries=0, flavor="vllm", **kw)
 
 
 def test_openai_chat_logprobs(lp_server):

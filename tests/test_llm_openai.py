@@ -1,4 +1,7 @@
-"""The OpenAI-compatible backend against a local HTTP server speaking the same protocol."""
+"""The OpenAI-compatible client's behaviour around the wire: retries, errors, concurrency, caching.
+
+The HTTP imitation below is for fault injection (failures on demand, recorded bodies); the real
+servers are exercised in test_llm_server.py and the per-flavour bodies in test_llm_flavors.py."""
 
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ class FakeServer:
     def __init__(self):
         self.bodies: list[dict] = []
         self.fail_next: list[tuple[int, str]] = []
-        self.models = [{"id": "qwen-test", "object": "model", "root": "/models/Qwen2.5-7B-Instruct"}]
+        self.models = [{"id": "qwen-test", "object": "model", "owned_by": "vllm", "root": "/models/Qwen2.5-7B-Instruct"}]
+        self.docs: dict[str, dict] = {"/version": {"version": "0.11.0"}}
         self.reply = lambda body: "Paris\nMore text"
         outer = self
 
@@ -41,6 +45,8 @@ class FakeServer:
             def do_GET(self):
                 if self.path == "/v1/models":
                     self._send(200, {"object": "list", "data": outer.models})
+                elif self.path in outer.docs:
+                    self._send(200, outer.docs[self.path])
                 else:
                     self._send(404, {"error": "not found"})
 
@@ -51,6 +57,9 @@ class FakeServer:
                     code, msg = outer.fail_next.pop(0)
                     return self._send(code, {"error": {"message": msg}})
                 text = outer.reply(body)
+                if self.path == "/api/chat":  # Ollama's native chat
+                    return self._send(200, {"message": {"role": "assistant", "content": text}, "done": True,
+                                            "done_reason": "stop", "prompt_eval_count": 9, "eval_count": 2})
                 self._send(200, {
                     "id": "x", "object": "chat.completion",
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
@@ -89,21 +98,42 @@ def test_defaults_turn_filters_off(server):
     assert b["temperature"] == 0.0 and b["top_k"] == -1 and "stop" not in b and b["seed"] == 42
 
 
-def test_llamacpp_server_spelling_and_ollama_refusal(server):
-    llm = load_llm(f"openai:{server.url}#qwen-test", flavor="llamacpp", cache=False)
+def test_llamacpp_server_spelling_and_ollama_options(server):
+    with pytest.warns(UserWarning, match="looks like vLLM.*flavor='llama-server' was given"):
+        llm = load_llm(f"openai:{server.url}#qwen-test?flavor=llamacpp", cache=False)
+    assert llm.flavor == "llama-server" and llm.flavor_source == "given"
     llm.generate(Q, repeat_penalty=1.2)
     assert server.bodies[-1]["repeat_penalty"] == 1.2 and "repetition_penalty" not in server.bodies[-1]
+    assert server.bodies[-1]["top_k"] == 0  # llama.cpp's "off"; -1 is rejected by llama-cpp-python
     oll = load_llm(f"openai:{server.url}#qwen-test", flavor="ollama", cache=False)
-    oll.generate(Q)
-    assert "top_k" not in server.bodies[-1]
-    with pytest.raises(ConfigError, match="top_k=40.*no such parameter"):
-        oll.generate(Q, top_k=40)
+    assert oll.generate(Q, top_k=40) == "Paris\nMore text"
+    assert server.bodies[-1]["options"]["top_k"] == 40 and server.bodies[-1]["options"]["repeat_penalty"] == 1.0
+    assert oll.usage.prompt_tokens == 9 and oll.usage.completion_tokens == 2
 
 
-def test_identity_includes_what_the_server_reports(server):
+def test_identity_is_the_weights_the_server_reports(server):
     llm = load_llm(f"openai:{server.url}#qwen-test", cache=False)
-    assert llm.identity == f"openai:{server.url}#qwen-test@/models/Qwen2.5-7B-Instruct"
-    assert llm.served["root"] == "/models/Qwen2.5-7B-Instruct"
+    assert llm.flavor == "vllm" and llm.flavor_source.startswith("detected: /v1/models owned_by='vllm'")
+    assert llm.identity == "openai-compat:vllm|weights=root=/models/Qwen2.5-7B-Instruct"
+    assert llm.identity_source == "/v1/models root" and llm.served["root"] == "/models/Qwen2.5-7B-Instruct"
+    # another model under the same alias is another identity: no stale replay
+    server.models[0]["root"] = "/models/Other-7B"
+    assert load_llm(f"openai:{server.url}#qwen-test", cache=False).identity != llm.identity
+
+
+def test_unreported_weights_say_so_once_and_keep_secrets_out(server):
+    server.models[0] = {"id": "qwen-test", "object": "model", "owned_by": "someone"}
+    url = server.url.replace("http://", "http://user:s3cret@")
+    with pytest.warns(UserWarning, match="does not say which weights"):
+        llm = load_llm(f"openai:{url}#qwen-test", cache=False, api_key="sk-secret-key")
+    assert llm.flavor == "openai" and llm.identity.endswith("#qwen-test|weights=unreported")
+    assert "s3cret" not in llm.identity and "user" not in llm.identity and "sk-secret" not in llm.identity
+    assert llm.identity_source == "the server reports nothing about the weights"
+    import warnings as w
+
+    with w.catch_warnings():
+        w.simplefilter("error")
+        load_llm(f"openai:{url}#qwen-test", cache=False)  # warned once only
 
 
 def test_model_not_served_is_reported(server):
@@ -178,15 +208,89 @@ def test_normalize_base_url():
         normalize_base_url("localhost:8000")
 
 
-def test_no_probe_identity_is_url_and_model():
-    llm = OpenAICompatLLM("http://127.0.0.1:9/v1", "m", probe=False)
-    assert llm.identity == "openai:http://127.0.0.1:9/v1#m"
+def test_no_probe_needs_a_flavor_and_identity_says_unreported():
+    with pytest.raises(ConfigError, match="give the server flavour"):
+        OpenAICompatLLM("http://127.0.0.1:9/v1", "m", probe=False)
+    llm = OpenAICompatLLM("http://127.0.0.1:9/v1", "m", probe=False, flavor="vllm")
+    assert llm.identity == "openai-compat:vllm|http://127.0.0.1:9/v1#m|weights=unreported"
+    assert llm.identity_source == "not probed (probe=False)"
+
+
+def test_spec_query_and_flavor_errors(server):
+    with pytest.raises(ConfigError, match="unknown option.*flavor=<auto"):
+        load_llm(f"openai:{server.url}#qwen-test?flavour=vllm", cache=False)
+    with pytest.raises(ConfigError, match="flavor: expected 'auto' or one of"):
+        load_llm(f"openai:{server.url}#qwen-test?flavor=tgi", cache=False)
+    with pytest.raises(ConfigError, match="give it once"):
+        load_llm(f"openai:{server.url}#qwen-test?flavor=vllm", flavor="sglang", cache=False)
+
+
+def test_refused_before_anything_is_sent(server):
+    llm = load_llm(f"openai:{server.url}#qwen-test?flavor=openai", cache=False)
+    with pytest.raises(ConfigError, match="repeat_penalty=1.3: the 'openai' server flavour"):
+        llm.generate(Q, repeat_penalty=1.3)
+    with pytest.raises(ConfigError, match="min_p=0.1"):
+        llm.check_params(llm.default_params.replace(min_p=0.1))
+    from kgrag_lib.llm import SamplingParams
+
+    with pytest.raises(ConfigError, match="top_k=5"):  # a default the server cannot honour: refused at construction
+        load_llm(f"openai:{server.url}#qwen-test?flavor=openai", cache=False, default_params=SamplingParams(top_k=5))
+    assert server.bodies == []
+
+
+def test_stalled_server_fails_within_the_timeout():
+    import time
+
+    stall = threading.Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            stall.wait(10)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        llm = OpenAICompatLLM(f"http://127.0.0.1:{httpd.server_address[1]}/v1", "m", probe=False, flavor="vllm",
+                              timeout=0.5, max_retries=3)
+        t = time.monotonic()
+        with pytest.raises(BackendUnavailableError, match="no answer to POST /chat/completions within 0.5 s; the server is stalled"):
+            llm.generate(Q)
+        assert time.monotonic() - t < 2.0  # a time-out is not retried
+    finally:
+        stall.set()
+        httpd.shutdown()
+
+
+def test_html_answer_is_an_error_not_an_answer():
+    class Html(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            data = b"<html><body>proxy login</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        llm = OpenAICompatLLM(f"http://127.0.0.1:{httpd.server_address[1]}/v1", "m", probe=False, flavor="vllm")
+        with pytest.raises(BackendUnavailableError, match="unexpected response|unreadable"):
+            llm.generate(Q)
+    finally:
+        httpd.shutdown()
 
 
 def test_json_schema_goes_as_response_format_to_every_flavor(server):
     schema = '{"type":"object","properties":{"answer":{"type":"string"}}}'
     server.reply = lambda body: '{"answer": "Paris"}'
-    for flavor in ("vllm", "llamacpp", "ollama", "openai"):
+    for flavor in ("vllm", "sglang", "llama-server", "openai"):
         llm = load_llm(f"openai:{server.url}#qwen-test", flavor=flavor, cache=False)
         assert llm.generate(Q, json_schema=schema) == '{"answer": "Paris"}'
         assert server.bodies[-1]["response_format"] == {
@@ -211,3 +315,23 @@ def test_grammar_goes_where_each_server_reads_it_and_is_refused_elsewhere(server
         with pytest.raises(ConfigError, match=f"'{flavor}' server flavour takes no GBNF grammar"):
             llm.generate(Q, grammar=gbnf)
     assert len(server.bodies) == sent  # refused before anything was sent
+
+
+def test_managed_specs_say_what_is_missing(monkeypatch, tmp_path):
+    import shutil
+
+    from kgrag_lib.llm import managed_server
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv(managed_server.LLAMA_SERVER_ENV, raising=False)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 16)
+    with pytest.raises(BackendUnavailableError, match="llama-server.*not on PATH.*llamacpp-server:<gguf>"):
+        load_llm(f"llama-server:{gguf}", cache=False)
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(BackendUnavailableError, match="vLLM is not installed here.*KGRAG_VLLM_URL"):
+            load_llm("vllm-serve:Qwen/Qwen2.5-7B-Instruct", cache=False)
+    with pytest.raises(ConfigError, match="preset 'qwen2.5-7b-instruct' is not a GGUF model"):
+        load_llm("llamacpp-server:qwen2.5-7b-instruct", cache=False)

@@ -19,6 +19,7 @@ from .cache import LLMCache, default_cache_path
 from .fake import ScriptedLLM
 from .parsing import LLMParseError, clean_answer, parse_json, parse_list, parse_triples, parse_yes_no
 from .presets import DEFAULT_OLLAMA_URL, DEFAULT_VLLM_URL, PRESETS, VLLM_URL_ENV, Preset, resolve_gguf
+from .server_flavors import FLAVORS
 
 DEFAULT_SPEC = "qwen2.5-coder-0.5b-q4"
 
@@ -35,9 +36,13 @@ def describe_specs() -> str:
     lines += [
         "  /path/to/model.gguf: any GGUF file through llama.cpp",
         "  hf:<repo-id-or-folder>: transformers (a .gguf file also works)",
-        "  openai:<base_url>#<model>: any OpenAI-compatible server (flavor='vllm'|'llamacpp'|'ollama'|'openai')",
-        f"  vllm:<model>: a vLLM server at ${VLLM_URL_ENV} (default {DEFAULT_VLLM_URL})",
-        f"  ollama:<model>: an Ollama server (default {DEFAULT_OLLAMA_URL})",
+        "  openai:<base_url>#<model>[?flavor=<flavor>]: any OpenAI-compatible server; its flavour is detected "
+        f"from what it says about itself, or given ({', '.join(FLAVORS)})",
+        f"  vllm:<model>: a running vLLM server at ${VLLM_URL_ENV} (default {DEFAULT_VLLM_URL})",
+        f"  ollama:<model>: a running Ollama server (default {DEFAULT_OLLAMA_URL})",
+        "  vllm-serve:<hf id or dir>: start `vllm serve` on a free local port for this run",
+        "  llamacpp-server:<gguf or preset>: start llama-cpp-python's server (python -m llama_cpp.server)",
+        "  llama-server:<gguf or preset>: start llama.cpp's llama-server binary (must be on PATH)",
     ]
     return "\n".join(lines)
 
@@ -66,7 +71,8 @@ def load_llm(
     **kw: Any,
 ) -> LLM:
     """Build an LLM from a preset name, a `.gguf` path, `hf:<id-or-dir>`,
-    `openai:<base_url>#<model>`, `vllm:<model>` or `ollama:<model>`.
+    `openai:<base_url>#<model>[?flavor=...]`, `vllm:<model>`, `ollama:<model>`, or a server to start
+    for this run: `vllm-serve:<model>`, `llamacpp-server:<gguf|preset>`, `llama-server:<gguf|preset>`.
 
     `cache=True` uses the shared SQLite cache (`cache_path`, else $KGRAG_LLM_CACHE, else
     `cache_dir()/llm_cache.sqlite`); extra keywords go to the backend constructor.
@@ -91,7 +97,7 @@ def load_llm(
         options.setdefault("needs_gpu", preset.needs_gpu)
         return _construct(HFLLM, spec, model, name=preset.name, cache=c, **options)
 
-    if spec.lower().endswith(".gguf") and not spec.startswith("hf:"):
+    if spec.lower().endswith(".gguf") and not spec.startswith(("hf:",) + tuple(p + ":" for p in MANAGED_PREFIXES)):
         from .assets import check_gguf, file_sha256
         from .backends.llamacpp import LlamaCppLLM
 
@@ -105,17 +111,88 @@ def load_llm(
         return _construct(HFLLM, spec, rest, name=spec, cache=c, **kw)
     if prefix == "openai" and rest:
         base_url, sep, model = rest.rpartition("#")
+        model, query = _split_query(spec, model)
         if not sep or not base_url or not model:
-            raise ConfigError(f"llm spec {spec!r}: expected openai:<base_url>#<model>, e.g. "
-                              "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct")
+            raise ConfigError(f"llm spec {spec!r}: expected openai:<base_url>#<model>[?flavor=<flavor>], e.g. "
+                              "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct?flavor=vllm")
         from .backends.openai_compat import OpenAICompatLLM
 
+        kw = _flavor_from_query(spec, query, kw)
         return _construct(OpenAICompatLLM, spec, base_url, model, name=spec, cache=c, **kw)
     if prefix in ("vllm", "ollama") and rest:
         from .backends.openai_compat import OpenAICompatLLM
 
+        model, query = _split_query(spec, rest)
         default = os.environ.get(VLLM_URL_ENV, DEFAULT_VLLM_URL) if prefix == "vllm" else DEFAULT_OLLAMA_URL
         base_url = kw.pop("base_url", default)
+        kw = _flavor_from_query(spec, query, kw)
         kw.setdefault("flavor", prefix)
-        return _construct(OpenAICompatLLM, spec, base_url, rest, name=spec, cache=c, **kw)
+        return _construct(OpenAICompatLLM, spec, base_url, model, name=spec, cache=c, **kw)
+    if prefix in MANAGED_PREFIXES and rest:
+        return _load_managed(spec, prefix, rest, c, kw)
     raise ConfigError(f"unknown llm spec {spec!r}; accepted:\n{describe_specs()}")
+
+
+MANAGED_PREFIXES = ("vllm-serve", "llamacpp-server", "llama-server")
+# load_llm keywords that configure a started server rather than the client.
+_SERVER_OPTIONS = ("server_args", "log_dir", "startup_timeout", "n_ctx", "alias")
+
+
+def _split_query(spec: str, text: str) -> tuple[str, dict[str, str]]:
+    """`model?flavor=x` -> ("model", {"flavor": "x"}); only `flavor` is a known key."""
+    from urllib.parse import parse_qsl
+
+    head, sep, query = text.partition("?")
+    if not sep:
+        return text, {}
+    pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False)
+    unknown = sorted({k for k, _ in pairs} - {"flavor"})
+    if unknown or not pairs:
+        raise ConfigError(f"llm spec {spec!r}: unknown option(s) {unknown or [query]} after '?'; accepted: "
+                          f"flavor=<{'|'.join(('auto',) + FLAVORS)}>")
+    return head, dict(pairs)
+
+
+def _flavor_from_query(spec: str, query: dict[str, str], kw: dict[str, Any]) -> dict[str, Any]:
+    if "flavor" in query:
+        if "flavor" in kw and kw["flavor"] != query["flavor"]:
+            raise ConfigError(f"llm spec {spec!r} says flavor={query['flavor']!r} but flavor={kw['flavor']!r} "
+                              "was also given; give it once")
+        kw = {**kw, "flavor": query["flavor"]}
+    return kw
+
+
+def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dict[str, Any]) -> LLM:
+    """Start a server for this run and talk to it; close() (or exit) stops it."""
+    from . import managed_server as ms
+    from .backends.openai_compat import OpenAICompatLLM
+
+    server_kw = {k: kw.pop(k) for k in _SERVER_OPTIONS if k in kw}
+    if prefix == "vllm-serve":
+        server, weights = ms.start_vllm(rest, **server_kw), None
+    else:
+        if rest in PRESETS:
+            preset = PRESETS[rest]
+            if preset.backend != "llamacpp":
+                raise ConfigError(f"llm spec {spec!r}: preset {rest!r} is not a GGUF model; {prefix}: takes a "
+                                  f"GGUF preset ({', '.join(n for n, p in PRESETS.items() if p.backend == 'llamacpp')}) "
+                                  "or a .gguf path")
+            path, sha = resolve_gguf(preset, kw.pop("model_path", None))
+            for option, value in preset.options.items():
+                if option in ("fold_system_prompt", "chat"):
+                    kw.setdefault(option, value)
+        else:
+            from .assets import check_gguf, file_sha256
+
+            path = check_gguf(rest, f"llm spec {spec}")
+            sha = file_sha256(path)
+        start = ms.start_llamacpp_python if prefix == "llamacpp-server" else ms.start_llama_server
+        server = start(path, **server_kw)
+        weights = f"gguf-sha256={sha};size={path.stat().st_size}"
+    kw.setdefault("flavor", server.flavor)
+    try:
+        return _construct(OpenAICompatLLM, spec, server.base_url, server.alias, name=spec, cache=c,
+                          weights=weights, managed=server, **kw)
+    except BaseException:
+        server.stop()
+        raise

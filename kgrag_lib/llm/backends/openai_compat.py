@@ -1,53 +1,38 @@
-"""Any OpenAI-compatible chat server: vLLM (the papers' GPU setting), Ollama, llama.cpp server.
+"""Any OpenAI-compatible server: vLLM (the papers' GPU setting), SGLang, llama.cpp's
+`llama-server`, llama-cpp-python's server, Ollama, or OpenAI itself.
 
-Plain stdlib HTTP keeps this backend dependency-free. Sampling knobs that the OpenAI API
-lacks (top_k, min_p, repetition penalty) go as extra body fields in the server's own
-spelling; a server flavour that cannot honour a requested knob is an error, never a
-silent approximation. A `json_schema` goes as the standard `response_format` of type
-`json_schema`, which vLLM (0.6 on; its older `guided_json` field was removed in 0.12),
-llama.cpp's server, Ollama and OpenAI all enforce. A GBNF `grammar` goes as vLLM's
-`structured_outputs: {grammar}` (0.12 on; xgrammar reads GBNF) or llama.cpp server's `grammar`
-field; Ollama and OpenAI have no grammar field, so a grammar sent to them is refused rather than
-dropped (the extraction stages of SA-RAG and TCR-QF would otherwise run unconstrained unnoticed).
+The `openai` SDK carries the requests (connection pooling, timeouts, typed errors, `extra_body`).
+Which field every sampling knob and the grammar go in depends on the server; `server_flavors`
+holds those rules and the detection, so this module only sends and reads. The flavour is given
+(`flavor=`, or `?flavor=` on the spec) or detected from what the server says about itself.
 
 `chat=False` sends the turns as one plain prompt to `/completions` (base models such as
-Self-RAG, whose prompt format is not a chat template). Token log-probabilities
-(`SamplingParams.logprobs`) go as the standard fields (`logprobs`/`top_logprobs` on chat,
-`logprobs: k` on completions); a server that answers without them is an error. On vLLM the
-request also sets `skip_special_tokens: false`, so special tokens (Self-RAG's reflection
-tokens) stay in the text, as the Self-RAG authors' own inference does.
+Self-RAG, whose prompt format is not a chat template). Token log-probabilities go as the standard
+fields; a server that answers without them is an error. On vLLM and SGLang the request also sets
+`skip_special_tokens: false`, so Self-RAG's reflection tokens stay in the text.
+
+The cache identity is the weights the server reports (vLLM's `root`, llama-server's model path
+and size, Ollama's digest, ...), never the alias alone: another model served under the same
+name must not replay old answers. Where the server reports nothing the identity says
+`weights=unreported` (and names the URL and alias), `identity_source` says why, and a warning
+is printed once.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
-import urllib.error
-import urllib.request
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlunparse
 
 from ...errors import BackendUnavailableError, ConfigError
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
+from .. import server_flavors as sf
 
-# How each server spells the non-standard knobs (None: not supported).
-FLAVORS: dict[str, dict[str, str | None]] = {
-    "vllm": {"top_k": "top_k", "min_p": "min_p", "repeat_penalty": "repetition_penalty"},
-    "llamacpp": {"top_k": "top_k", "min_p": "min_p", "repeat_penalty": "repeat_penalty"},
-    "ollama": {"top_k": None, "min_p": None, "repeat_penalty": None},
-    "openai": {"top_k": None, "min_p": None, "repeat_penalty": None},
-}
-_NEUTRAL = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
-# Where each server takes a GBNF grammar: a (field, sub-field) path in the body, or None.
-GRAMMAR_FIELD: dict[str, tuple[str, ...] | None] = {
-    "vllm": ("structured_outputs", "grammar"),
-    "llamacpp": ("grammar",),
-    "ollama": None,
-    "openai": None,
-}
+_WARNED: set[str] = set()
 
 
 def normalize_base_url(url: str) -> str:
@@ -61,9 +46,24 @@ def normalize_base_url(url: str) -> str:
     return url
 
 
+def public_url(url: str) -> str:
+    """The URL without user:password, query or fragment (what may be written into identities and logs)."""
+    p = urlparse(url)
+    host = p.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{p.port}" if p.port else "")
+    return urlunparse((p.scheme, netloc, p.path, "", "", ""))
+
+
+def _server_root(base_url: str) -> str:
+    """`http://h:8000/v1` -> `http://h:8000`: where the servers' own endpoints live."""
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
 class OpenAICompatLLM(LLM):
-    """Chat completions over HTTP; `generate_batch` sends requests concurrently so the
-    server (vLLM) can batch them on the GPU."""
+    """Completions over HTTP; `generate_batch` sends requests concurrently so a batching server
+    (vLLM, SGLang, llama-server with several slots) can use its GPU well."""
 
     backend = "openai"
 
@@ -74,173 +74,216 @@ class OpenAICompatLLM(LLM):
         *,
         name: str | None = None,
         cache=None,
-        flavor: str = "vllm",
+        flavor: str | None = "auto",
         api_key: str | None = None,
-        timeout: float = 600.0,
-        max_retries: int = 3,
-        retry_delay: float = 1.0,
-        concurrency: int = 8,
+        timeout: float = 60.0,
+        connect_timeout: float = 5.0,
+        max_retries: int = 2,
+        retry_delay: float = 0.5,
+        concurrency: int | None = None,
         probe: bool = True,
         extra_body: dict[str, Any] | None = None,
         fold_system_prompt: bool = False,
         chat: bool = True,
         default_params: SamplingParams | None = None,
+        weights: str | None = None,
+        managed: Any = None,
     ) -> None:
-        if flavor not in FLAVORS:
-            raise ConfigError(f"flavor: expected one of {sorted(FLAVORS)}, got {flavor!r}")
+        """`timeout`: seconds one request may take before the server counts as stalled (a timed-out
+        request is not retried, so a stalled server fails in about `timeout` seconds); `max_retries`
+        with `retry_delay` (doubling) cover refused connections, HTTP 408/409/429 and 5xx.
+        `weights`: what the caller knows about the served weights (a managed server's file hash);
+        it takes the place of what the server reports. `managed`: a ManagedServer stopped by close()."""
+        import openai
+
+        given = sf.normalize_flavor(flavor)
         if not model:
             raise ConfigError("model: the served model name is required (e.g. 'openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct')")
+        if given is None and not probe:
+            raise ConfigError("flavor: give the server flavour (one of "
+                              f"{list(sf.FLAVORS)}) when probe=False; it cannot be detected without asking the server")
+        for knob, value, ok in (("timeout", timeout, timeout > 0), ("connect_timeout", connect_timeout, connect_timeout > 0),
+                                ("max_retries", max_retries, isinstance(max_retries, int) and max_retries >= 0)):
+            if not ok:
+                raise ConfigError(f"{knob}: expected a positive number (max_retries: an int >= 0), got {value!r}")
         self.base_url = normalize_base_url(base_url)
         self.model = model
-        self.flavor = flavor
         self.api_key = api_key or os.environ.get("KGRAG_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        self.timeout = timeout
+        self.timeout = float(timeout)
         self.max_retries = max_retries
         self.retry_delay = retry_delay
-        self.concurrency = max(1, concurrency)
         self.extra_body = dict(extra_body or {})
         self.chat = bool(chat)
-        identity = f"openai:{self.base_url}#{model}"
-        if not self.chat:
-            identity += ";raw-prompt"
+        self.managed = managed
+        # Retries are ours (see `_call`): the SDK would also retry a timed-out request, multiplying
+        # the wait on a stalled server.
+        self._client = openai.OpenAI(
+            base_url=self.base_url, api_key=self.api_key or "not-needed", max_retries=0,
+            timeout=openai.Timeout(self.timeout, connect=connect_timeout))
         self.served: dict[str, Any] = {}
+        facts = None
         if probe:
             self.served = self._probe()
-            root = self.served.get("root")
-            if root and root != model:
-                identity += f"@{root}"
+            facts = sf.detect(self.served, self._get_json)
+        if given is not None:
+            self.flavor = given
+            self.flavor_source = "given"
+            if facts is not None and facts.flavor != given and facts.flavor != "openai":
+                warnings.warn(f"{public_url(self.base_url)} looks like {sf.LABELS[facts.flavor]} ({facts.evidence}) "
+                              f"but flavor={given!r} was given; sending {given!r} fields", stacklevel=2)
+        else:
+            assert facts is not None
+            self.flavor = facts.flavor
+            self.flavor_source = f"detected: {facts.evidence}"
+        self.server_version = facts.version if facts is not None else None
+        if weights:
+            reported, self.identity_source = weights, "given by the caller"
+        elif facts is not None and facts.weights:
+            reported, self.identity_source = facts.weights, facts.weights_source
+        else:
+            reported = None
+            self.identity_source = facts.weights_source if facts is not None else "not probed (probe=False)"
+        if reported:
+            identity = f"openai-compat:{self.flavor}|weights={reported}"
+        else:
+            identity = f"openai-compat:{self.flavor}|{public_url(self.base_url)}#{model}|weights=unreported"
+            if identity not in _WARNED:
+                _WARNED.add(identity)
+                warnings.warn(f"{public_url(self.base_url)} ({sf.LABELS[self.flavor]}) does not say which weights it "
+                              f"serves as {model!r} ({self.identity_source}); cached answers are keyed by URL and "
+                              f"name only, so clear the cache if another model is served there", stacklevel=2)
+        if not self.chat:
+            identity += ";raw-prompt"
+        if concurrency is None:
+            concurrency = 1 if self.flavor == "llama-cpp-python" else 8  # that server answers one at a time
+        self.concurrency = max(1, int(concurrency))
         super().__init__(name or f"openai:{model}", identity, cache=cache,
                          default_params=default_params, fold_system_prompt=fold_system_prompt)
+        self.check_params(self.default_params)
 
     # ---- HTTP -------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
-        url = self.base_url + path
-        data = json.dumps(body).encode("utf-8") if body is not None else None
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+    def _call(self, fn, what: str):
+        """Run one SDK call, retrying transient failures and mapping errors to ours."""
+        import openai
+
         delay = self.retry_delay
-        last: Exception | None = None
         for attempt in range(self.max_retries + 1):
-            req = urllib.request.Request(url, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
-                    return json.loads(resp.read().decode("utf-8"))
-            except urllib.error.HTTPError as e:
-                detail = e.read().decode("utf-8", "replace")[:500]
-                if e.code in (408, 429) or e.code >= 500:
-                    last = BackendUnavailableError(f"{url} answered HTTP {e.code}: {detail}")
-                elif "context length" in detail or "context window" in detail:
-                    raise PromptTooLongError(f"{url}: {detail}") from None
+                return fn()
+            except openai.APITimeoutError:
+                raise BackendUnavailableError(
+                    f"{public_url(self.base_url)} gave no answer to {what} within {self.timeout:g} s; the server is "
+                    f"stalled or overloaded (raise timeout= for a slow CPU server with many requests in flight)") from None
+            except openai.APIConnectionError as e:
+                last: Exception = BackendUnavailableError(
+                    f"cannot reach the OpenAI-compatible server at {public_url(self.base_url)} ({e.__cause__ or e}); "
+                    f"start it first, e.g. `vllm serve {self.model}`, or let kgrag start one "
+                    f"(--model vllm-serve:<model> / llamacpp-server:<gguf>)")
+            except openai.APIStatusError as e:
+                detail = _error_detail(e)
+                if e.status_code in (408, 409, 429) or e.status_code >= 500:
+                    last = BackendUnavailableError(f"{public_url(self.base_url)} answered HTTP {e.status_code} to {what}: {detail}")
+                elif any(s in detail.lower() for s in ("context length", "context window", "exceed_context", "maximum context")):
+                    raise PromptTooLongError(f"{public_url(self.base_url)}: {detail}") from None
                 else:
-                    raise ConfigError(f"{url} rejected the request (HTTP {e.code}): {detail}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-                reason = getattr(e, "reason", e)
-                last = BackendUnavailableError(
-                    f"cannot reach the OpenAI-compatible server at {self.base_url} ({reason}); "
-                    f"start it first, e.g. `vllm serve {self.model}`"
-                )
+                    raise ConfigError(f"{public_url(self.base_url)} rejected {what} (HTTP {e.status_code}): {detail}") from None
+            except openai.APIResponseValidationError as e:
+                raise BackendUnavailableError(f"{public_url(self.base_url)}: unreadable answer to {what}: {e}") from None
             if attempt < self.max_retries:
                 time.sleep(delay * (1 + 0.25 * random.random()))
                 delay *= 2
-        assert last is not None
         raise last
+
+    def _get_json(self, path: str) -> Any:
+        """A JSON document from the server root (`/props`, `/version`, ...); None on any failure."""
+        import openai
+
+        try:
+            out = self._client.get(_server_root(self.base_url) + path, cast_to=object,
+                                   options={"timeout": min(self.timeout, 10.0)})
+        except (openai.OpenAIError, ValueError):
+            return None
+        return out if isinstance(out, dict) else None
 
     def _probe(self) -> dict[str, Any]:
         """The server's /models entry for our model (raises if the model is not served)."""
-        saved, self.max_retries = self.max_retries, 0
-        try:
-            listing = self._request("GET", "/models", timeout=min(self.timeout, 15.0))
-        finally:
-            self.max_retries = saved
-        entries = listing.get("data") or []
+        listing = self._call(lambda: self._client.get("/models", cast_to=object,
+                                                      options={"timeout": min(self.timeout, 15.0)}), "GET /models")
+        entries = (listing.get("data") if isinstance(listing, dict) else None) or []
         for entry in entries:
-            if entry.get("id") == self.model:
+            if isinstance(entry, dict) and entry.get("id") == self.model:
                 return entry
-        ids = [e.get("id") for e in entries]
-        raise BackendUnavailableError(f"{self.base_url} does not serve {self.model!r}; it serves {ids}")
+        ids = [e.get("id") for e in entries if isinstance(e, dict)]
+        raise BackendUnavailableError(f"{public_url(self.base_url)} does not serve {self.model!r}; it serves {ids}")
 
-    # ---- generation -------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection pool and stop a server this object started."""
+        self._client.close()
+        if self.managed is not None:
+            self.managed.stop()
+
+    # ---- requests ---------------------------------------------------------------------
+    def check_params(self, params: SamplingParams) -> None:
+        """Raise ConfigError if this server cannot honour `params` (call before a run starts)."""
+        sf.build_body(self.flavor, params, chat=self.chat, version=self.server_version)
+
     def request_body(self, messages: Messages, params: SamplingParams) -> dict[str, Any]:
+        """The exact JSON body sent for one request."""
         body: dict[str, Any] = {"model": self.model}
         if self.chat:
             body["messages"] = messages
         else:
             body["prompt"] = flatten_messages(messages)
-        body.update({
-            "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "seed": params.seed,
-            "n": 1,
-            "stream": False,
-        })
-        if params.logprobs:
-            if self.chat:
-                body.update(logprobs=True, top_logprobs=params.logprobs)
-            else:
-                body["logprobs"] = params.logprobs
-            if self.flavor == "vllm":
-                body["skip_special_tokens"] = False
-        if params.stop:
-            body["stop"] = list(params.stop)
-        if params.json_schema:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "output", "schema": json.loads(params.json_schema)}}
-        if params.grammar:
-            path = GRAMMAR_FIELD[self.flavor]
-            if path is None:
-                raise ConfigError(
-                    f"grammar: the {self.flavor!r} server flavour takes no GBNF grammar, so this request "
-                    f"would decode unconstrained; use flavor='vllm' or 'llamacpp', or the in-process "
-                    f"llama.cpp backend")
-            slot = body
-            for key in path[:-1]:
-                slot = slot.setdefault(key, {})
-            slot[path[-1]] = params.grammar
-        names = FLAVORS[self.flavor]
-        for knob, neutral in _NEUTRAL.items():
-            value = getattr(params, knob)
-            field_name = names[knob]
-            if field_name is None:
-                if value != neutral:
-                    raise ConfigError(
-                        f"{knob}={value!r}: the {self.flavor!r} server flavour has no such "
-                        f"parameter; leave it at {neutral!r} or use flavor='vllm'/'llamacpp'"
-                    )
-                continue
-            if knob == "top_k" and value == 0 and self.flavor == "vllm":
-                value = -1  # vLLM's "off" (accepted by every vLLM release)
-            body[field_name] = value
+        body.update(sf.build_body(self.flavor, params, chat=self.chat, version=self.server_version))
         body.update(self.extra_body)
         return body
 
     def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
         start = time.perf_counter()
-        path = "/chat/completions" if self.chat else "/completions"
-        out = self._request("POST", path, self.request_body(messages, params))
+        body = self.request_body(messages, params)
+        if self.flavor == "ollama":
+            return self._complete_ollama(body, start)
+        fixed = {k: body.pop(k) for k in ("model", "messages" if self.chat else "prompt")}
+        if self.chat:
+            out = self._call(lambda: self._client.chat.completions.create(**fixed, extra_body=body), "POST /chat/completions")
+        else:
+            out = self._call(lambda: self._client.completions.create(**fixed, extra_body=body), "POST /completions")
         try:
-            choice = out["choices"][0]
-            text = (choice["message"].get("content") if self.chat else choice.get("text")) or ""
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise BackendUnavailableError(f"{self.base_url}: unexpected response {str(out)[:300]}") from None
+            choice = out.choices[0]
+            text = (choice.message.content if self.chat else choice.text) or ""
+        except (AttributeError, IndexError, TypeError):
+            raise BackendUnavailableError(f"{public_url(self.base_url)}: unexpected response {str(out)[:300]}") from None
         logprobs = None
         if params.logprobs:
-            logprobs = self._parse_logprobs(choice.get("logprobs"))
-        usage = out.get("usage") or {}
+            raw = choice.logprobs.model_dump() if choice.logprobs is not None else None
+            logprobs = self._parse_logprobs(raw)
+        usage = out.usage
         return Completion(
             text=text,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
             seconds=time.perf_counter() - start,
-            finish_reason=choice.get("finish_reason") or "",
+            finish_reason=choice.finish_reason or "",
             logprobs=logprobs,
         )
+
+    def _complete_ollama(self, body: dict[str, Any], start: float) -> Completion:
+        """Ollama's native API, whose `options` carry every sampling knob."""
+        path = "/api/chat" if self.chat else "/api/generate"
+        url = _server_root(self.base_url) + path
+        out = self._call(lambda: self._client.post(url, body=body, cast_to=object), f"POST {path}")
+        try:
+            text = out["message"]["content"] if self.chat else out["response"]
+        except (KeyError, TypeError):
+            raise BackendUnavailableError(f"{public_url(self.base_url)}: unexpected response {str(out)[:300]}") from None
+        return Completion(text=text or "", prompt_tokens=int(out.get("prompt_eval_count") or 0),
+                          completion_tokens=int(out.get("eval_count") or 0),
+                          seconds=time.perf_counter() - start, finish_reason=str(out.get("done_reason") or ""))
 
     def _parse_logprobs(self, value: Any) -> list[TokenLogprob]:
         """The chat form ({"content": [{token, logprob, top_logprobs: [{token, logprob}]}]}) or
         the completions form ({tokens, token_logprobs, top_logprobs: [{token: logprob}]})."""
-        where = f"{self.base_url} ({self.model})"
+        where = f"{public_url(self.base_url)} ({self.model})"
         try:
             if self.chat:
                 if not value or value.get("content") is None:
@@ -267,3 +310,21 @@ class OpenAICompatLLM(LLM):
             return [self._complete(m, params) for m in batch]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch))) as pool:
             return list(pool.map(lambda m: self._complete(m, params), batch))
+
+
+def _error_detail(e: Any) -> str:
+    """The server's own words from an SDK status error (JSON `error.message`, or the raw text)."""
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        msg = err.get("message") if isinstance(err, dict) else err
+        if msg:
+            return str(msg)[:500]
+        if body.get("detail"):
+            return str(body["detail"])[:500]
+    try:
+        return e.response.text[:500]
+    except Exception:  # noqa: BLE001 - best effort for a message
+        return str(e)[:500]
+
+
