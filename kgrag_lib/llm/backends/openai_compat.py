@@ -66,6 +66,7 @@ class OpenAICompatLLM(LLM):
     (vLLM, SGLang, llama-server with several slots) can use its GPU well."""
 
     backend = "openai"
+    concurrent_requests = True   # requests in flight go to the server together; it batches them
 
     def __init__(
         self,
@@ -157,6 +158,7 @@ class OpenAICompatLLM(LLM):
         if concurrency is None:
             concurrency = 1 if self.flavor == "llama-cpp-python" else 8  # that server answers one at a time
         self.concurrency = max(1, int(concurrency))
+        self.default_concurrency = self.concurrency   # questions in flight when the run does not say
         super().__init__(name or f"openai:{model}", identity, cache=cache,
                          default_params=default_params, fold_system_prompt=fold_system_prompt)
         self.check_params(self.default_params)
