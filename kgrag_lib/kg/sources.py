@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import ConfigError, KgragError, MissingDataError
+from ..jsonl import atomic_text
 from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
 from .store import KGStore
@@ -367,9 +368,7 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
                     t.save(folder)
                 if journal.exists():
                     os.replace(journal, folder / JOURNAL_FILE)
-                tmp = stats_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(stats, indent=1), encoding="utf-8")
-                os.replace(tmp, stats_file)  # written last: marks a complete build
+                atomic_text(stats_file, json.dumps(stats, indent=1))  # written last: marks a complete build
     extra = plan.load_extra(folder) if plan.load_extra else {}
     return KGStore.load(folder), json.loads(stats_file.read_text(encoding="utf-8")), extra
 

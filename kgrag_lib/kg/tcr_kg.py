@@ -23,7 +23,6 @@ fsynced journal line per chunk, a rerun sends no LLM call for journaled chunks.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from ..errors import ConfigError, DataFormatError
+from ..jsonl import atomic_text
 from ..llm.base import PromptTooLongError
 from ..records import Passage
 from . import tcr_records as R
@@ -258,9 +258,7 @@ class TcrKG:
                    "entities": [[k, e.name, e.type, e.description, e.sources] for k, e in self.entities.items()],
                    "quotes": {str(k): v for k, v in self.quotes.items()},
                    "chunks": [[c.pid, c.index, c.title, c.text] for c in self.chunks.values()]}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_text(path, json.dumps(payload, ensure_ascii=False))
         return path
 
     @classmethod

@@ -47,7 +47,6 @@ complete re-extraction sends no backend call.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import unicodedata
@@ -58,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..errors import ConfigError, DataFormatError
+from ..jsonl import JsonlAppender, atomic_text, drop_torn_tail, read_jsonl
 from ..llm.base import PromptTooLongError
 from ..llm.parsing import strip_think
 from ..records import Passage
@@ -298,48 +298,28 @@ def extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig = Extractio
 
 # ---- the journal ----------------------------------------------------------------------------------
 class Journal:
-    """Append-only JSON lines, one per extracted chunk, each flushed and fsynced before the next
-    chunk starts: a kill loses at most the chunk in flight."""
+    """The extraction journal: one JSON line per extracted chunk (`"chunk"` is its id), each on
+    disk before the next chunk starts, so a kill loses at most the chunk in flight."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._fh: Any = None
+        self._log = JsonlAppender(self.path)
 
     def read(self) -> dict[str, dict[str, Any]]:
         """The records by chunk id; a torn last line (a kill mid-write) is cut off the file."""
-        if not self.path.exists():
-            return {}
-        records: dict[str, dict[str, Any]] = {}
-        good = 0
-        with open(self.path, "rb") as fh:
-            for n, line in enumerate(fh, 1):
-                try:
-                    rec = json.loads(line) if line.endswith(b"\n") else None
-                except ValueError:
-                    rec = None
-                if not isinstance(rec, dict) or "chunk" not in rec:
-                    if fh.read(1):  # damage before the last line is not a kill: refuse to guess
-                        raise DataFormatError(self.path, n, "one JSON object per extracted chunk", line[:120].decode(
-                            "utf-8", "replace"))
-                    break
-                records[rec["chunk"]] = rec
-                good += len(line)
-        if good < self.path.stat().st_size:
-            os.truncate(self.path, good)
-        return records
+        expected = "one JSON object per extracted chunk"
+        read = read_jsonl(self.path, expected=expected, torn_tail=True)
+        for n, rec in zip(read.lines, read.rows):
+            if "chunk" not in rec:
+                raise DataFormatError(self.path, n, expected, json.dumps(rec, ensure_ascii=False)[:120])
+        drop_torn_tail(read)
+        return {rec["chunk"]: rec for rec in read.rows}
 
     def append(self, record: dict[str, Any]) -> None:
-        if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", encoding="utf-8")
-        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        self._log.append(record)
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        self._log.close()
 
 
 # ---- resolution and the KG ----------------------------------------------------------------------
@@ -424,9 +404,7 @@ class TextKG:
             "relations": {str(k): [[m.relation, m.text, m.chunk] for m in ms] for k, ms in self.relations.items()},
             "unparsable": self.unparsable,
         }
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_text(path, json.dumps(payload, ensure_ascii=False))
         return path
 
     @classmethod

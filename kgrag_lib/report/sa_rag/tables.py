@@ -91,8 +91,9 @@ def judge_controls(reports: Mapping[str, Any], judged: Mapping[str, Judged]) -> 
 
 
 def read_verdicts(path: Path) -> dict[str, bool | None]:
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return {r["qid"]: r["correct"] for r in rows}
+    from ...jsonl import read_jsonl
+
+    return {r["qid"]: r["correct"] for r in read_jsonl(path).rows}
 
 
 # ------------------------------------------------------------------------- Table 1

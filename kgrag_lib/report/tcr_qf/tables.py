@@ -543,7 +543,9 @@ def journal(built: Any) -> list[dict[str, Any]]:
     path = Path(folder) / JOURNAL_FILE if folder else None
     if path is None or not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from ...jsonl import read_jsonl
+
+    return read_jsonl(path).rows
 
 
 def rejected_frame(records: Iterable[Mapping[str, Any]], limit: int = 8, width: int = 100) -> pd.DataFrame:
