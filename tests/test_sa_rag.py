@@ -23,7 +23,8 @@ from kgrag_lib.config import load_profile
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.judge import judge_answer, judge_predictions, parse_verdict
 from kgrag_lib.kg.sources import BuiltKG
-from kgrag_lib.kg.text_index import Chunk, assemble
+from kgrag_lib.kg.extraction import Chunk
+from kgrag_lib.kg.text_kg import assemble
 from kgrag_lib.kg.traverse import rescaled_cosine
 from kgrag_lib.llm.base import PromptTooLongError
 from kgrag_lib.llm.fake import ScriptedLLM

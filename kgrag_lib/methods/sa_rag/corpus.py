@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError
-from ...kg.text_index import Chunk, CorpusSelection, chunk_passages
+from ...data.selection import CorpusSelection
+from ...kg.extraction import Chunk, chunk_passages
 from ...records import Question
 
 PLACEHOLDERS = ("{dataset}", "{seed}")

@@ -384,7 +384,7 @@ def kg_growth(rows: Sequence[Mapping[str, Any]], initial_nodes: int, initial_edg
     of those triples (normalized as the KG keys them) not in `initial_entities` (the KG's keys
     before any feedback). An entity feedback extracted without a relation is not recorded in a
     trace, so it is not counted (the run's own KG, `trace["kg_size"]`, counts it)."""
-    from ...kg.text_index import normalize
+    from ...kg.extraction import normalize
 
     rows = list(rows)
     known = set(initial_entities)
