@@ -32,7 +32,7 @@ from kgrag_lib.methods import available_methods
 from kgrag_lib.methods.base import RunContext
 from kgrag_lib.methods.sa_rag import (METHODS, SARAGConfig, csr_from_edges, make_method, spread_activation,
                                       within_hops)
-from kgrag_lib.methods.sa_rag.corpus import resolve_spec
+from kgrag_lib.methods.common import resolve_spec
 from kgrag_lib.methods.sa_rag.graph_index import build_graph_index
 from kgrag_lib.methods.sa_rag.ppr import personalized_pagerank, undirected_matrix
 from kgrag_lib.methods.sa_rag.retrievers import PPRRetriever, SARetriever, SASettings

@@ -45,7 +45,7 @@ from .records import parse_records
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
 from ..base import MethodSpec, RunContext
-from ..sa_rag.corpus import coverage_issue, resolve_spec
+from ..common import coverage_issue, resolve_spec
 from . import prompts as P
 from .search import EntityIndex, dense_top, entity_index, local_search, tog_search, topic_entities
 

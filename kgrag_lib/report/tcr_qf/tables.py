@@ -26,8 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from ..sa_rag.tables import claim_verdicts as _claim_verdicts
-from ..sa_rag.tables import question_values, with_metric
+from ..claims import claim_verdicts as _claim_verdicts
+from ..claims import question_values, with_metric
 from . import paper_numbers as P
 from ..tables import ci_cell
 
