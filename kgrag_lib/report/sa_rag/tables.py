@@ -9,7 +9,6 @@ the paper's EM and F1 (printed as fractions) are shown x100.
 
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from dataclasses import dataclass
