@@ -142,7 +142,8 @@ def synthetic_kg(chunks: int, rng: np.random.Generator) -> Any:
     """A text KG as extraction would give it: topics of 20 chunks drawing 8 entities each from the
     topic's 60 names (1 in 10 from 50 hub names), 6 relations among a chunk's entities."""
     from kgrag_lib.kg.sources import BuiltKG
-    from kgrag_lib.kg.text_index import Chunk, assemble
+    from kgrag_lib.kg.extraction import Chunk
+    from kgrag_lib.kg.text_kg import assemble
 
     hubs = [f"Hub {i}" for i in range(50)]
     parts, records = [], []
@@ -167,7 +168,7 @@ def synthetic_kg(chunks: int, rng: np.random.Generator) -> Any:
 def real_kg(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.kg.sources import load_kg, needs_llm
-    from kgrag_lib.kg.text_index import CorpusSelection
+    from kgrag_lib.data.selection import CorpusSelection
     from kgrag_lib.llm import load_llm
     from kgrag_lib.retrieval import load_embedder
 
@@ -219,7 +220,9 @@ def bench_retrieval(args: argparse.Namespace) -> dict[str, Any]:
 
 # ---- (b) indexing against the bare backend --------------------------------------------------------------
 def bench_indexing(args: argparse.Namespace) -> dict[str, Any]:
-    from kgrag_lib.kg.text_index import CorpusSelection, build_text_kg, chunk_passages
+    from kgrag_lib.data.selection import CorpusSelection
+    from kgrag_lib.kg.extraction import chunk_passages
+    from kgrag_lib.methods.sa_rag.extraction import build_text_kg
     from kgrag_lib.llm import load_llm
     from kgrag_lib.studies.sa_rag import PARAGRAPH_SPLITS
 

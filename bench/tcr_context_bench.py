@@ -38,8 +38,9 @@ def main() -> int:
     from kgrag_lib.data.common import pool_passages
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.kg.store import KGStore
-    from kgrag_lib.kg.tcr_kg import (Entity, SentenceIndex, TcrKG, load_tokenizer, restore_context, template,
-                                     token_chunks)
+    from kgrag_lib.kg.extraction import load_tokenizer, token_chunks
+    from kgrag_lib.kg.tcr_kg import Entity, TcrKG
+    from kgrag_lib.methods.tcr_qf.context import SentenceIndex, restore_context, template
     from kgrag_lib.retrieval import load_embedder
 
     rng = np.random.default_rng(args.seed)

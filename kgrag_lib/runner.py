@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import KgragError
+from .jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
 from .progress import progress as progress_bar
 from .provenance import manifest
 from .records import Prediction, Question
@@ -37,71 +38,24 @@ def read_predictions(path: str | Path, *, allow_torn_tail: bool = False) -> list
     resuming after a kill) an unparsable *last* line is dropped instead: it is the write the
     kill interrupted.
     """
-    from .data.common import open_text
+    from .data.common import check_file
     from .errors import DataFormatError
 
-    path = Path(path)
-    with open_text(path, EXPECTED) as fh:  # names a directory, binary or non-UTF-8 file
-        lines = fh.read().splitlines()
-    rows: list[dict[str, Any]] = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if allow_torn_tail and lineno == len(lines):
-                break
-            raise DataFormatError(path, lineno, EXPECTED, f"not JSON ({e.msg}): {line.strip()[:200]}") from None
-        if not isinstance(rec, dict):
-            raise DataFormatError(path, lineno, EXPECTED, line.strip()[:200])
+    path = check_file(path, EXPECTED)  # names a directory or binary file
+    read = read_jsonl(path, expected=EXPECTED, torn_tail=allow_torn_tail)
+    for lineno, rec in zip(read.lines, read.rows):
         pred, answers = rec.get("prediction"), rec.get("answers")
         if "prediction" not in rec or not (pred is None or isinstance(pred, str)):
-            raise DataFormatError(path, lineno, EXPECTED, f'field "prediction" missing or not a string in {line.strip()[:200]}')
+            raise DataFormatError(path, lineno, EXPECTED, f'field "prediction" missing or not a string in {_shown(rec)}')
         if not isinstance(answers, list) or not all(isinstance(a, (str, int, float)) for a in answers):
-            raise DataFormatError(path, lineno, EXPECTED, f'field "answers" missing or not a list of strings in {line.strip()[:200]}')
+            raise DataFormatError(path, lineno, EXPECTED, f'field "answers" missing or not a list of strings in {_shown(rec)}')
         rec["prediction"] = pred or ""
         rec["answers"] = [a if isinstance(a, str) else json.dumps(a) for a in answers]
-        rows.append(rec)
-    return rows
+    return read.rows
 
 
-def _rewrite_clean(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-class JsonlAppender:
-    """Append one JSON line per record, flushed and fsynced at once (TEMP: replaced by kgrag_lib.jsonl)."""
-
-    def __init__(self, path: Path) -> None:
-        import threading
-
-        self.path, self._lock, self._fh = Path(path), threading.Lock(), None
-
-    def __enter__(self) -> "JsonlAppender":
-        self._fh = open(self.path, "a", encoding="utf-8")
-        return self
-
-    def append(self, row: Any) -> None:
-        with self._lock:
-            self._fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-
-    def __exit__(self, *exc: Any) -> None:
-        self._fh.close()
-
-
-def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+def _shown(rec: dict[str, Any]) -> str:
+    return json.dumps(rec, ensure_ascii=False)[:200]
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:
@@ -203,7 +157,7 @@ def folder_lock(out: Path) -> Iterator[None]:
         raise FolderBusyError(f"{out} is being written by {who}; wait for it to finish or use another output "
                               f"folder") from None
     try:
-        _atomic_json(info, {"pid": os.getpid(), "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        atomic_json(info, {"pid": os.getpid(), "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                             "command": " ".join(sys.argv)})
         yield
     finally:
@@ -278,15 +232,15 @@ def run_method(
             for f in (PRED_FILE, METRICS_FILE):
                 (out / f).unlink(missing_ok=True)
         elif pred_path.exists():
-            _rewrite_clean(pred_path, done)
+            rewrite_jsonl(pred_path, done)
         man = manifest(config)
         if prev is not None:
             man["resumed_from"] = prev.get("started")
             man["started"] = prev.get("started", man["started"])
-        _atomic_json(out / MANIFEST_FILE, man)
+        atomic_json(out / MANIFEST_FILE, man)
         result = _answer_and_score(method, questions, done, pred_path, llm, progress, metrics,
                                    resolve_concurrency(concurrency, llm, method))
-        _atomic_json(out / METRICS_FILE, result)
+        atomic_json(out / METRICS_FILE, result)
     _warn_issues(result, out)
     return result
 
@@ -329,7 +283,7 @@ def _answer_and_score(method: Any, questions: list[Question], done: list[dict[st
     # The first question runs alone: it builds what the method loads lazily (indexes, KG parts),
     # which the questions in flight after it then share instead of building it side by side.
     flow = chain(as_they_finish(answer, todo[:1], 1), as_they_finish(answer, todo[1:], concurrency))
-    with JsonlAppender(pred_path) as out, bar:
+    with JsonlAppender(pred_path, default=str) as out, bar:
         for _, row in flow:
             out.append(row)
             done.append(row)

@@ -236,7 +236,7 @@ def test_text_kg_schemas_compile_to_llama_cpp_grammars():
     pytest.importorskip("llama_cpp")
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-    from kgrag_lib.kg.text_prompts import ENTITY_SCHEMA, RELATION_SCHEMA
+    from kgrag_lib.methods.sa_rag.prompts import ENTITY_SCHEMA, RELATION_SCHEMA
 
     assert '"\\"PERSON\\"" | "\\"ORGANIZATION\\"" | "\\"GPE\\"" | "\\"MISC\\""' in json_schema_to_gbnf(ENTITY_SCHEMA)
     assert "relations-item-description-kv" in json_schema_to_gbnf(RELATION_SCHEMA)

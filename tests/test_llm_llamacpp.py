@@ -98,7 +98,7 @@ def test_grammar_first_greedy_equals_the_library_chain(raw):
     """Greedy decoding under a grammar (GBNF and a JSON schema) through the grammar-first sampler
     gives the library chain's output token for token, and checks the whole vocabulary only at
     the tokens where the model's favourite breaks the grammar."""
-    from kgrag_lib.kg.tcr_records import GRAMMAR
+    from kgrag_lib.methods.tcr_qf.prompts import GRAMMAR
     from kgrag_lib.llm.base import SamplingParams
 
     text = "Marie Curie was born in Warsaw. She won the Nobel Prize in Physics in 1903 with Pierre Curie."

@@ -23,7 +23,8 @@ from kgrag_lib.config import load_profile
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.judge import judge_answer, judge_predictions, parse_verdict
 from kgrag_lib.kg.sources import BuiltKG
-from kgrag_lib.kg.text_index import Chunk, assemble
+from kgrag_lib.kg.extraction import Chunk
+from kgrag_lib.kg.text_kg import assemble
 from kgrag_lib.kg.traverse import rescaled_cosine
 from kgrag_lib.llm.base import PromptTooLongError
 from kgrag_lib.llm.fake import ScriptedLLM
@@ -31,7 +32,7 @@ from kgrag_lib.methods import available_methods
 from kgrag_lib.methods.base import RunContext
 from kgrag_lib.methods.sa_rag import (METHODS, SARAGConfig, csr_from_edges, make_method, spread_activation,
                                       within_hops)
-from kgrag_lib.methods.sa_rag.corpus import resolve_spec
+from kgrag_lib.methods.common import resolve_spec
 from kgrag_lib.methods.sa_rag.graph_index import build_graph_index
 from kgrag_lib.methods.sa_rag.ppr import personalized_pagerank, undirected_matrix
 from kgrag_lib.methods.sa_rag.retrievers import PPRRetriever, SARetriever, SASettings

@@ -293,7 +293,7 @@ def test_the_generic_claim_checker():
 
 # ------------------------------------------------------------------ index statistics
 def test_index_table_rows_types_and_failures():
-    from kgrag_lib.kg.text_index import TextKG
+    from kgrag_lib.kg.text_kg import TextKG
 
     stats = {"musique": {"corpus": "pooled paragraphs of 2 sampled musique questions (seed 0), titles kept",
                          "model": "m", "passages": 40, "chunks": 40, "entities_per_chunk": 3.5,

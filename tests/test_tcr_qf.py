@@ -12,9 +12,12 @@ import pytest
 
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.kg.store import KGStore
-from kgrag_lib.kg.tcr_kg import (BuildConfig, SentenceIndex, TcrKG, WhitespaceTokenizer, build_tcr_kg,
-                                 restore_context, split_sentences, template, token_chunks)
-from kgrag_lib.kg.tcr_records import GRAMMAR, parse_records
+from kgrag_lib.kg.extraction import WhitespaceTokenizer, token_chunks
+from kgrag_lib.kg.tcr_kg import TcrKG
+from kgrag_lib.methods.tcr_qf.context import SentenceIndex, restore_context, split_sentences, template
+from kgrag_lib.methods.tcr_qf.extraction import BuildConfig, build_tcr_kg
+from kgrag_lib.methods.tcr_qf.prompts import GRAMMAR
+from kgrag_lib.methods.tcr_qf.records import parse_records
 from kgrag_lib.llm.base import SamplingParams
 from kgrag_lib.llm.fake import ScriptedLLM
 from kgrag_lib.methods.base import RunContext
@@ -192,7 +195,7 @@ def _tog_kg(tmp_path):
                ("Ann Lee", "award", "Prize A"), ("Carl", "directed", "Film X")]
     store = KGStore.from_triples(triples)
     from kgrag_lib.kg.tcr_kg import Entity
-    from kgrag_lib.kg.text_index import normalize
+    from kgrag_lib.kg.extraction import normalize
 
     names = {n for t in triples for n in (t[0], t[2])}
     ents = {normalize(n): Entity(n, "Thing", "", []) for n in names}
@@ -455,7 +458,7 @@ def test_local_search_context_does_not_depend_on_the_hash_seed(tmp_path):
 import numpy as np
 from kgrag_lib.kg.store import KGStore
 from kgrag_lib.kg.tcr_kg import Entity, TcrKG
-from kgrag_lib.kg.text_index import normalize
+from kgrag_lib.kg.extraction import normalize
 from kgrag_lib.methods.tcr_qf.search import entity_index, local_search
 triples = [(f"e{i}", f"r{i % 3}", f"e{(i * 7) % 40}") for i in range(60)]
 store = KGStore.from_triples(triples)
@@ -471,7 +474,7 @@ print(local_search(kg, index, np.ones(4, dtype=np.float32) / 2, lambda t: 1, top
 
 
 def test_a_corpus_without_paragraphs_names_the_split_that_has_them():
-    from kgrag_lib.kg.text_index import CorpusSelection
+    from kgrag_lib.data.selection import CorpusSelection
     from kgrag_lib.paths import data_root
 
     if not (data_root() / "2wiki").is_dir():

@@ -26,8 +26,8 @@ from fakes import BagOfWordsEmbedder
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.summary import summarize
 from kgrag_lib.grid import Cell, GridReport, GridRun
-from kgrag_lib.kg.tcr_records import GRAMMAR
-from kgrag_lib.kg.text_index import normalize
+from kgrag_lib.kg.extraction import normalize
+from kgrag_lib.methods.tcr_qf.prompts import GRAMMAR
 from kgrag_lib.llm.cache import LLMCache
 from kgrag_lib.llm.fake import ScriptedLLM
 from kgrag_lib.methods.tcr_qf import VARIANTS

@@ -1,4 +1,4 @@
-"""Text-to-KG indexing (`kg.text_index`, the `text:` KG source, `kgrag kg build --from-corpus`) with a
+"""Text-to-KG indexing (`kg.extraction`, `kg.text_kg`, SA-RAG's `methods.sa_rag.extraction`, the `text:` KG source, `kgrag kg build --from-corpus`) with a
 scripted LLM: chunking, the exact KG a scripted extraction gives, resolution through aliases, the
 one repair request, failures recorded, dropped relations counted, resume after a kill, reruns
 served by the call cache, and the build folder keyed by prompt version and model. One real-model
@@ -14,11 +14,13 @@ from test_kg_cli import run as run_cli
 
 from kgrag_lib.commands import kg as kg_cmd
 from kgrag_lib.errors import ConfigError, DataFormatError
-from kgrag_lib.kg import text_prompts
+from kgrag_lib.kg.extraction import ExtractionJournal as Journal
+from kgrag_lib.kg.extraction import chunk_passages, chunk_words
 from kgrag_lib.kg.sources import load_kg, shared_kg
-from kgrag_lib.kg.text_index import (Journal, RelationMention, TextKG, build_text_kg, chunk_passages, chunk_words,
-                                     parse_entities)
-from kgrag_lib.kg.text_prompts import ENTITY_SCHEMA, RELATION_SCHEMA
+from kgrag_lib.kg.text_kg import RelationMention, TextKG
+from kgrag_lib.methods.sa_rag import extraction as text_extraction
+from kgrag_lib.methods.sa_rag.extraction import build_text_kg, parse_entities
+from kgrag_lib.methods.sa_rag.prompts import ENTITY_SCHEMA, RELATION_SCHEMA
 from kgrag_lib.llm import LLMCache, ScriptedLLM
 from kgrag_lib.methods.base import RunContext
 from kgrag_lib.paths import data_root
@@ -201,7 +203,7 @@ def test_an_output_cut_off_by_max_tokens_keeps_its_complete_items_without_a_repa
 
 
 def test_complete_items_only_takes_a_list_that_was_cut_off():
-    from kgrag_lib.kg.text_index import complete_items
+    from kgrag_lib.methods.sa_rag.extraction import complete_items
 
     a, b = {"name": "A"}, {"name": "B"}
     assert json.loads(complete_items('{"entities": [%s, %s, %s, {"na' % (json.dumps(a), json.dumps(b), json.dumps(a)),
@@ -310,7 +312,7 @@ def test_text_source_builds_once_into_a_folder_keyed_by_model_and_prompt(tmp_pat
         load_kg("text:musique", data_root=root, cache_dir=cache)
     llm = scripted(OUTPUTS)
     kg = load_kg("text:musique", data_root=root, cache_dir=cache, llm=llm)
-    assert kg.name == f"text-musique-default-{text_prompts.PROMPT_VERSION}" and len(llm.requests) == 4
+    assert kg.name == f"text-musique-default-{text_extraction.EXTRACTION_PROMPT_VERSION}" and len(llm.requests) == 4
     assert isinstance(kg.extra["text"], TextKG) and kg.stats["related_to_triples"] == 3
     assert kg.stats["corpus"] == "pooled paragraphs of every musique question of the split, titles kept"
     assert kg.stats["model_identity"] == "scripted:tkg" and kg.stats["passages"] == 2  # TAXI pooled once
@@ -321,7 +323,7 @@ def test_text_source_builds_once_into_a_folder_keyed_by_model_and_prompt(tmp_pat
     reloaded = load_kg("text:musique", data_root=root, cache_dir=cache, llm=again)
     assert again.requests == [] and reloaded.stats == kg.stats and reloaded.extra["text"] == kg.extra["text"]
     load_kg("text:musique", data_root=root, cache_dir=cache, llm=scripted(OUTPUTS, identity="scripted:other"))
-    monkeypatch.setattr(text_prompts, "PROMPT_VERSION", "tkg-test")
+    monkeypatch.setattr(text_extraction, "EXTRACTION_PROMPT_VERSION", "tkg-test")
     changed = load_kg("text:musique", data_root=root, cache_dir=cache, llm=scripted(OUTPUTS))
     assert changed.name == "text-musique-default-tkg-test" and changed.stats["prompt_version"] == "tkg-test"
     assert len([p for p in (cache / "kg").iterdir() if p.is_dir()]) == 3

@@ -82,6 +82,7 @@ def _open(args: argparse.Namespace):
     from ..kg.sources import load_kg
 
     if args.kg:
+        _provide_paper_sources()
         return load_kg(args.kg).store
     if getattr(args, "store", None):
         if not Path(args.store).is_dir():
@@ -157,11 +158,20 @@ def handle_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _provide_paper_sources() -> None:
+    """Import every paper's package, so the KGs they extract (`text:`, `tcr:`) can be named."""
+    from ..methods.registry import available_methods
+
+    available_methods()
+
+
 def _build_from_corpus(args: argparse.Namespace) -> int:
+    from ..data.selection import CorpusSelection
     from ..kg.sources import STATS_FILE, load_kg
-    from ..kg.text_index import CorpusSelection
     from ..llm import load_llm
     from ..paths import data_root
+
+    _provide_paper_sources()
 
     spec = corpus_spec(args.from_corpus, args.split, args.n, args.seed)
     CorpusSelection.parse(spec.removeprefix("text:")).input_files(data_root())  # bad input fails before the model loads

@@ -18,9 +18,12 @@ Specs (the `kg` / `kb` config values):
   `data.wikidata5m.build_wikidata5m_kg` (Appendix B filters, Table 5 statistics) from the
   official files in `<data root>/wikidata5m/` (or `<folder>`).
 - `tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]` (TCR-QF): the same passages as `text:`, chunked
-  into 512 tokens and extracted as EID records (`kg.tcr_kg`); `BuiltKG.extra["tcr_folder"]`.
+  into 512 tokens and extracted as EID records (`methods.tcr_qf.extraction`, into `kg.tcr_kg`);
+  `BuiltKG.extra["tcr_folder"]`.
 - `text:<dataset>[:<split>][:n=<N>][:seed=<S>]` (SA-RAG): a KG an LLM extracts from the
-  dataset's passages (`kg.text_index`; the corpus forms are in `CorpusSelection`). Needs
+  dataset's passages (`methods.sa_rag.extraction`, into `kg.text_kg`; the corpus forms are in
+  `data.selection.CorpusSelection`). These two are planned by their paper's package, which
+  provides the plan when imported (`provide`). Needs
   `llm=`; its build folder is keyed by the model identity, the prompt version and the
   extraction settings too, the build resumes from a per-chunk journal, and `BuiltKG.extra["text"]`
   holds the `TextKG` side tables.
@@ -40,6 +43,7 @@ settings), and a `build()` returning `(KGStore, stats)`, and add one row to `SOU
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -50,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from ..errors import ConfigError, KgragError, MissingDataError
+from ..jsonl import atomic_text
 from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
 from .store import KGStore
@@ -249,72 +254,31 @@ def wikidata5m_source(arg: str, data_root: Path) -> SourcePlan:
     return SourcePlan("wikidata5m", inputs, build)
 
 
-# ---- text: an LLM-extracted KG --------------------------------------------------------------
-def _text_extra(folder: Path) -> dict[str, Any]:
-    from .text_index import TextKG
+# ---- text: and tcr: LLM-extracted KGs (planned by their paper's package) ---------------------
+def text_tables(folder: Path) -> dict[str, Any]:
+    """The side tables of an SA-RAG text KG folder: `extra["text"]` is its `TextKG`."""
+    from .text_kg import TextKG
 
     return {"text": TextKG.load(folder)}
 
 
-def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
-    """The KG `llm` extracts from the passages `arg` selects (`CorpusSelection`), resumable."""
-    from .text_index import CorpusSelection, ExtractionConfig, build_text_kg
-    from .text_prompts import PROMPT_VERSION
-
-    selection = CorpusSelection.parse(arg)
-    if llm is None:
-        raise ConfigError("a text KG is extracted by an LLM: pass llm= to load_kg/shared_kg "
-                          "(or run `kgrag kg build --from-corpus`)")
-    config = ExtractionConfig()
-    base = llm.default_params.to_dict()
-    identity = "\0".join([PROMPT_VERSION, llm.backend, llm.identity, config.key(), json.dumps(base, sort_keys=True),
-                          str(selection)])
-
-    def build(journal: Path) -> tuple[KGStore, dict[str, Any], Any]:
-        passages, about = selection.passages(data_root)
-        return build_text_kg(passages, llm, journal, config=config, about=about)
-
-    return SourcePlan(f"{selection.name}-{PROMPT_VERSION}", selection.input_files(data_root), build,
-                      identity=identity, resumable=True, load_extra=_text_extra)
-
-
-# ---- tcr: TCR-QF's EID-record KG ------------------------------------------------------------
-def _tcr_extra(folder: Path) -> dict[str, Any]:
+def tcr_tables(folder: Path) -> dict[str, Any]:
+    """A TCR-QF KG folder: `extra["tcr_folder"]` is the folder `TcrKG.load` reads a private copy from."""
     return {"tcr_folder": folder}
-
-
-def tcr_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
-    """TCR-QF's KG (`kg.tcr_kg`) of the passages `arg` selects (`CorpusSelection`), resumable;
-    `BuiltKG.extra["tcr_folder"]` is the folder `TcrKG.load` reads a private copy from."""
-    from .tcr_kg import BuildConfig, build_tcr_kg
-    from .tcr_records import PROMPT_VERSION
-    from .text_index import CorpusSelection
-
-    selection = CorpusSelection.parse(arg)
-    if llm is None:
-        raise ConfigError("a TCR-QF KG is extracted by an LLM: pass llm= to load_kg/shared_kg")
-    config = BuildConfig()
-    base = llm.default_params.to_dict()
-    identity = "\0".join([PROMPT_VERSION, llm.backend, llm.identity, config.key(), json.dumps(base, sort_keys=True),
-                          str(selection)])
-
-    def build(journal: Path) -> tuple[KGStore, dict[str, Any], Any]:
-        passages, about = selection.passages(data_root)
-        return build_tcr_kg(passages, llm, journal, config=config, about=about)
-
-    return SourcePlan(f"tcr-{selection.name[len('text-'):]}-{PROMPT_VERSION}", selection.input_files(data_root),
-                      build, identity=identity, resumable=True, load_extra=_tcr_extra)
 
 
 # ---- the table and the cache ------------------------------------------------------------
 @dataclass(frozen=True)
 class Source:
     """A row of `SOURCES`: `plan(arg, data_root)` gets the text after `<prefix>:` ("" if none);
-    with `needs_llm`, `plan(arg, data_root, llm)`."""
+    with `needs_llm`, `plan(arg, data_root, llm)`. A KG extracted with a paper's own prompts
+    has no plan here: its package (`provider`) provides it when imported (`provide`), so the KG
+    layer never imports a method's code."""
 
-    plan: Callable[..., SourcePlan]
+    plan: Callable[..., SourcePlan] | None
     forms: str  # the spec forms it accepts, for error messages
     needs_llm: bool = False
+    provider: str = ""
 
 
 SOURCES: dict[str, Source] = {
@@ -322,10 +286,17 @@ SOURCES: dict[str, Source] = {
     "2wiki-evidence-heldout": Source(twowiki_evidence_source(True), "'2wiki-evidence-heldout'"),
     "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)"),
     "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'"),
-    "text": Source(text_source, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True),
-    "tcr": Source(tcr_source, "'tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True),
+    "text": Source(None, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True,
+                   provider="kgrag_lib.methods.sa_rag"),
+    "tcr": Source(None, "'tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True,
+                  provider="kgrag_lib.methods.tcr_qf"),
 }
 ACCEPTED = ", ".join(s.forms for s in SOURCES.values()) + " or the folder of a saved KGStore"
+
+
+def provide(prefix: str, plan: Callable[..., SourcePlan]) -> None:
+    """Called by a paper's package on import: the plan of its `prefix:` KG (a row of `SOURCES`)."""
+    SOURCES[prefix] = dataclasses.replace(SOURCES[prefix], plan=plan)
 
 
 def _fingerprint(paths: list[Path], identity: str = "") -> str:
@@ -367,27 +338,24 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
                     t.save(folder)
                 if journal.exists():
                     os.replace(journal, folder / JOURNAL_FILE)
-                tmp = stats_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(stats, indent=1), encoding="utf-8")
-                os.replace(tmp, stats_file)  # written last: marks a complete build
+                atomic_text(stats_file, json.dumps(stats, indent=1))  # written last: marks a complete build
     extra = plan.load_extra(folder) if plan.load_extra else {}
     return KGStore.load(folder), json.loads(stats_file.read_text(encoding="utf-8")), extra
 
 
 def _saved_folder(spec: str, folder: Path) -> BuiltKG:
     """A folder written by `KGStore.save` or copied from the KG cache (stats and side tables kept)."""
-    from .text_index import TEXT_KG_FILE
+    from .tcr_kg import TABLES_FILE
+    from .text_kg import TEXT_KG_FILE
 
     store = KGStore.load(folder)
     _refuse_empty(spec, store, str(folder))
     stats = {"kg": str(folder), **size_stats(store)}
     if (folder / STATS_FILE).is_file():
         stats = json.loads((folder / STATS_FILE).read_text(encoding="utf-8"))
-    from .tcr_kg import TABLES_FILE
-
-    extra = _text_extra(folder) if (folder / TEXT_KG_FILE).is_file() else {}
+    extra = text_tables(folder) if (folder / TEXT_KG_FILE).is_file() else {}
     if (folder / TABLES_FILE).is_file():
-        extra = _tcr_extra(folder)
+        extra = tcr_tables(folder)
     return BuiltKG(f"store:{folder.name}", spec, store, stats, extra)
 
 
@@ -405,6 +373,9 @@ def load_kg(spec: str, *, data_root: Path | str | None = None, cache_dir: Path |
         if spec and folder.is_dir():
             return _saved_folder(spec, folder)
         raise ConfigError(f"kg={spec!r}: unknown KG; accepted: {ACCEPTED}")
+    if source.plan is None:
+        raise ConfigError(f"kg={spec!r}: this KG is extracted with the prompts of {source.provider}, which provides "
+                          f"it when imported (its methods do); import {source.provider} first")
     try:
         root = _data_root(data_root)
         plan = source.plan(arg, root, llm) if source.needs_llm else source.plan(arg, root)

@@ -1,9 +1,8 @@
 """TCR-QF's KG (§3.1, §3.3, §3.4): built once from token chunks of the corpus by the EID-record
 extraction, then grown during reasoning by feedback triples, without rebuilding the store.
 
-- Chunks: `MAX_LEN` 512 tokens with `OVERLAP` 64 of a named tokenizer (`load_tokenizer`: the
-  shipped MiniLM WordPiece by default, any local Hugging Face tokenizer, or `whitespace`), cut
-  at token offsets so a chunk is a verbatim slice of its passage (title kept in front).
+- Chunks: 512 tokens with 64 of overlap of a named tokenizer (`kg.extraction.token_chunks`),
+  each a verbatim slice of its passage (title kept in front).
 - One unified KG: entities of every chunk are merged by normalized name (NFKC, case-folded,
   punctuation removed); the first type and description seen are kept; `sources` lists every
   chunk an entity was extracted from (Sources(e) of §3.3). A relation record becomes the
@@ -16,99 +15,24 @@ extraction, then grown during reasoning by feedback triples, without rebuilding 
   within the same similarity is a duplicate and dropped (§3.4 "filtered based on edit
   distance"; the paper gives no threshold: ours is `dedupe_threshold`, default 0.85).
 
-The build is cached and resumable like SA-RAG's text KG (`kg.sources`, spec `tcr:`): one
-fsynced journal line per chunk, a rerun sends no LLM call for journaled chunks.
+The extraction (EID records, its prompts and parser) is TCR-QF's own (`methods.tcr_qf.extraction`,
+spec `tcr:`); this module holds the KG it assembles and grows.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
-import numpy as np
-
-from ..errors import ConfigError, DataFormatError
-from ..llm.base import PromptTooLongError
-from ..records import Passage
-from . import tcr_records as R
+from ..errors import DataFormatError
+from ..jsonl import atomic_text
+from .extraction import Chunk, normalize
 from .store import KGStore
-from .text_index import Chunk, Journal, normalize
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..llm.base import LLM
 
 TABLES_FILE = "tcr_kg.json"
 TABLES_FORMAT = "kgrag-tcr-kg"
-MAX_LEN, OVERLAP = 512, 64
-_SENTENCE = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])")
-
-
-# ---- chunking ------------------------------------------------------------------------------------
-class WhitespaceTokenizer:
-    """Tokens are whitespace-separated words (offsets into the text); for tests and tokenizer-free runs."""
-
-    name = "whitespace"
-
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
-
-
-class HFTokenizer:
-    """A Hugging Face fast tokenizer's token offsets (no special tokens)."""
-
-    def __init__(self, name: str, tok: Any):
-        self.name, self._tok = name, tok
-
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        enc = self._tok(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        return [tuple(o) for o in enc["offset_mapping"] if o[1] > o[0]]
-
-
-def load_tokenizer(name: str = "minilm") -> WhitespaceTokenizer | HFTokenizer:
-    """`minilm` (the WordPiece of the shipped all-MiniLM-L6-v2), `whitespace`, or a local
-    Hugging Face tokenizer folder / id (offline)."""
-    if name == "whitespace":
-        return WhitespaceTokenizer()
-    from transformers import AutoTokenizer
-
-    if name == "minilm":
-        from ..retrieval.embedder import _minilm_dir
-
-        return HFTokenizer("minilm (all-MiniLM-L6-v2 WordPiece)", AutoTokenizer.from_pretrained(str(_minilm_dir())))
-    try:
-        return HFTokenizer(name, AutoTokenizer.from_pretrained(name, local_files_only=True))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"parameter 'tokenizer': cannot load {name!r} offline ({exc}); use minilm, whitespace "
-                          "or a local tokenizer folder") from None
-
-
-def token_chunks(passages: Iterable[Passage], tokenizer: Any, size: int = MAX_LEN,
-                 overlap: int = OVERLAP) -> list[Chunk]:
-    """§3.1: windows of `size` tokens, each starting `size - overlap` tokens after the previous,
-    the last ending at the passage's last token; each a verbatim slice of the passage text."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ConfigError(f"chunk size: expected an int >= 1, got {size!r}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < size:
-        raise ConfigError(f"chunk overlap: expected an int in [0, size={size}), got {overlap!r}")
-    out = []
-    for p in passages:
-        offs = tokenizer.offsets(p.text)
-        for i, start in enumerate(range(0, len(offs), size - overlap)):
-            window = offs[start:start + size]
-            out.append(Chunk(p.pid, i, p.title, p.text[window[0][0]:window[-1][1]]))
-            if start + size >= len(offs):
-                break
-    return out
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a chunk: a break after . ! ? (and closing quotes) before a capital, digit or quote."""
-    return [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
 
 
 # ---- the KG ----------------------------------------------------------------------------------------
@@ -181,8 +105,9 @@ class TcrKG:
                 return True
         return False
 
-    def add(self, ext: R.Extracted, origin: str, sources: Sequence[str]) -> Added:
-        """Feedback: the records of `ext` joined to the KG (see the module doc); `sources` are the
+    def add(self, ext: Any, origin: str, sources: Sequence[str]) -> Added:
+        """Feedback: the records of `ext` (`.entities` by EID, `.relations` between EIDs, as TCR-QF's
+        record parser gives them) joined to the KG (see the module doc); `sources` are the
         chunks they were read from (they become Sources(e) of new and matched entities)."""
         out = Added()
         keys: dict[str, str] = {}
@@ -258,9 +183,7 @@ class TcrKG:
                    "entities": [[k, e.name, e.type, e.description, e.sources] for k, e in self.entities.items()],
                    "quotes": {str(k): v for k, v in self.quotes.items()},
                    "chunks": [[c.pid, c.index, c.title, c.text] for c in self.chunks.values()]}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_text(path, json.dumps(payload, ensure_ascii=False))
         return path
 
     @classmethod
@@ -281,40 +204,7 @@ class TcrKG:
         return cls(KGStore.load(folder, mmap=False), entities, quotes, chunks, threshold)
 
 
-# ---- the build ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BuildConfig:
-    """What changes the extracted KG besides the model and the prompt version."""
-
-    tokenizer: str = "minilm"
-    chunk_size: int = MAX_LEN
-    overlap: int = OVERLAP
-    max_tokens: int = 768
-
-    def key(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True)
-
-
-def extract_chunk(llm: "LLM", chunk: Chunk, max_tokens: int) -> dict[str, Any]:
-    """One chunk's journal record: the parsed records (with rejections), failure, usage."""
-    before = llm.usage.snapshot()
-    params = llm.default_params.replace(max_tokens=max_tokens, grammar=R.GRAMMAR)
-    rec: dict[str, Any] = {"chunk": chunk.cid, "failure": ""}
-    try:
-        out = llm.generate(R.extraction_messages(chunk.as_text()), params)
-    except PromptTooLongError as exc:
-        out, rec["failure"] = "", f"prompt too long: {exc}"
-    ext = R.parse_records(out)
-    if not rec["failure"] and not ext.entities:
-        rec["failure"] = "no valid entity record in the output"
-        rec["output"] = out[:300]
-    rec.update(ext.to_dict())
-    used = llm.usage.since(before)
-    rec["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
-                    "completion_tokens": used.total_completion_tokens}
-    return rec
-
-
+# ---- the assembly --------------------------------------------------------------------------------
 def _in_chunk(quote: str, chunk: Chunk) -> bool:
     return " ".join(quote.split()).casefold() in " ".join(chunk.as_text().split()).casefold()
 
@@ -383,88 +273,3 @@ def build_stats(chunks: Sequence[Chunk], recs: Sequence[dict[str, Any]], counts:
         "llm_requests": usage["requests"], "llm_calls": usage["calls"],
         "prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
     }
-
-
-def build_tcr_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *, config: BuildConfig = BuildConfig(),
-                 show_progress: bool = True, about: dict[str, Any] | None = None
-                 ) -> tuple[KGStore, dict[str, Any], TcrKG]:
-    """Extract and assemble the KG of `passages`, resuming from `journal` (one line per chunk)."""
-    from ..progress import progress
-
-    start = time.perf_counter()
-    chunks = token_chunks(passages, load_tokenizer(config.tokenizer), config.chunk_size, config.overlap)
-    log = Journal(journal)
-    done = log.read()
-    todo = [c for c in chunks if c.cid not in done]
-    calls0 = llm.usage.calls
-    bar = progress(total=len(chunks), initial=len(chunks) - len(todo), unit="chunk", desc="TCR-QF extraction",
-                   disable=not show_progress)
-    try:
-        for c in todo:
-            rec = extract_chunk(llm, c, config.max_tokens)
-            log.append(rec)
-            done[c.cid] = rec
-            bar.update(1)
-    finally:
-        bar.close()
-        log.close()
-    recs = [done[c.cid] for c in chunks]
-    store, kg, counts = assemble(chunks, recs)
-    stats = {"kg": "tcr", **(about or {}), "model": llm.name, "model_identity": llm.identity,
-             "prompt_version": R.PROMPT_VERSION, "tokenizer": config.tokenizer, "chunk_size": config.chunk_size,
-             "chunk_overlap": config.overlap, "max_tokens": config.max_tokens, "passages": len(passages),
-             **build_stats(chunks, recs, counts),
-             "chunks_extracted_this_build": len(todo), "llm_calls_this_build": llm.usage.calls - calls0,
-             "seconds_this_build": round(time.perf_counter() - start, 3)}
-    return store, stats, kg
-
-
-# ---- sentences and context restoration (§3.3) ------------------------------------------------------
-@dataclass
-class SentenceIndex:
-    """Every sentence of the corpus chunks, embedded once (cached on disk); per chunk its rows."""
-
-    texts: list[str]
-    rows: dict[str, tuple[int, int]]  # chunk id -> [start, end) rows
-    vecs: np.ndarray
-
-    @classmethod
-    def build(cls, chunks: Iterable[Chunk], embedder: Any, cache_dir: Path, name: str,
-              show_progress: bool = False) -> "SentenceIndex":
-        from ..retrieval import embed_cached
-
-        texts: list[str] = []
-        rows: dict[str, tuple[int, int]] = {}
-        for c in chunks:
-            sents = split_sentences(c.text) or [c.text]
-            rows[c.cid] = (len(texts), len(texts) + len(sents))
-            texts.extend(sents)
-        vecs = embed_cached(embedder, texts, cache_dir=cache_dir, name=name, show_progress=show_progress)
-        return cls(texts, rows, np.asarray(vecs, dtype=np.float32))
-
-    def candidates(self, chunk_ids: Iterable[str]) -> np.ndarray:
-        spans = [self.rows[c] for c in dict.fromkeys(chunk_ids) if c in self.rows]
-        if not spans:
-            return np.empty(0, dtype=np.int64)
-        return np.concatenate([np.arange(a, b) for a, b in spans])
-
-
-def restore_context(kg: TcrKG, sentences: SentenceIndex, triples: Sequence[tuple[str, str, str]],
-                    template_vecs: np.ndarray) -> list[str]:
-    """§3.3: per triple, the sentence of Sources(h) ∪ Sources(t) most similar to "h r t" ("" when
-    neither end has a source chunk). `template_vecs[i]` is the unit embedding of triple i's
-    template: a lookup and one dot product per candidate sentence, no sentence is re-embedded."""
-    out = []
-    for (h, _, t), v in zip(triples, template_vecs):
-        rows = sentences.candidates([*kg.sources(h), *kg.sources(t)])
-        if rows.size == 0:
-            out.append("")
-            continue
-        scores = sentences.vecs[rows] @ v
-        out.append(sentences.texts[int(rows[int(np.argmax(scores))])])
-    return out
-
-
-def template(triple: tuple[str, str, str]) -> str:
-    """T(e_h, r, e_t) = "e_h r e_t" (§3.3)."""
-    return " ".join(triple)

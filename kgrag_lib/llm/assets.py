@@ -20,6 +20,7 @@ from typing import Iterable
 from filelock import FileLock
 
 from ..errors import BackendUnavailableError, ConfigError, KgragError
+from ..jsonl import atomic_text
 from ..paths import cache_dir
 
 _CHUNK = 1 << 20
@@ -78,9 +79,7 @@ def _marker_path(dest: Path) -> Path:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _marker_ok(dest: Path, sha256: str) -> bool:

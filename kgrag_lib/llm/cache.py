@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
 from ..errors import CacheDamagedError, MissingDataError, UnreadableFileError
+from ..jsonl import read_jsonl, rewrite_jsonl
 from ..paths import cache_dir
 from .base import Messages, SamplingParams, TokenLogprob
 
@@ -448,10 +449,8 @@ def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None,
                  identities: Iterable[str] | None = None, since: float | None = None,
                  exclude_keys: set[str] | None = None) -> int:
     """Write the cache's rows (optionally only some model identities, or rows created after
-    `since`, a unix time) as gzip JSON lines: a compact file that can be committed, so the
-    answers a long run paid for survive a fresh checkout (`import_cache` loads it back)."""
-    import gzip
-
+    `since`, a unix time) as gzip JSON lines: a compact file that can be committed, so the answers a long
+    run paid for survive a fresh checkout (`import_cache` loads it back)."""
     src = _cache_file(path)
     conn = _read_only(src)
     try:
@@ -471,17 +470,23 @@ def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None,
         conn.close()
     if exclude_keys:
         rows = [r for r in rows if r[0] not in exclude_keys]
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(dict(zip(_COLUMNS.split(", "), row)), ensure_ascii=False) + "\n")
-    os.replace(tmp, dest)
+    columns = _COLUMNS.split(", ")
+    rewrite_jsonl(Path(dest), (dict(zip(columns, row)) for row in rows), gz=True)
     return len(rows)
 
 
 PART_GLOB = "part-*.jsonl.gz"
+EXPORT_FORM = "a gzip JSON-lines export of the LLM cache (kgrag cache export)"
+
+
+def _read_export(path: Path) -> list[dict[str, Any]]:
+    """The rows of an export file; a damaged one is a DataFormatError (naming the line where it can)."""
+    from ..errors import DataFormatError
+
+    try:
+        return read_jsonl(path, expected=EXPORT_FORM, gz=True).rows
+    except (OSError, EOFError) as exc:
+        raise DataFormatError(path, None, EXPORT_FORM, f"{type(exc).__name__}: {exc}") from None
 
 
 def export_cache_part(folder: str | os.PathLike, path: str | os.PathLike | None = None, *,
@@ -489,20 +494,17 @@ def export_cache_part(folder: str | os.PathLike, path: str | os.PathLike | None 
     """Append the rows that no earlier part in `folder` holds as the next `part-NNNN.jsonl.gz`
     (None, 0 when there is nothing new). Parts are never rewritten, so a long run can commit its
     answers every few minutes and the repository grows by the new answers only."""
-    import gzip
-
     folder = Path(folder)
     parts = sorted(folder.glob(PART_GLOB))
     seen: set[str] = set()
     for part in parts:
         try:
-            with gzip.open(part, "rt", encoding="utf-8") as fh:
-                seen.update(json.loads(line)["key"] for line in fh if line.strip())
-        except (OSError, ValueError, EOFError, KeyError, TypeError) as exc:
+            seen.update(row["key"] for row in _read_export(part))
+        except KeyError as exc:
             from ..errors import DataFormatError
 
-            raise DataFormatError(part, None, "a gzip JSON-lines export of the LLM cache (kgrag cache export)",
-                                  f"{type(exc).__name__}: {exc}; move the file aside and export again") from None
+            raise DataFormatError(part, None, EXPORT_FORM, f"a row without {exc}; move the file aside and export "
+                                  "again") from None
     number = 1 + max((int(p.name[5:9]) for p in parts if p.name[5:9].isdigit()), default=0)
     dest = folder / f"part-{number:04d}.jsonl.gz"
     n = export_cache(dest, path, identities=identities, exclude_keys=seen)
@@ -521,25 +523,15 @@ def cache_exports(src: str | os.PathLike) -> list[Path]:
 def import_cache(src: str | os.PathLike, path: str | os.PathLike | None = None) -> tuple[int, int]:
     """Load rows written by `export_cache` into the cache; (added, refused). A row whose key is
     not the hash of its request is refused, never stored; rows already present are kept."""
-    import gzip
-
     src = Path(src)
-    cache = LLMCache(path)
     good, refused = [], 0
-    try:
-        with gzip.open(src, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                rec = json.loads(line)
-                row = tuple(rec.get(c) for c in _COLUMNS.split(", "))
-                if _valid_row(row):
-                    good.append(row)
-                else:
-                    refused += 1
-    except (OSError, ValueError, EOFError) as exc:
-        from ..errors import DataFormatError
-
-        raise DataFormatError(src, None, "a gzip JSON-lines export of the LLM cache (kgrag cache export)",
-                              f"{type(exc).__name__}: {exc}") from None
+    for rec in _read_export(src):
+        row = tuple(rec.get(c) for c in _COLUMNS.split(", "))
+        if _valid_row(row):
+            good.append(row)
+        else:
+            refused += 1
+    cache = LLMCache(path)
     with cache._lock:
         conn = cache._connect()
         before = int(conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])

@@ -21,6 +21,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from kgrag_lib.errors import CacheDamagedError
+from kgrag_lib.jsonl import atomic_text
 from kgrag_lib.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ def embed_cached(
         _encode_to(path, embedder, texts, norm, batch_size, show_progress)
         meta = {"identity": embedder.identity, "n": len(texts), "dim": embedder.dim,
                 "normalize": norm, "texts_sha256": texts_digest(texts), "name": name}
-        _atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
+        atomic_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
     arr, problem = _open_checked(path, *shape)
     if arr is None:
         raise CacheDamagedError(f"embedding cache file {path} fails its check right after being written "
@@ -170,10 +171,3 @@ def _encode_to(path: Path, embedder: SupportsEncode, texts: list[str], normalize
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)

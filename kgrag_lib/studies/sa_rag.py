@@ -64,7 +64,7 @@ class SARAGRuns(Sample, WithModel):
 
     def kg_spec(self, dataset: str) -> str:
         """The KG spec a run on `dataset` resolves (its template with this sample's seed)."""
-        from ..methods.sa_rag.corpus import resolve_spec
+        from ..methods.common import resolve_spec
 
         return resolve_spec(self.kg_template(dataset), dataset, int(self.seed or 0))
 

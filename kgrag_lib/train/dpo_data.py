@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import random
 import sys
 import time
@@ -43,6 +42,7 @@ import numpy as np
 
 from ..config import RunConfig, available_profiles, load_profile, make_config, opt, profile_section
 from ..errors import ConfigError, MissingDataError
+from ..jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
 from ..llm.base import PromptTooLongError, SamplingParams
 from ..llm.parsing import LLMParseError, parse_json
 from ..methods.base import RunContext
@@ -230,17 +230,9 @@ def _result_files(paths: Iterable[str]) -> list[Path]:
 
 
 def _qids_in(path: Path) -> set[str]:
-    """2Wiki qids of a predictions file (rows of other datasets skipped; a torn line ignored)."""
-    qids: set[str] = set()
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and isinstance(row.get("qid"), str) and row.get("dataset", DATASET) == DATASET:
-                qids.add(row["qid"])
-    return qids
+    """2Wiki qids of a predictions file (rows of other datasets skipped; a torn last line ignored)."""
+    return {row["qid"] for row in read_jsonl(path, torn_tail=True).rows
+            if isinstance(row.get("qid"), str) and row.get("dataset", DATASET) == DATASET}
 
 
 def evaluated_qids(profiles: list[str] | None = None, results: Iterable[str] = (),
@@ -420,52 +412,6 @@ def build_input(method: KGInfusedRAG, judge: Any, question: Question, rounds: in
 
 
 # ---- files ------------------------------------------------------------------------------------
-def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], bool]:
-    """(rows, torn): complete JSON-object lines; an unparsable *last* line (the write a kill
-    interrupted) is dropped and reported; one anywhere else is a DataFormatError."""
-    from ..errors import DataFormatError
-
-    if not path.exists():
-        return [], False
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    rows: list[dict[str, Any]] = []
-    torn = False
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            if i == len(lines):
-                torn = True
-                break
-            raise DataFormatError(path, i, "one JSON object per line", line[:200]) from None
-        if not isinstance(row, dict):
-            raise DataFormatError(path, i, "one JSON object per line", line[:200])
-        rows.append(row)
-    return rows, torn
-
-
-def _append(fh: Any, rows: Iterable[dict[str, Any]]) -> None:
-    for r in rows:
-        fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    fh.flush()
-    os.fsync(fh.fileno())
-
-
-def _rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        _append(fh, rows)
-    os.replace(tmp, path)
-
-
-def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def load_dpo_dataset(path: str | Path):
     """The pairs of `pairs.jsonl` (or of a build folder) as a `datasets.Dataset` with only trl's
     columns `prompt`, `chosen`, `rejected` (conversational: trl applies the chat template). A
@@ -477,7 +423,8 @@ def load_dpo_dataset(path: str | Path):
         path = path / PAIRS_FILE
     if not path.is_file():
         raise MissingDataError(f"{path}: no DPO pairs file; build one with build_dpo_data")
-    rows, torn = _read_jsonl(path)
+    read = read_jsonl(path, torn_tail=True)
+    rows, torn = read.rows, read.torn
     if torn:
         print(f"kgrag: warning: {path}: skipped an incomplete last line (a build was interrupted)", file=sys.stderr)
     bad = [i for i, r in enumerate(rows, 1) if not all(k in r for k in TRL_COLUMNS)]
@@ -618,7 +565,8 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
     identity = _identity(cfg, ctx, judge, [q.qid for q in questions])
     pairs_path, q_path = out / PAIRS_FILE, out / QUESTIONS_FILE
     with folder_lock(out):
-        records, torn_q = _read_jsonl(q_path)
+        read_q = read_jsonl(q_path, torn_tail=True)
+        records = read_q.rows
         prev = check_resume(out, identity, len(records), overwrite, items="finished DPO-data questions",
                             kind="DPO data", remedy="use another out_dir, or overwrite=True")
         if prev is None:
@@ -626,12 +574,13 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
             for f in (PAIRS_FILE, QUESTIONS_FILE, STATS_CSV, STATS_JSON):
                 (out / f).unlink(missing_ok=True)
         finished = {r["qid"] for r in records}
-        pairs, torn_p = _read_jsonl(pairs_path)
+        read_p = read_jsonl(pairs_path, torn_tail=True)
+        pairs = read_p.rows
         kept = [p for p in pairs if p.get("qid") in finished]  # pairs of a question in flight are redone
-        if torn_q:
-            _rewrite(q_path, records)
-        if torn_p or len(kept) != len(pairs):
-            _rewrite(pairs_path, kept)
+        if read_q.torn:
+            rewrite_jsonl(q_path, records)
+        if read_p.torn or len(kept) != len(pairs):
+            rewrite_jsonl(pairs_path, kept)
         pairs = kept
         man = provenance_manifest(identity)
         man.update({"exclusion": exclusion.summary(), "question_pool": counts, "files": {
@@ -639,14 +588,14 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
         if prev is not None:
             man["resumed_from"] = prev.get("started")
             man["started"] = prev.get("started", man["started"])
-        _atomic_json(out / MANIFEST_FILE, man)
+        atomic_json(out / MANIFEST_FILE, man)
 
         methods = {r: KGInfusedRAG("kg-infused", cfg.kg_infused_config(r), ctx, seed=cfg.seed, kg_source=kg_source,
                                    corpus_loader=corpus_loader) for r in cfg.rounds}
         todo = [q for q in questions if q.qid not in finished]
         t0 = time.perf_counter()
         usage0 = ctx.llm.usage.snapshot() if hasattr(ctx.llm, "usage") else None
-        with open(pairs_path, "a", encoding="utf-8") as pfh, open(q_path, "a", encoding="utf-8") as qfh:
+        with JsonlAppender(pairs_path) as pairs_log, JsonlAppender(q_path) as q_log:
             bar = progress_bar(todo, desc="DPO data", unit="q", disable=not progress,
                                initial=len(questions) - len(todo), total=len(questions))
             for q in bar:
@@ -658,8 +607,8 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
                     rec["inputs"].append(inp)
                     if pair is not None:
                         new_pairs.append(pair)
-                _append(pfh, new_pairs)      # pairs first: a question counts as done once its record is written
-                _append(qfh, [rec])
+                pairs_log.extend(new_pairs)  # pairs first: a question counts as done once its record is written
+                q_log.append(rec)
                 pairs += new_pairs
                 records.append(rec)
                 bar.set_postfix(pairs=len(pairs))
@@ -694,7 +643,7 @@ def _finish(cfg: DPODataConfig, ctx: RunContext, out: Path, records: list[dict[s
                            f"{cfg.split} are not evaluated")
     stats_csv, stats_json = out / STATS_CSV, out / STATS_JSON
     df.to_csv(stats_csv, index_label="row")
-    _atomic_json(stats_json, {"table19": json.loads(df.to_json(orient="index")), **summary})
+    atomic_json(stats_json, {"table19": json.loads(df.to_json(orient="index")), **summary})
     return DPOData(out, out / PAIRS_FILE, out / QUESTIONS_FILE, out / MANIFEST_FILE, stats_csv, stats_json, df,
                    drops, summary)
 

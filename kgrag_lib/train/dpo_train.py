@@ -29,6 +29,7 @@ from typing import Any, Iterable
 
 from ..config import make_config, opt, to_dict
 from ..errors import ConfigError, DataFormatError
+from ..jsonl import read_jsonl
 from ..provenance import manifest
 from .gguf_to_hf import BaseModel, resolve_base_model
 
@@ -277,16 +278,8 @@ def load_pairs(data: Any) -> tuple[list[dict[str, Any]], str]:
         path = Path(data)
         if not path.is_file():
             raise DataFormatError(path, None, "a JSONL file of preference pairs (it does not exist or is a folder)")
-        rows = []
-        with open(path, encoding="utf-8") as fh:
-            for i, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataFormatError(path, i, f"one JSON object per line ({e.msg})", line.strip()) from None
-                rows.append(_check_row(obj, str(path), i))
+        read = read_jsonl(path)
+        rows = [_check_row(obj, str(path), i) for i, obj in zip(read.lines, read.rows)]
         if not rows:
             raise DataFormatError(path, None, "at least one preference pair (the file is empty)")
         return rows, str(path.resolve())

@@ -4,14 +4,15 @@ HippoRAG 2) and its plug-in combinations (SA-RAG + CoT, SA-RAG + decomposition).
 
 `METHODS` lists the CLI methods naive-rag, cot-rag, qd-rag, ppr-rag, sa-rag, sa-rag-cot and
 sa-rag-qd (family "sa-rag"); `DEVIATIONS` says how the reproduction differs from the paper.
+Importing the package provides the `text:` KG source (`extraction`) to `kg.sources`.
 """
 
-from . import activation, corpus, graph_index, loops, pipeline, ppr, prompts, retrievers, stages
+from . import activation, corpus, extraction, graph_index, loops, pipeline, ppr, prompts, retrievers, stages
 from .activation import csr_from_edges, spread_activation, within_hops
 from .pipeline import DEVIATIONS, METHODS, VARIANTS, SARAG, SARAGConfig, make_method
 
 __all__ = [
-    "DEVIATIONS", "METHODS", "SARAG", "SARAGConfig", "VARIANTS", "activation", "corpus", "csr_from_edges",
+    "DEVIATIONS", "METHODS", "SARAG", "SARAGConfig", "VARIANTS", "activation", "corpus", "csr_from_edges", "extraction",
     "graph_index", "loops", "make_method", "pipeline", "ppr", "prompts", "retrievers", "spread_activation", "stages",
     "within_hops",
 ]

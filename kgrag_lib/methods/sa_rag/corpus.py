@@ -6,7 +6,7 @@ benchmark), titles kept. Here the `kg` setting names that corpus as a KG spec te
 `text:{dataset}:n=100:seed={seed}` pools the paragraphs of the same seeded 100-question sample
 a run with n=100 draws (`load_questions`). The KG must be built from the run's own sample: the
 same dataset, split, n and seed (a sample of n=2 is not a part of the sample of n=5); a question
-none of whose paragraphs is in the index is recorded as an issue (`coverage_issue`).
+none of whose paragraphs is in the index is recorded as an issue (`methods.common`).
 
 The graph methods read the KG the spec builds (`graph_index`); the dense baselines (Naive, CoT
 and decomposition RAG, Appendix A) chunk the same passages into 500-word windows with 100 words
@@ -22,21 +22,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError
-from ...kg.text_index import Chunk, CorpusSelection, chunk_passages
-from ...records import Question
-
-PLACEHOLDERS = ("{dataset}", "{seed}")
-
-
-def resolve_spec(template: str, dataset: str, seed: int) -> str:
-    """The KG spec of a question: `template` with `{dataset}` and `{seed}` filled in."""
-    spec = str(template).replace("{dataset}", dataset).replace("{seed}", str(int(seed)))
-    if "{" in spec or "}" in spec:
-        raise ConfigError(f"parameter 'kg': {template!r} has a placeholder other than {', '.join(PLACEHOLDERS)}")
-    if not spec.strip():
-        raise ConfigError("parameter 'kg': empty KG spec")
-    return spec
-
+from ...data.selection import CorpusSelection
+from ...kg.extraction import Chunk, chunk_passages
 
 @dataclass
 class ChunkCorpus:
@@ -79,13 +66,3 @@ def load_chunk_corpus(ctx: Any, spec: str, size: int, overlap: int) -> ChunkCorp
     key = f"sa-rag:chunks:{spec}:{size}:{overlap}:{ctx.embedder.identity}"
     return ctx.memo(key, lambda: build_chunk_corpus(spec, ctx.embedder, Path(ctx.data_root), Path(ctx.cache_dir),
                                                     size, overlap))
-
-
-def coverage_issue(question: Question, indexed_pids: set[str], what: str) -> str | None:
-    """An issue line when the question ships paragraphs and none of them is in the index."""
-    own = [p.pid for p in question.context]
-    if not own or any(pid in indexed_pids for pid in own):
-        return None
-    return (f"kg sample: none of the question's {len(own)} paragraphs is in the {what}; build the KG from the "
-            "run's own sample (same dataset, split, n and seed)")
-

@@ -1,6 +1,6 @@
 """The embedding index over a text KG that SA-RAG and the PPR baseline retrieve from (§3.1-3.3).
 
-From a `text:` KG (`kgrag_lib.kg.text_index`): every description node, every distinct relation
+From a `text:` KG (`kgrag_lib.kg.text_kg`): every description node, every distinct relation
 text and every chunk node, embedded once with the run's embedder (cached on disk by
 `embed_cached`, built once per run context by `load_graph_index`), plus the adjacency the
 retrieval walks:
@@ -29,7 +29,7 @@ import numpy as np
 from ...errors import ConfigError
 from ...kg.csr import expand_ranges, sorted_unique
 from ...kg.sources import BuiltKG
-from ...kg.text_index import DESCRIBES, ChunkRef, TextKG
+from ...kg.text_kg import DESCRIBES, ChunkRef, TextKG
 from .activation import csr_from_edges
 
 

@@ -48,7 +48,8 @@ from ...errors import ConfigError
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
 from ..base import MethodSpec, RunContext
-from .corpus import ChunkCorpus, coverage_issue, load_chunk_corpus, resolve_spec
+from ..common import coverage_issue, resolve_spec
+from .corpus import ChunkCorpus, load_chunk_corpus
 from .graph_index import GraphIndex, load_graph_index
 from .loops import Gathered, cot_loop, decomposition_loop, single_step
 from .retrievers import DenseRetriever, PPRRetriever, Retriever, SARetriever, SASettings

@@ -3,10 +3,12 @@ and query-driven feedback that grows the KG, its ablations (ToG, TCR, QF, TCR-AF
 (LLM only, CoT, Naive RAG, GraphRAG-style local search).
 
 `METHODS` lists the CLI methods (family "tcr-qf"); `DEVIATIONS` says how the reproduction
-differs from the paper. The KG itself is `kg.tcr_kg` (spec `tcr:`).
+differs from the paper. The KG itself is `kg.tcr_kg`, extracted by `extraction` (spec `tcr:`, provided
+to `kg.sources` when the package is imported); `context` restores triple context (§3.3).
 """
 
-from . import pipeline, prompts, search
+from . import context, extraction, pipeline, prompts, records, search
 from .pipeline import DEVIATIONS, METHODS, VARIANTS, TcrQF, TcrQFConfig, make_method
 
-__all__ = ["DEVIATIONS", "METHODS", "TcrQF", "TcrQFConfig", "VARIANTS", "make_method", "pipeline", "prompts", "search"]
+__all__ = ["DEVIATIONS", "METHODS", "TcrQF", "TcrQFConfig", "VARIANTS", "context", "extraction", "make_method", "pipeline", "prompts",
+           "records", "search"]

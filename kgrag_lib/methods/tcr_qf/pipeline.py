@@ -38,12 +38,14 @@ import numpy as np
 
 from ...config import make_config, opt
 from ...errors import ConfigError
-from ...kg.tcr_kg import SentenceIndex, TcrKG, restore_context, template
-from ...kg.tcr_records import answer_messages, feedback_messages, parse_records, GRAMMAR
+from ...kg.tcr_kg import TcrKG
+from .context import SentenceIndex, restore_context, template
+from .prompts import GRAMMAR, answer_messages, feedback_messages
+from .records import parse_records
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
 from ..base import MethodSpec, RunContext
-from ..sa_rag.corpus import coverage_issue, resolve_spec
+from ..common import coverage_issue, resolve_spec
 from . import prompts as P
 from .search import EntityIndex, dense_top, entity_index, local_search, tog_search, topic_entities
 
@@ -219,7 +221,7 @@ class TcrQF:
 
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is None:
-            from ...kg.tcr_kg import load_tokenizer
+            from ...kg.extraction import load_tokenizer
 
             self._tokenizer = load_tokenizer("minilm")
         return len(self._tokenizer.offsets(text))

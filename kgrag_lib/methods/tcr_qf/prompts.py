@@ -6,6 +6,15 @@ Inputs and output formats follow the papers: triples written `<h | r | t>`, rest
 under "Related Text", a reasoning section then a line "Final Answer: <short phrase>", missing
 knowledge as one atomic question per line. The ToG stages answer in JSON constrained to a
 schema whose enums are the candidates, so a small model can only pick what exists.
+
+KG extraction (§3.1, appendix "Triples Extraction Prompt"; read by `records.parse_records`):
+bracketed records, entities first, then relations between registered entity ids, each relation
+with a quote. The rules are our own wording of the appendix's (sequential EIDs from E1, exact
+names, no pronouns as entities, specific natural types, relations only between listed EIDs,
+each backed by an exact quote). The same rules serve the feedback extraction of §3.4 and
+TCR-AF's answer extraction. `GRAMMAR` constrains decoding to the format where the backend can
+(llama.cpp); its bounds stop a small model's loops. Any change to these bytes must bump
+`RECORDS_PROMPT_VERSION`, which names the KG build folder.
 """
 
 from __future__ import annotations
@@ -174,3 +183,94 @@ def missing_questions(text: str, limit: int) -> list[str]:
         if "?" in q and len(q.split()) >= 3 and q not in out:
             out.append(q)
     return out[:limit]
+
+
+# ---- KG extraction records (§3.1, §3.4) ------------------------------------------------------
+RECORDS_PROMPT_VERSION = "tcr2"
+MAX_RECORD_ENTITIES, MAX_RECORD_RELATIONS = 12, 15
+
+# GBNF: at least one entity, then relations; every field bounded (names 60, descriptions 120,
+# relation labels 40, quotes 160 characters), so a looping model ends with valid records. Tight on
+# purpose: the 0.5B model fills every list to its bound, and grammar sampling over Qwen's 151k-token
+# vocabulary runs at about 11 tokens/s on 2 cores (a 1,024-token output took ~95 s).
+GRAMMAR = r'''
+root ::= entity{1,%d} relation{0,%d}
+entity ::= "[entity | E" num " | " type " | \"" name "\" | " desc "]\n"
+relation ::= "[relation | E" num " | " label " | E" num " | \"" quote "\"]\n"
+num ::= [1-9] [0-9]{0,1}
+type ::= [A-Za-z] [A-Za-z ]{0,29}
+name ::= [^"\n|\]\[]{1,60}
+desc ::= [^\n|\]\[]{1,120}
+label ::= [^\n|\]\["]{1,40}
+quote ::= [^"\n\]\[]{1,160}
+''' % (MAX_RECORD_ENTITIES, MAX_RECORD_RELATIONS)
+
+_RECORDS_SYSTEM = ("You build knowledge graphs from text. You copy names exactly as the text writes them, invent "
+           "nothing, and answer only with records in the format you are given.")
+
+_RULES = """Write the entities first, one record per line:
+[entity | EID | Type | "Entity Name" | Description]
+- number the entities E1, E2, E3, ... in order, with no gaps and no repeats
+- copy each name exactly as the text writes it (same capitals); when the text refers to one
+  entity in several ways, write one record for it; never use a pronoun or a phrase like
+  "the film" as a name
+- Type is a specific, natural category (for example Person, Film, City, Football Club,
+  Political Party, Year, Award), not a code like PRODUCT
+- Description says in a few words what the entity is and what role it plays in the text
+
+Then the relations, one record per line:
+[relation | SourceEID | relation type | TargetEID | "exact quote"]
+- SourceEID and TargetEID must be EIDs you listed above; never make up a new EID here
+- the relation type is a short phrase such as "directed by" or "born in"
+- the quote is the exact words of the text that state the relation
+- write only relations the text states directly
+
+Write nothing but these records."""
+
+_EXTRACT_TASK = """{rules}
+
+Text:
+\"{text}\"
+
+Records:"""
+
+_FEEDBACK_TASK = """We need this piece of information: {need}
+
+Below are passages that may contain it. Extract, as records, the entities and relations of the
+passages that give this information (and the facts needed to understand it).
+
+{rules}
+
+Passages:
+{passages}
+
+Records:"""
+
+_ANSWER_TASK = """Below is an answer a model wrote to the question "{question}". Extract, as records,
+the entities and relations the answer states (whether or not they are true).
+
+{rules}
+
+Answer:
+\"{answer}\"
+
+Records:"""
+
+
+def extraction_messages(text: str) -> Messages:
+    """ExtractTriples(C_i): the records of one chunk (§3.1)."""
+    return [{"role": "system", "content": _RECORDS_SYSTEM},
+            {"role": "user", "content": _EXTRACT_TASK.format(rules=_RULES, text=text)}]
+
+
+def feedback_messages(need: str, passages: list[str]) -> Messages:
+    """ExtractTriples(k_q, D_relevant): records that answer one missing-knowledge question (§3.4)."""
+    shown = "\n\n".join(f"[{i}] {p}" for i, p in enumerate(passages, 1))
+    return [{"role": "system", "content": _RECORDS_SYSTEM},
+            {"role": "user", "content": _FEEDBACK_TASK.format(need=need, rules=_RULES, passages=shown)}]
+
+
+def answer_messages(question: str, answer: str) -> Messages:
+    """TCR-AF's extraction: records stated by the model's own answer (§4.2, answer-driven feedback)."""
+    return [{"role": "system", "content": _RECORDS_SYSTEM},
+            {"role": "user", "content": _ANSWER_TASK.format(question=question, answer=answer, rules=_RULES)}]

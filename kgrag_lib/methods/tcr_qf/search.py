@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...kg.tcr_kg import TcrKG
-from ...kg.text_index import normalize
+from ...kg.extraction import normalize
 from ...llm.base import SamplingParams
 from . import prompts as P
 

@@ -6,7 +6,7 @@ reasoning chain), how far each is from the seeds, and recall of gold paragraphs 
 size of the context over a grid of c and tau_a. Golden names: MuSiQue's decomposition (each
 step's answer and the first step's subject, "X >> relation"), 2Wiki's evidence triples (both
 ends), and the first gold answer; matched to KG entities by normalized name or alias
-(`kg.text_index.normalize`, the key entity resolution uses).
+(`kg.extraction.normalize`, the key entity resolution uses).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def golden_names(question: Any) -> list[str]:
 
 def entity_lookup(index: Any) -> dict[str, set[int]]:
     """Normalized entity name or alias -> the entity nodes it names (text KG entities only)."""
-    from ...kg.text_index import normalize
+    from ...kg.extraction import normalize
 
     store = index.store
     out: dict[str, set[int]] = {}
@@ -50,7 +50,7 @@ def entity_lookup(index: Any) -> dict[str, set[int]]:
 def golden_entities(index: Any, question: Any,
                     lookup: Mapping[str, set[int]] | None = None) -> tuple[set[int], list[str]]:
     """The KG entities named by the question's gold chain, and the golden names no entity matches."""
-    from ...kg.text_index import normalize
+    from ...kg.extraction import normalize
 
     lookup = entity_lookup(index) if lookup is None else lookup
     found: set[int] = set()

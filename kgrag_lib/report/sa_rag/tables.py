@@ -9,7 +9,6 @@ the paper's EM and F1 (printed as fractions) are shown x100.
 
 from __future__ import annotations
 
-import json
 import math
 import textwrap
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ import pandas as pd
 
 from ...eval.paired import NOT_RUN
 from . import paper_numbers
+from ..claims import JUDGE_UNINFORMATIVE, question_values, with_metric
+from ..claims import claim_verdicts as _claim_verdicts
 from ..tables import ci_cell
 
 PAPER_ROW = {"PPR (HippoRAG 2-style)": "HippoRAG 2"}   # our row -> the paper's row it stands for
@@ -91,8 +92,9 @@ def judge_controls(reports: Mapping[str, Any], judged: Mapping[str, Judged]) -> 
 
 
 def read_verdicts(path: Path) -> dict[str, bool | None]:
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return {r["qid"]: r["correct"] for r in rows}
+    from ...jsonl import read_jsonl
+
+    return {r["qid"]: r["correct"] for r in read_jsonl(path).rows}
 
 
 # ------------------------------------------------------------------------- Table 1
@@ -197,30 +199,6 @@ def answers_frame(report: Any, judged: Mapping[str, Judged], questions: Sequence
 
 
 # ------------------------------------------------------------------------- the paper's claims
-def question_values(rows: Iterable[Mapping[str, Any]], metric: str,
-                    verdicts: Mapping[str, bool | None] | None = None) -> dict[str, float]:
-    """qid -> one question's value in [0, 1]: `correct` from the judge's verdicts (questions
-    without a verdict left out), or any answer metric (em, f1, ...)."""
-    from ...eval.metrics import get_metric
-
-    out: dict[str, float] = {}
-    for r in rows:
-        if metric == "correct":
-            v = (verdicts or {}).get(r["qid"])
-            if v is not None:
-                out[r["qid"]] = float(v)
-        else:
-            x = get_metric(metric)(r)
-            if x is not None:
-                out[r["qid"]] = x
-    return out
-
-
-def with_metric(claims: Iterable[tuple], metric: str) -> list[tuple]:
-    """The same claims tested on another metric (claim ids get "@<metric>")."""
-    return [(f"{c[0]}@{metric}", *c[1:6], metric, *c[7:]) for c in claims]
-
-
 def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = None,
                  judged: Mapping[str, Judged] | None = None, alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
     """The paper's claims (`paper_numbers.CLAIMS`) on paired questions (`report.tables.check_paired_claims`).
@@ -248,9 +226,6 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
     return df
 
 
-JUDGE_UNINFORMATIVE = "not testable: the judge failed its controls"
-
-
 def uninformative_judge(reports: Mapping[str, Any], judged: Mapping[str, Judged] | None) -> set[str]:
     """Datasets on which the judge failed its controls (`eval.judge.control_summary`) in any run:
     a comparison of its verdicts there would only compare noise."""
@@ -259,28 +234,8 @@ def uninformative_judge(reports: Mapping[str, Any], judged: Mapping[str, Judged]
 
 
 def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """One verdict per claim family, dataset and metric from its pairwise comparisons: confirmed
-    when every comparison is, refuted when any is, 'not run' when none ran, else not separable.
-    `families` names each family (default: SA-RAG's `CLAIM_FAMILIES`; another paper passes its own)."""
-    from ...eval.paired import CONFIRMED, NOT_SEPARABLE, REFUTED
-
-    families = paper_numbers.CLAIM_FAMILIES if families is None else families
-
-    if claims.empty:
-        return pd.DataFrame(columns=["family", "claim", "dataset", "metric", "comparisons", "verdict"])
-    df = claims.assign(family=[".".join(str(c).split("@")[0].split(".")[:2]) for c in claims["claim"]])
-    recs = []
-    for (family, dataset, metric), g in df.groupby(["family", "dataset", "metric"], sort=False):
-        v = list(g["verdict"])
-        counts = {k: v.count(k) for k in (CONFIRMED, REFUTED, NOT_SEPARABLE, NOT_RUN, JUDGE_UNINFORMATIVE)
-                  if v.count(k)}
-        verdict = (CONFIRMED if counts.get(CONFIRMED) == len(v) else REFUTED if REFUTED in counts
-                   else NOT_RUN if counts.get(NOT_RUN) == len(v)
-                   else JUDGE_UNINFORMATIVE if JUDGE_UNINFORMATIVE in counts else NOT_SEPARABLE)
-        recs.append({"family": family, "claim": families.get(family, family), "dataset": dataset,
-                     "metric": metric, "comparisons": ", ".join(f"{n} {k}" for k, n in counts.items()),
-                     "verdict": verdict})
-    return pd.DataFrame(recs)
+    """`report.claims.claim_verdicts` with SA-RAG's claim families by default."""
+    return _claim_verdicts(claims, paper_numbers.CLAIM_FAMILIES if families is None else families)
 
 
 # ------------------------------------------------------------------------- index statistics

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..sa_rag.figures import plot_table1 as _plot_bars
+from ..figures import plot_ours_and_paper as _plot_bars
 from . import paper_numbers
 from .tables import paper_growth
 

@@ -26,8 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from ..sa_rag.tables import claim_verdicts as _claim_verdicts
-from ..sa_rag.tables import question_values, with_metric
+from ..claims import claim_verdicts as _claim_verdicts
+from ..claims import question_values, with_metric
 from . import paper_numbers
 from ..tables import ci_cell
 
@@ -384,7 +384,7 @@ def kg_growth(rows: Sequence[Mapping[str, Any]], initial_nodes: int, initial_edg
     of those triples (normalized as the KG keys them) not in `initial_entities` (the KG's keys
     before any feedback). An entity feedback extracted without a relation is not recorded in a
     trace, so it is not counted (the run's own KG, `trace["kg_size"]`, counts it)."""
-    from ...kg.text_index import normalize
+    from ...kg.extraction import normalize
 
     rows = list(rows)
     known = set(initial_entities)
@@ -543,7 +543,9 @@ def journal(built: Any) -> list[dict[str, Any]]:
     path = Path(folder) / JOURNAL_FILE if folder else None
     if path is None or not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from ...jsonl import read_jsonl
+
+    return read_jsonl(path).rows
 
 
 def rejected_frame(records: Iterable[Mapping[str, Any]], limit: int = 8, width: int = 100) -> pd.DataFrame:
