@@ -243,3 +243,32 @@ def test_concurrency_1_and_8_give_the_same_predictions_and_scores(tmp_path, hash
     assert rows1 == rows8
     assert m1 == m8
     assert len(rows1) == n
+
+
+def test_chunks_extracted_in_parallel_match_one_at_a_time_and_resume_after_a_failure(tmp_path):
+    from kgrag_lib.kg.extraction import Chunk, extract_journaled
+
+    chunks = [Chunk(f"p{i}", 0, f"T{i}", f"text {i}") for i in range(12)]
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def extract(chunk):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.02)
+        with lock:
+            active[0] -= 1
+        if chunk.pid == "p7" and not (tmp_path / "p7-ok").exists():
+            raise RuntimeError("server fell over at p7")
+        return {"chunk": chunk.cid, "n": len(chunk.text)}
+
+    (tmp_path / "p7-ok").touch()
+    serial, n1 = extract_journaled(chunks, tmp_path / "serial.jsonl", extract, show_progress=False, workers=1)
+    (tmp_path / "p7-ok").unlink()
+    with pytest.raises(RuntimeError, match="p7"):
+        extract_journaled(chunks, tmp_path / "par.jsonl", extract, show_progress=False, workers=4)
+    journaled = (tmp_path / "par.jsonl").read_text().splitlines()
+    assert 0 < len(journaled) < 12 and peak[0] > 1
+    (tmp_path / "p7-ok").touch()
+    parallel, n2 = extract_journaled(chunks, tmp_path / "par.jsonl", extract, show_progress=False, workers=4)
+    assert parallel == serial and n1 == 12 and n2 == 12 - len(journaled)

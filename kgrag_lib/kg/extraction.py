@@ -103,10 +103,16 @@ class ExtractionJournal:
 
 
 def extract_journaled(chunks: Sequence[Chunk], journal: Path, extract: Callable[[Chunk], dict[str, Any]], *,
-                      desc: str = "extracting chunks", show_progress: bool = True
+                      desc: str = "extracting chunks", show_progress: bool = True, workers: int = 1
                       ) -> tuple[list[dict[str, Any]], int]:
     """Every chunk's record, in chunk order, and how many were extracted now: for each chunk not yet
-    in `journal`, `record = extract(chunk)` (its `"chunk"` must be the chunk id) is appended."""
+    in `journal`, `record = extract(chunk)` (its `"chunk"` must be the chunk id) is appended.
+
+    Chunks are independent, so up to `workers` are extracted at once (a server batches them);
+    each record is journaled as it finishes, so the journal's order may differ from the chunks'
+    while the result does not.
+    """
+    from ..concurrency import as_they_finish
     from ..progress import progress
 
     log = ExtractionJournal(journal)
@@ -115,10 +121,9 @@ def extract_journaled(chunks: Sequence[Chunk], journal: Path, extract: Callable[
     bar = progress(total=len(chunks), initial=len(chunks) - len(todo), unit="chunk", desc=desc,
                    disable=not show_progress)
     try:
-        for chunk in todo:
-            record = extract(chunk)
+        for i, record in as_they_finish(extract, todo, workers):
             log.append(record)
-            done[chunk.cid] = record
+            done[todo[i].cid] = record
             bar.update(1)
     finally:
         bar.close()

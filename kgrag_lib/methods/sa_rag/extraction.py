@@ -199,7 +199,15 @@ def _structured(llm: "LLM", messages: "Messages", params: "SamplingParams",
 
 def extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig = ExtractionConfig()) -> dict[str, Any]:
     """One chunk's journal record: its entities and relations as parsed, failures, repairs, usage."""
-    before = llm.usage.snapshot()
+    with llm.meter() as meter:
+        record = _extract_chunk(llm, chunk, config)
+    used = meter.usage
+    record["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
+                       "completion_tokens": used.total_completion_tokens}
+    return record
+
+
+def _extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig) -> dict[str, Any]:
     base = llm.default_params.replace(max_tokens=config.max_tokens)
     record: dict[str, Any] = {"chunk": chunk.cid, "entities": [], "relations": [], "asked": ["entities"],
                               "failures": [], "salvaged": 0, "repairs": 0, "repaired": 0, "types_coerced": 0}
@@ -213,9 +221,6 @@ def extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig = Extractio
         record["relations"] = _structured(llm, relation_messages(text, names),
                                           base.replace(json_schema=RELATION_SCHEMA), parse_relations, "relations",
                                           record) or []
-    used = llm.usage.since(before)
-    record["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
-                       "completion_tokens": used.total_completion_tokens}
     return record
 
 
@@ -234,9 +239,10 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
     """
     start = time.perf_counter()
     chunks = chunk_passages(passages, config.chunk_size, config.overlap)
-    calls_before = llm.usage.calls
-    records, extracted = extract_journaled(chunks, journal, lambda chunk: extract_chunk(llm, chunk, config),
-                                           desc="indexing chunks", show_progress=show_progress)
+    with llm.meter() as meter:
+        records, extracted = extract_journaled(chunks, journal, lambda chunk: extract_chunk(llm, chunk, config),
+                                               desc="indexing chunks", show_progress=show_progress,
+                                               workers=getattr(llm, "default_concurrency", 1))
     store, kg, counts = assemble(chunks, records)
     stats = {
         "kg": "text", **(about or {}),
@@ -244,7 +250,7 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
         "chunk_size": config.chunk_size, "chunk_overlap": config.overlap, "max_tokens": config.max_tokens,
         "passages": len(passages),
         **index_stats(chunks, records, counts),
-        "chunks_extracted_this_build": extracted, "llm_calls_this_build": llm.usage.calls - calls_before,
+        "chunks_extracted_this_build": extracted, "llm_calls_this_build": meter.usage.calls,
         "seconds_this_build": round(time.perf_counter() - start, 3),
         "entities": store.num_entities, "relations": store.num_relations, "triples": store.num_triples,
     }

@@ -46,7 +46,15 @@ class BuildConfig:
 
 def extract_chunk(llm: "LLM", chunk: Chunk, max_tokens: int) -> dict[str, Any]:
     """One chunk's journal record: the parsed records (with rejections), failure, usage."""
-    before = llm.usage.snapshot()
+    with llm.meter() as meter:
+        rec = _extract_chunk(llm, chunk, max_tokens)
+    used = meter.usage
+    rec["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
+                    "completion_tokens": used.total_completion_tokens}
+    return rec
+
+
+def _extract_chunk(llm: "LLM", chunk: Chunk, max_tokens: int) -> dict[str, Any]:
     params = llm.default_params.replace(max_tokens=max_tokens, grammar=GRAMMAR)
     rec: dict[str, Any] = {"chunk": chunk.cid, "failure": ""}
     try:
@@ -58,9 +66,6 @@ def extract_chunk(llm: "LLM", chunk: Chunk, max_tokens: int) -> dict[str, Any]:
         rec["failure"] = "no valid entity record in the output"
         rec["output"] = out[:300]
     rec.update(ext.to_dict())
-    used = llm.usage.since(before)
-    rec["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
-                    "completion_tokens": used.total_completion_tokens}
     return rec
 
 
@@ -70,15 +75,16 @@ def build_tcr_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *, conf
     """Extract and assemble the KG of `passages`, resuming from `journal` (one line per chunk)."""
     start = time.perf_counter()
     chunks = token_chunks(passages, load_tokenizer(config.tokenizer), config.chunk_size, config.overlap)
-    calls0 = llm.usage.calls
-    recs, extracted = extract_journaled(chunks, journal, lambda c: extract_chunk(llm, c, config.max_tokens),
-                                        desc="TCR-QF extraction", show_progress=show_progress)
+    with llm.meter() as meter:
+        recs, extracted = extract_journaled(chunks, journal, lambda c: extract_chunk(llm, c, config.max_tokens),
+                                            desc="TCR-QF extraction", show_progress=show_progress,
+                                            workers=getattr(llm, "default_concurrency", 1))
     store, kg, counts = assemble(chunks, recs)
     stats = {"kg": "tcr", **(about or {}), "model": llm.name, "model_identity": llm.identity,
              "prompt_version": RECORDS_PROMPT_VERSION, "tokenizer": config.tokenizer, "chunk_size": config.chunk_size,
              "chunk_overlap": config.overlap, "max_tokens": config.max_tokens, "passages": len(passages),
              **build_stats(chunks, recs, counts),
-             "chunks_extracted_this_build": extracted, "llm_calls_this_build": llm.usage.calls - calls0,
+             "chunks_extracted_this_build": extracted, "llm_calls_this_build": meter.usage.calls,
              "seconds_this_build": round(time.perf_counter() - start, 3)}
     return store, stats, kg
 
