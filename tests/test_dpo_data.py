@@ -456,3 +456,19 @@ def test_table19_counts_a_pair_repeated_across_rounds_once_in_the_union():
     assert list(df.loc["pairs"]) == [1, 2, 3]
     assert list(df.loc["distinct pairs"]) == [1, 2, 2]
     assert list(df.loc["questions"]) == [1, 2, 2] and df.loc["inputs", "D_KA"] == 3
+
+
+def test_a_server_with_requests_in_flight_builds_the_same_files(tmp_path):
+    """Questions, their six decodings and the judge calls go out together to a server backend;
+    the files come out in the sample's order, as from one request at a time."""
+    one, many = Setup(tmp_path / "one"), Setup(tmp_path / "many")
+    many.llm.concurrent_requests, many.llm.default_concurrency = True, 4
+    try:
+        a, b = one.build(), many.build()
+        assert a.n_pairs == b.n_pairs > 0
+        for name in (D.PAIRS_FILE, D.QUESTIONS_FILE):
+            assert read_jsonl(a.out_dir / name) == read_jsonl(b.out_dir / name)
+        assert len(many.llm.requests) == len(one.llm.requests)
+    finally:
+        one.cache.close()
+        many.cache.close()

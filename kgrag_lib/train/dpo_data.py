@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from ..concurrency import as_they_finish, parallel_map
 from ..config import RunConfig, available_profiles, load_profile, make_config, opt, profile_section
 from ..errors import ConfigError, MissingDataError
 from ..jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
@@ -364,12 +365,18 @@ def build_input(method: KGInfusedRAG, judge: Any, question: Question, rounds: in
         base = base.replace(max_tokens=cfg.max_tokens)
     groups: dict[str, dict[str, Any]] = {}
     empty: list[list[float]] = []
-    for d in cfg.decodings:
+
+    def decode(d: Iterable[float]) -> tuple[float, float, str | PromptTooLongError]:
         t, p = _decoding(d)
         try:
-            text = method.llm.generate(inp.messages, base.replace(temperature=t, top_p=p)).strip()
+            return t, p, method.llm.generate(inp.messages, base.replace(temperature=t, top_p=p)).strip()
         except PromptTooLongError as exc:
-            rec.update(status="stage_error", error=f"{type(exc).__name__}: {exc}")
+            return t, p, exc
+
+    # the decodings are independent requests: a server gets them together
+    for t, p, text in parallel_map(decode, cfg.decodings, getattr(method.llm, "default_concurrency", 1)):
+        if isinstance(text, PromptTooLongError):
+            rec.update(status="stage_error", error=f"{type(text).__name__}: {text}")
             return rec, None
         if not text:
             empty.append([t, p])
@@ -595,23 +602,38 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
         todo = [q for q in questions if q.qid not in finished]
         t0 = time.perf_counter()
         usage0 = ctx.llm.usage.snapshot() if hasattr(ctx.llm, "usage") else None
+        def build(q: Question) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            rec = {"qid": q.qid, "question": q.question, "answers": list(q.answers), "inputs": [],
+                   "generator": gen_name, "judge": judge_name}
+            new_pairs = []
+            for r in cfg.rounds:
+                inp, pair = build_input(methods[r], judge, q, r, cfg, judge_name, gen_name)
+                rec["inputs"].append(inp)
+                if pair is not None:
+                    new_pairs.append(pair)
+            return rec, new_pairs
+
+        workers = getattr(ctx.llm, "default_concurrency", 1)
         with JsonlAppender(pairs_path) as pairs_log, JsonlAppender(q_path) as q_log:
-            bar = progress_bar(todo, desc="DPO data", unit="q", disable=not progress,
-                               initial=len(questions) - len(todo), total=len(questions))
-            for q in bar:
-                rec = {"qid": q.qid, "question": q.question, "answers": list(q.answers), "inputs": [],
-                       "generator": gen_name, "judge": judge_name}
-                new_pairs = []
-                for r in cfg.rounds:
-                    inp, pair = build_input(methods[r], judge, q, r, cfg, judge_name, gen_name)
-                    rec["inputs"].append(inp)
-                    if pair is not None:
-                        new_pairs.append(pair)
-                pairs_log.extend(new_pairs)  # pairs first: a question counts as done once its record is written
-                q_log.append(rec)
-                pairs += new_pairs
-                records.append(rec)
-                bar.set_postfix(pairs=len(pairs))
+            bar = progress_bar(total=len(questions), initial=len(questions) - len(todo), desc="DPO data", unit="q",
+                               disable=not progress)
+            with bar:
+                for _, (rec, new_pairs) in as_they_finish(build, todo, workers):
+                    pairs_log.extend(new_pairs)  # pairs first: a question counts as done once its record is written
+                    q_log.append(rec)
+                    pairs += new_pairs
+                    records.append(rec)
+                    bar.update(1)
+                    bar.set_postfix(pairs=len(pairs))
+        # questions finish in any order with several in flight; the files keep the sample's order,
+        # which is the order DPO training reads the pairs in
+        rank = {q.qid: i for i, q in enumerate(questions)}
+        by_rank = sorted(records, key=lambda r: rank.get(r["qid"], len(rank)))
+        if by_rank != records:
+            records = by_rank
+            pairs = sorted(pairs, key=lambda p: rank.get(p["qid"], len(rank)))   # stable: rounds stay in order
+            rewrite_jsonl(q_path, records)
+            rewrite_jsonl(pairs_path, pairs)
         this_run = {"built": len(todo), "reused": len(questions) - len(todo),
                     "wall_seconds": round(time.perf_counter() - t0, 2)}
         if usage0 is not None:
