@@ -272,3 +272,27 @@ def test_chunks_extracted_in_parallel_match_one_at_a_time_and_resume_after_a_fai
     (tmp_path / "p7-ok").touch()
     parallel, n2 = extract_journaled(chunks, tmp_path / "par.jsonl", extract, show_progress=False, workers=4)
     assert parallel == serial and n1 == 12 and n2 == 12 - len(journaled)
+
+
+def test_study_overrides_make_one_checked_profile_for_every_notebook(tmp_path):
+    from kgrag_lib.config import load_profile
+    from kgrag_lib.notebooks import effective_profile
+
+    spec = "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct"
+    path = effective_profile("cpu-smoke", {"concurrency": 16, "model": spec}, tmp_path / "profile.yaml")
+    prof = load_profile(path)
+    assert prof["name"] == "cpu-smoke" and prof["run"]["concurrency"] == 16 and prof["run"]["model"] == spec
+    assert "models" not in prof   # the one model is not overridden per family
+    from kgrag_lib.experiment import resolve_run
+
+    r = resolve_run("kg-rag", "metaqa-2hop", tmp_path / "r", prof)
+    assert r.run.model == spec and r.run.concurrency == 16
+    with pytest.raises(ConfigError, match="concurrency"):
+        effective_profile("cpu-smoke", {"concurrency": "many"}, tmp_path / "bad.yaml")
+
+
+def test_study_refuses_a_bad_concurrency_before_running(capsys):
+    from kgrag_lib.cli import main
+
+    assert main(["study", "--profile", "cpu-smoke", "--only", "00", "--concurrency", "0"]) == 2
+    assert "--concurrency" in capsys.readouterr().err

@@ -15,6 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", default="cpu-smoke", help="cpu-smoke (default) or gpu-paper or a YAML path")
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 11")
     p.add_argument("--out", default=None, help="results folder (default results/<profile>)")
+    p.add_argument("--model", default=None,
+                   help="one LLM for every notebook (instead of the profile's models.<family>), e.g. "
+                        "\"openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct\" for a running vLLM server")
+    p.add_argument("--embedder", default=None, help="embedding model of every notebook (minilm, mpnet, an id or path)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once in every run (default: the profile's run.concurrency, else 1 "
                         "for an in-process model, 8 for a server); the results do not depend on it")
@@ -30,7 +34,8 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.concurrency is not None:
         check_workers(args.concurrency, "--concurrency")
-    report = run_study(args.profile, args.out, only=args.only, run_overrides={"concurrency": args.concurrency})
+    report = run_study(args.profile, args.out, only=args.only, run_overrides={"concurrency": args.concurrency, "model": args.model,
+                                                                    "embedder": args.embedder})
     out_root = report["out_root"]
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
     pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)
