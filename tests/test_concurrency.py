@@ -296,3 +296,44 @@ def test_study_refuses_a_bad_concurrency_before_running(capsys):
 
     assert main(["study", "--profile", "cpu-smoke", "--only", "00", "--concurrency", "0"]) == 2
     assert "--concurrency" in capsys.readouterr().err
+
+
+def _run_in_child(out: str, cache: str, n: int) -> None:
+    llm = _server_like(SlowEcho(delay=0.1), cache=LLMCache(cache))
+    run_method(CallsPerQuestion(llm), _questions(n), out, {"drill": 1}, llm=llm, progress=False, concurrency=4)
+
+
+def test_kill_drill_with_questions_in_flight(tmp_path):
+    """SIGKILL a run with 4 questions in flight, resume it: every question once, complete lines,
+    and no request computed twice (each call of the resume adds a new cache row)."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import sqlite3
+
+    out, cache, n = tmp_path / "run", tmp_path / "llm.sqlite", 16
+    proc = mp.get_context("fork").Process(target=_run_in_child, args=(str(out), str(cache), n))
+    proc.start()
+    pred = out / PRED_FILE
+    deadline = time.time() + 60
+    while time.time() < deadline and (not pred.exists() or len(pred.read_text().splitlines()) < 4):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert proc.exitcode == -signal.SIGKILL
+    finished = [json.loads(line)["qid"] for line in pred.read_text().splitlines() if line.endswith("}")]
+    assert 4 <= len(finished) < n
+
+    def rows() -> int:
+        with sqlite3.connect(cache) as conn:
+            return conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+
+    before = rows()
+    llm = _server_like(SlowEcho(delay=0.0), cache=LLMCache(cache))
+    metrics = run_method(CallsPerQuestion(llm), _questions(n), out, {"drill": 1}, llm=llm, progress=False,
+                         concurrency=4)
+    lines = [json.loads(line) for line in pred.read_text().splitlines()]
+    assert sorted(r["qid"] for r in lines) == sorted(q.qid for q in _questions(n))
+    assert metrics["this_run"]["reused"] == len(finished)
+    assert llm.usage.calls == rows() - before            # nothing already paid for was sent again
+    assert rows() == sum(range(1, n + 1)) + 1             # every distinct request exactly once
