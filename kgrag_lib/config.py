@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -41,24 +41,40 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
-def load_profile(name_or_path: str | Path | dict) -> dict[str, Any]:
-    """Read and check a profile: by name (shipped in kgrag_lib/profiles), YAML path, or a dict.
+ProfileCheck = Callable[[dict[str, Any], str], None]
 
-    Every key is checked at every level (top level, run, models, methods.<method>,
-    notebooks.<notebook>), so a misspelt section is refused with the file, the key and the
-    accepted keys instead of silently falling back to code defaults.
+
+def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck) -> dict[str, Any]:
+    """Read a profile: by name (shipped in kgrag_lib/profiles), YAML path, or a dict.
+
+    The keys this module knows are checked here (top level, `run`, the shape of `models`,
+    `methods` and `notebooks`); the sections of methods and notebooks are checked by the
+    layers that define them, passed as `checks` (each called with the profile and where it
+    came from): `methods.registry.check_profile_methods`, `studies.check_profile_notebooks`.
+    `studies.load_profile` runs them all. So a misspelt section is refused with the file, the
+    key and the accepted keys instead of silently falling back to code defaults.
     """
     if isinstance(name_or_path, dict):
         data = dict(name_or_path)
         data.setdefault("name", "custom")
-        check_profile(data, f"profile {data['name']!r}")
-        return data
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = PROFILE_DIR / f"{name_or_path}.yaml"
+        where = f"profile {data['name']!r}"
+    else:
+        p = Path(name_or_path)
+        if not p.suffix:
+            p = PROFILE_DIR / f"{name_or_path}.yaml"
+        data = _read_yaml(p, name_or_path)
+        data.setdefault("name", p.stem)
+        where = str(p)
+    check_profile_basics(data, where)
+    for check in checks:
+        check(data, where)
+    return data
+
+
+def _read_yaml(p: Path, asked: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(
-            f"profile {str(name_or_path)!r} not found{' (it is a directory)' if p.is_dir() else ''}; "
+            f"profile {str(asked)!r} not found{' (it is a directory)' if p.is_dir() else ''}; "
             f"expected one of {available_profiles()} or a path to a YAML file"
         )
     try:
@@ -73,12 +89,11 @@ def load_profile(name_or_path: str | Path | dict) -> dict[str, Any]:
         raise ConfigError(f"{p}{at}: YAML syntax error: {what}; expected a YAML mapping of sections") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a profile must be a YAML mapping at the top level")
-    data.setdefault("name", p.stem)
-    check_profile(data, str(p))
     return data
 
 
-def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+def profile_mapping(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """Section `key` of a profile ({} when absent); anything but a mapping is refused."""
     sec = data.get(key)
     if sec is None:
         return {}
@@ -87,34 +102,22 @@ def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return sec
 
 
-def _unknown(keys: Any, accepted: Any, where: str, what: str) -> None:
+def refuse_unknown(keys: Any, accepted: Any, where: str, what: str) -> None:
+    """ConfigError naming the keys not in `accepted` and listing those accepted."""
     bad = sorted(set(keys) - set(accepted))
     if bad:
         raise ConfigError(f"{where}: unknown {what} {', '.join(map(repr, bad))}; accepted: {', '.join(sorted(accepted))}")
 
 
-def check_profile(data: dict[str, Any], where: str) -> None:
-    """Refuse unknown keys and ill-typed values anywhere in a profile (see `load_profile`)."""
-    from .methods.registry import available_methods
-    from .studies import NOTEBOOKS
-
-    _unknown(data, PROFILE_KEYS, where, "top-level key(s)")
-    make_config(RunConfig, _section(data, "run", where), where=f"{where}, section run")
-    methods = available_methods()
-    families = sorted({m.family for m in methods.values()})
-    models = _section(data, "models", where)
-    _unknown(models, families, f"{where}, section models", "study family(ies)")
-    for fam, spec in models.items():
+def check_profile_basics(data: dict[str, Any], where: str) -> None:
+    """Refuse unknown top-level keys, a bad `run` section, and sections that are not mappings."""
+    refuse_unknown(data, PROFILE_KEYS, where, "top-level key(s)")
+    make_config(RunConfig, profile_mapping(data, "run", where), where=f"{where}, section run")
+    for fam, spec in profile_mapping(data, "models", where).items():
         if spec is not None and not isinstance(spec, str):
             raise ConfigError(f"{where}, models.{fam}: expected a model spec string, got {spec!r}")
-    msecs = _section(data, "methods", where)
-    _unknown(msecs, methods, f"{where}, section methods", "method(s)")
-    for name, sec in msecs.items():
-        methods[name].check_config(sec or {}, where=f"{where}, methods.{name}")
-    nsecs = _section(data, "notebooks", where)
-    _unknown(nsecs, NOTEBOOKS, f"{where}, section notebooks", "notebook(s)")
-    for name, sec in nsecs.items():
-        make_config(NOTEBOOKS[name], sec or {}, where=f"{where}, notebooks.{name}")
+    profile_mapping(data, "methods", where)
+    profile_mapping(data, "notebooks", where)
 
 
 def profile_section(profile: dict[str, Any], *keys: str) -> dict[str, Any]:

@@ -459,7 +459,8 @@ def test_few_shot_examples_use_real_facts_and_unseen_entities(real_store):
 
 @pytest.mark.parametrize("profile", ["cpu-smoke", "gpu-paper"])
 def test_profile_sections_build_valid_configs(profile):
-    from kgrag_lib.config import load_profile, make_config, profile_section
+    from kgrag_lib.config import make_config, profile_section
+    from kgrag_lib.studies import load_profile
 
     classes = {"llm": ZeroShotConfig, "llm-qd": DecomposeConfig, "llm-kg": KapingConfig, "kg-rag": KGRAGConfig}
     for name, cls in classes.items():

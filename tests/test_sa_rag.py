@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from fakes import BagOfWordsEmbedder
-from kgrag_lib.config import load_profile
+from kgrag_lib.studies import load_profile
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.judge import judge_answer, judge_predictions, parse_verdict
 from kgrag_lib.kg.sources import BuiltKG

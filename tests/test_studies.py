@@ -9,12 +9,11 @@ import shutil
 import pytest
 
 from kgrag_lib.cli import main as kgrag
-from kgrag_lib.config import load_profile
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.experiment import resolve_run
 from kgrag_lib.grid import GridRun
 from kgrag_lib.llm.fake import ScriptedLLM
-from kgrag_lib.studies import NOTEBOOKS, notebook_settings, setup
+from kgrag_lib.studies import NOTEBOOKS, load_profile, notebook_settings, setup
 
 
 # ------------------------------------------------------------------ notebook settings

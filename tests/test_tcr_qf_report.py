@@ -156,7 +156,7 @@ def test_every_tcr_qf_notebook_resolves_on_every_profile(profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_profiles_give_every_variant_one_shared_block(profile):
-    from kgrag_lib.config import load_profile
+    from kgrag_lib.studies import load_profile
     from kgrag_lib.experiment import resolve_run
 
     prof = load_profile(profile)

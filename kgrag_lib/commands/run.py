@@ -66,6 +66,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..experiment import run_experiment
     from ..methods import available_methods
+    from ..studies import load_profile
 
     if args.list:
         for name, spec in available_methods().items():
@@ -85,7 +86,8 @@ def handle(args: argparse.Namespace) -> int:
         if val is not None:
             overrides[key] = val
     overrides.update(_parse_set(args.set))
-    metrics = run_experiment(args.method, args.dataset, args.out, profile=args.profile,
+    profile = load_profile(args.profile)  # every section checked, not only those this run reads
+    metrics = run_experiment(args.method, args.dataset, args.out, profile=profile,
                              progress=not args.no_progress, overwrite=args.overwrite, **overrides)
     print(json.dumps(metrics, indent=2))
     print(cost_line(metrics))

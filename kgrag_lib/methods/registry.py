@@ -5,6 +5,9 @@ Each paper's package lists its `MethodSpec`s in `METHODS`; adding a paper adds o
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..config import profile_mapping, refuse_unknown
 from ..errors import ConfigError
 from .base import MethodSpec
 
@@ -28,3 +31,16 @@ def check_dataset(spec: MethodSpec, dataset: str) -> None:
     if dataset not in spec.datasets:
         raise ConfigError(f"method {spec.name!r} does not run on dataset {dataset!r}; it supports "
                           f"{', '.join(spec.datasets)} (see `kgrag run --list`)")
+
+
+def check_profile_methods(profile: dict[str, Any], where: str) -> None:
+    """Refuse a profile's `models` entry for an unknown study family and any unknown method or
+    bad setting in its `methods` sections (a check for `config.read_profile`)."""
+    methods = available_methods()
+    families = sorted({m.family for m in methods.values()})
+    refuse_unknown(profile_mapping(profile, "models", where), families, f"{where}, section models",
+                   "study family(ies)")
+    sections = profile_mapping(profile, "methods", where)
+    refuse_unknown(sections, methods, f"{where}, section methods", "method(s)")
+    for name, sec in sections.items():
+        methods[name].check_config(sec or {}, where=f"{where}, methods.{name}")
