@@ -102,7 +102,7 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
     questions = load_questions(dataset, split=r.run.split, path=r.run.qa_file, root=ctx.data_root,
                                n=r.run.n, seed=r.run.seed)
     runner_method = r.spec.factory(ctx, r.method_cfg, r.run.seed)
-    method_config = getattr(runner_method, "config", None)
+    method_config = runner_method.config
     llm = ctx.llm
     config = {
         "run": dataclasses.asdict(r.run),

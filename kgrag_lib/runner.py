@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import KgragError
+from .methods.base import Method
 from .progress import progress as progress_bar
 from .provenance import manifest
 from .records import Prediction, Question
@@ -202,7 +203,7 @@ def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bo
 
 
 def run_method(
-    method: Any,
+    method: Method,
     questions: Iterable[Question],
     out_dir: str | Path,
     config: dict[str, Any] | None = None,
@@ -247,20 +248,18 @@ def run_method(
     return result
 
 
-def _answer_and_score(method: Any, questions: list[Question], done: list[dict[str, Any]], pred_path: Path,
+def _answer_and_score(method: Method, questions: list[Question], done: list[dict[str, Any]], pred_path: Path,
                       llm: Any, progress: bool, metrics: tuple[str, ...] | None) -> dict[str, Any]:
     from .eval.summary import summarize
 
     done_ids = {r["qid"] for r in done}
     todo = [q for q in questions if q.qid not in done_ids]
-    resume = getattr(method, "resume", None)
-    if callable(resume):  # a method whose state grows over questions (TCR-QF's KG) rebuilds it first
-        resume(list(done))
+    method.resume(list(done))  # a method whose state grows over questions (TCR-QF's KG) rebuilds it first
     fail_types = _failure_types()
     t_run = time.perf_counter()
     usage0 = llm.usage.snapshot() if llm is not None else None
     with open(pred_path, "a", encoding="utf-8") as fh:
-        bar = progress_bar(todo, desc=f"{getattr(method, 'name', 'method')}", unit="q", disable=not progress,
+        bar = progress_bar(todo, desc=method.name, unit="q", disable=not progress,
                            initial=len(questions) - len(todo), total=len(questions))
         for q in bar:
             snap = llm.usage.snapshot() if llm is not None else None
@@ -269,7 +268,7 @@ def _answer_and_score(method: Any, questions: list[Question], done: list[dict[st
                 try:
                     pred: Prediction = method.answer(q)
                 except fail_types as exc:  # recorded, not fatal
-                    pred = Prediction(q.qid, q.question, "", list(q.answers), getattr(method, "name", ""),
+                    pred = Prediction(q.qid, q.question, "", list(q.answers), method.name,
                                       trace=getattr(exc, "trace", {}) or {}, failed=True,
                                       error=f"{type(exc).__name__}: {exc}")
             cost = {"seconds": round(time.perf_counter() - t0, 3)}

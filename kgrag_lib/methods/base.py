@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from ..errors import ConfigError
 from ..llm import DEFAULT_SPEC
@@ -20,10 +20,23 @@ from ..paths import data_root as _data_root
 from ..records import Prediction, Question
 
 
-class Method(Protocol):
-    name: str
+class Method:
+    """What the runner uses of a method; every method subclasses it and implements `answer`.
 
-    def answer(self, question: Question) -> Prediction: ...
+    `config` is the config dataclass the method was built from: the run manifest records it,
+    so it decides the run's identity. `resume` is called before the first question with the
+    rows a killed run already wrote, in order; a method whose state grows over questions
+    (TCR-QF's KG) rebuilds it there, the others have nothing to rebuild.
+    """
+
+    name: str = "method"
+    config: Any = None
+
+    def answer(self, question: Question) -> Prediction:
+        raise NotImplementedError(f"{type(self).__name__} does not implement answer()")
+
+    def resume(self, done: list[dict[str, Any]]) -> None:
+        """Rebuild the state the answered rows `done` left (default: none)."""
 
 
 Factory = Callable[["RunContext", dict, int], Method]

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from ...config import make_config, opt
 from ...errors import ConfigError
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from . import stages as S
 from .activation import ActivationResult, ActivationSettings, spread_activation
 from .corpus import CorpusIndex, load_corpus_index, resolve_corpus_name
@@ -88,7 +88,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 )}
 
 
-class KGInfusedRAG:
+class KGInfusedRAG(Method):
     """One variant; `answer(question)` runs its stages and returns the answer with a full trace.
 
     The stages are also methods (`seed_entities`, `activate`, `summarize`, `retrieve`, ...) so a
@@ -102,7 +102,7 @@ class KGInfusedRAG:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
         cfg.validate()
-        self.cfg = self.config = cfg  # `config` is what the runner's manifest records
+        self.cfg = self.config = cfg
         self.ctx = ctx
         self._kg = kg_source
         self._corpus_loader = corpus_loader or (lambda name: load_corpus_index(ctx, name))

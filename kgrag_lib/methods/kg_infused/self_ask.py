@@ -29,7 +29,7 @@ from ...config import make_config, opt
 from ...errors import ConfigError
 from ...llm.parsing import clean_answer, strip_think
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from . import prompts as P
 from . import self_ask_prompts as SA
 from .corpus import CorpusIndex
@@ -113,7 +113,7 @@ def _norm(q: str) -> str:
     return _NORM.sub(" ", q.lower()).strip()
 
 
-class SelfAsk:
+class SelfAsk(Method):
     """Self-Ask over the local corpus (`self-ask`), optionally with KG-Infused RAG applied to
     each follow-up (`self-ask-kg-infused`). `answer(question)` returns the final answer and a
     trace with every step; `next_step`, `answer_follow_up` and `final_answer` run one stage."""
@@ -126,7 +126,7 @@ class SelfAsk:
         cfg.validate()
         self.name = name
         self.uses_kg = name == "self-ask-kg-infused"
-        self.cfg = self.config = cfg  # `config` is what the runner's manifest records
+        self.cfg = self.config = cfg
         # The KG-Infused RAG stages, with exactly the settings (and so the requests) of the
         # kg-infused / vanilla-rag variants.
         self.rag = KGInfusedRAG("kg-infused" if self.uses_kg else "vanilla-rag", cfg.stage_config(), ctx,

@@ -45,7 +45,7 @@ from ...errors import ConfigError
 from ...llm.base import Generation, SamplingParams, TokenLogprob, raw_prompt
 from ...llm.parsing import clean_answer
 from ...records import Passage, Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from .corpus import CorpusIndex
 from .kg_sources import KGSource
 from .pipeline import DATASETS, FAMILY, KGInfusedConfig, KGInfusedRAG
@@ -252,7 +252,7 @@ def load_generator(ctx: RunContext, spec: str) -> Any:
 
 
 # ---- the method ------------------------------------------------------------------------------
-class SelfRAG:
+class SelfRAG(Method):
     """Self-RAG short-form inference, alone (`self-rag`) or after the KG-Infused RAG stages
     (`self-rag-kg-infused`). `answer(question)` returns the best candidate with every
     candidate's critique in the trace."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from . import stages
 from .candidates import TripleSelector
 from .stages import METAQA_DATASETS, DecompositionConfig, SamplingConfig
@@ -22,7 +22,7 @@ class DecomposeConfig(SamplingConfig, DecompositionConfig):
     reformulation (stop '?'), synthesis (max tokens 512)."""
 
 
-class DecomposedQA:
+class DecomposedQA(Method):
     """Decompose -> for each sub-question: reformulate, (select triples), answer -> synthesize."""
 
     def __init__(self, name: str, llm: Any, cfg: Any, seed: int = 0, selector: TripleSelector | None = None):
@@ -32,7 +32,7 @@ class DecomposedQA:
         if cfg.max_subquestions < 1:
             raise ConfigError(f"parameter 'max_subquestions' of {name}: expected an int >= 1, got {cfg.max_subquestions}")
         self.name, self.llm, self.cfg, self.selector = name, llm, cfg, selector
-        self.config = cfg  # recorded in the run manifest
+        self.config = cfg
         self.p_decompose = cfg.sampling(seed, max_tokens=cfg.decompose_max_tokens, stop=(P.END_MARKER,))
         self.p_answer = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
         self.p_reformulate = cfg.sampling(seed, max_tokens=cfg.reformulate_max_tokens, stop=("?",))

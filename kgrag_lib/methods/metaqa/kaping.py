@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from . import stages
 from .candidates import RetrievalConfig, TripleSelector
 from .kb import metaqa_kb
@@ -23,12 +23,12 @@ class KapingConfig(SamplingConfig, RetrievalConfig):
     """Retrieval (N, K, direction) and the answer call's inference parameters."""
 
 
-class KapingQA:
+class KapingQA(Method):
     name = "llm-kg"
 
     def __init__(self, llm: Any, selector: TripleSelector, cfg: KapingConfig, seed: int = 0):
         self.llm, self.selector, self.cfg = llm, selector, cfg
-        self.config = cfg  # recorded in the run manifest
+        self.config = cfg
         self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
 
     def answer(self, question: Question) -> Prediction:

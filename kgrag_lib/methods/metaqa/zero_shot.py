@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from . import stages
 from .stages import METAQA_DATASETS, SamplingConfig
 
@@ -16,14 +16,14 @@ class ZeroShotConfig(SamplingConfig):
     """The answer call's inference parameters (the paper's sub-answer settings)."""
 
 
-class ZeroShotLLM:
+class ZeroShotLLM(Method):
     """Asks the model the question directly, with no decomposition and no KG."""
 
     name = "llm"
 
     def __init__(self, llm: Any, cfg: ZeroShotConfig, seed: int = 0):
         self.llm, self.cfg = llm, cfg
-        self.config = cfg  # recorded in the run manifest
+        self.config = cfg
         self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
 
     def answer(self, question: Question) -> Prediction:

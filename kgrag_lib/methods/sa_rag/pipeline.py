@@ -47,7 +47,7 @@ from ...config import make_config, opt
 from ...errors import ConfigError
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from .corpus import ChunkCorpus, coverage_issue, load_chunk_corpus, resolve_spec
 from .graph_index import GraphIndex, load_graph_index
 from .loops import Gathered, cot_loop, decomposition_loop, single_step
@@ -177,7 +177,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 )}
 
 
-class SARAG:
+class SARAG(Method):
     """One variant; `answer(question)` gathers a context with its loop and answers from it.
 
     Parts are resolved per question's KG spec and built once: `graph_loader(spec)` /
@@ -190,7 +190,7 @@ class SARAG:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
         cfg.validate()
-        self.cfg = self.config = cfg  # `config` is what the runner's manifest records
+        self.cfg = self.config = cfg
         self.ctx = ctx
         self.run_seed = int(seed)
         self.seed = int(seed) if cfg.seed is None else int(cfg.seed)

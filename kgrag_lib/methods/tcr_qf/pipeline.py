@@ -42,7 +42,7 @@ from ...kg.tcr_kg import SentenceIndex, TcrKG, restore_context, template
 from ...kg.tcr_records import answer_messages, feedback_messages, parse_records, GRAMMAR
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from ..sa_rag.corpus import coverage_issue, resolve_spec
 from . import prompts as P
 from .search import EntityIndex, dense_top, entity_index, local_search, tog_search, topic_entities
@@ -152,7 +152,7 @@ class _Parts:
     pids: set[str]
 
 
-class TcrQF:
+class TcrQF(Method):
     """One variant; `answer(question)` retrieves, restores, answers and (with feedback) grows the KG."""
 
     def __init__(self, variant: Variant | str, cfg: TcrQFConfig, ctx: RunContext, *, seed: int = 0,
