@@ -20,11 +20,18 @@ PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 T = TypeVar("T")
 
 
-def opt(default: Any, help: str, **kw: Any) -> Any:
-    """A dataclass field with a help string (mutable defaults are copied per instance)."""
+def opt(default: Any, help: str, *, min: float | None = None, max: float | None = None, gt: float | None = None,
+        lt: float | None = None, choices: tuple | list | None = None, **kw: Any) -> Any:
+    """A dataclass field with a help string and the values it accepts (mutable defaults are
+    copied per instance). `min`/`max` are inclusive bounds, `gt`/`lt` exclusive ones, `choices`
+    the allowed values; `make_config` and `check_values` refuse anything else (None passes
+    when the annotation allows it)."""
+    meta = {"help": help, **{k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("lt", lt),
+                                                 ("choices", tuple(choices) if choices is not None else None))
+                             if v is not None}}
     if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta, **kw)
+    return field(default=default, metadata=meta, **kw)
 
 
 PROFILE_KEYS = {
@@ -187,9 +194,61 @@ def make_config(cls: type[T], *layers: dict[str, Any] | None, where: str = "") -
             expected = " or ".join(sorted(k.__name__ for k in kinds))
             raise ConfigError(f"{at}parameter {name!r} must be {expected}, got {val!r}")
     try:
-        return cls(**merged)
+        cfg = cls(**merged)
     except TypeError as exc:  # pragma: no cover - dataclass signature errors
         raise ConfigError(f"{cls.__name__}: {exc}") from exc
+    check_values(cfg, where)
+    return cfg
+
+
+def _accepted(f: dataclasses.Field) -> str | None:
+    """What the `opt` constraints of a field accept, in words (None: no constraint)."""
+    m = f.metadata
+    if "choices" in m:
+        return "one of " + ", ".join(map(str, m["choices"]))
+    lo = ("[", m["min"]) if "min" in m else ("(", m["gt"]) if "gt" in m else None
+    hi = (m["max"], "]") if "max" in m else (m["lt"], ")") if "lt" in m else None
+    if lo is None and hi is None:
+        return None
+    allowed = _allowed_types(f)
+    kind = "an integer" if allowed and int in allowed[0] and float not in allowed[0] else "a number"
+    if lo is not None and hi is not None:
+        return f"{kind} in {lo[0]}{lo[1]}, {hi[0]}{hi[1]}"
+    if lo is not None:
+        return f"{kind} {'>=' if lo[0] == '[' else '>'} {lo[1]}"
+    return f"{kind} {'<=' if hi[1] == ']' else '<'} {hi[0]}"
+
+
+def _within(f: dataclasses.Field, v: Any) -> bool:
+    m = f.metadata
+    if "choices" in m:
+        return v in m["choices"]
+    try:  # written so that NaN is outside every bound
+        return (("min" not in m or v >= m["min"]) and ("gt" not in m or v > m["gt"])
+                and ("max" not in m or v <= m["max"]) and ("lt" not in m or v < m["lt"]))
+    except TypeError:
+        return False
+
+
+def check_values(cfg: Any, where: str = "") -> None:
+    """Refuse a config whose field values break the bounds or choices their `opt` declares,
+    then run its own `cross_check()` (rules between fields) if it has one. `make_config` calls
+    it; code that takes a config dataclass built directly calls it too."""
+    at = f"{where}: " if where else ""
+    for f in fields(cfg):
+        what = _accepted(f)
+        v = getattr(cfg, f.name)
+        if what is None or (v is None and (_allowed_types(f) or (set(), False))[1]):
+            continue
+        if isinstance(v, bool) or not _within(f, v):
+            null = " or null" if (_allowed_types(f) or (set(), False))[1] else ""
+            raise ConfigError(f"{at}parameter {f.name!r} must be {what}{null}, got {v!r}")
+    cross_check = getattr(cfg, "cross_check", None)
+    if cross_check is not None:
+        try:
+            cross_check()
+        except ConfigError as exc:
+            raise ConfigError(f"{at}{exc}") from None
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
-from kgrag_lib.config import RunConfig, available_profiles, field_help, make_config, profile_section, read_profile
+from kgrag_lib.config import (RunConfig, available_profiles, check_values, field_help, make_config, opt,
+                              profile_section, read_profile)
 from kgrag_lib.errors import ConfigError
 
 
@@ -63,3 +66,38 @@ def test_read_profile_runs_the_checks_it_is_given(tmp_path):
     seen = []
     read_profile(p, lambda data, where: seen.append(where))
     assert seen == [str(p)]
+
+
+@dataclass
+class _Bounded:
+    k: int = opt(3, "a count", min=1)
+    cap: int | None = opt(None, "an optional cap", min=0)
+    damping: float = opt(0.5, "a probability strictly inside (0, 1)", gt=0.0, lt=1.0)
+    share: float = opt(0.5, "a fraction", min=0.0, max=1.0)
+    side: str = opt("both", "a direction", choices=("out", "both"))
+
+    def cross_check(self) -> None:
+        if self.cap is not None and self.cap < self.k:
+            raise ConfigError(f"parameter 'cap' must be at least k={self.k}, got {self.cap}")
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"k": 0}, "parameter 'k' must be an integer >= 1, got 0"),
+    ({"cap": -1}, "parameter 'cap' must be an integer >= 0 or null, got -1"),
+    ({"damping": 1.0}, r"parameter 'damping' must be a number in \(0.0, 1.0\), got 1.0"),
+    ({"damping": float("nan")}, "parameter 'damping' must be a number in .*got nan"),
+    ({"share": 1.5}, r"parameter 'share' must be a number in \[0.0, 1.0\], got 1.5"),
+    ({"side": "in"}, "parameter 'side' must be one of out, both, got 'in'"),
+    ({"k": 4, "cap": 2}, "parameter 'cap' must be at least k=4, got 2"),
+])
+def test_declared_bounds_and_choices_are_enforced_naming_parameter_value_and_allowed(given, message):
+    with pytest.raises(ConfigError, match=rf"^profile p, methods.m: {message}$"):
+        make_config(_Bounded, given, where="profile p, methods.m")
+
+
+def test_values_inside_the_bounds_pass_and_none_passes_where_allowed():
+    cfg = make_config(_Bounded, {"k": 1, "cap": None, "damping": 0.999, "share": 1, "side": "out"})
+    assert (cfg.k, cfg.cap, cfg.damping, cfg.share, cfg.side) == (1, None, 0.999, 1.0, "out")
+    check_values(_Bounded())  # the defaults pass
+    with pytest.raises(ConfigError, match="'k' must be an integer >= 1, got 0"):
+        check_values(_Bounded(k=0))  # a config built directly is checked the same way

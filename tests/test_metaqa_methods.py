@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fakes import BagOfWordsEmbedder
+from kgrag_lib.config import check_values
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval import metrics as M
 from kgrag_lib.kg import KGStore
@@ -208,7 +209,7 @@ def test_bfs_rejects_unknown_direction(store):
     with pytest.raises(ConfigError, match="direction"):
         candidate_triples(store, [0], 1, "sideways")
     with pytest.raises(ConfigError, match="direction"):
-        RetrievalConfig(direction="up").validate()
+        check_values(RetrievalConfig(direction="up"))
 
 
 def test_torch_threads_is_restored():

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from ..errors import CacheDamagedError, MissingDataError, UnreadableFileError
 from ..paths import cache_dir
-from .base import KEY_VERSION, Messages, SamplingParams, TokenLogprob, cache_key, canonical_request
+from .base import Messages, SamplingParams, TokenLogprob, cache_key, canonical_request
 
 T = TypeVar("T")
 _DAMAGE_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")

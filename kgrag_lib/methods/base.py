@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ConfigError
+from ..config import make_config
 from ..llm import DEFAULT_SPEC
 from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
@@ -53,16 +53,7 @@ class MethodSpec:
 
     def check_config(self, section: dict[str, Any], where: str) -> Any:
         """The method's config from a settings dict; unknown keys and bad values refused."""
-        from ..config import make_config
-
-        cfg = make_config(self.config, section, where=where)
-        validate = getattr(cfg, "validate", None)
-        if validate is not None:
-            try:
-                validate()
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-        return cfg
+        return make_config(self.config, section, where=where)
 
 
 @dataclass

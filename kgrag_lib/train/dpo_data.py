@@ -150,9 +150,7 @@ class DPODataConfig:
 
     def kg_infused_config(self, rounds: int) -> KGInfusedConfig:
         """The KG-Infused settings of the inputs with `rounds` activation rounds."""
-        cfg = make_config(KGInfusedConfig, self.kg_infused, {"rounds": rounds}, where="kg_infused")
-        cfg.validate()
-        return cfg
+        return make_config(KGInfusedConfig, self.kg_infused, {"rounds": rounds}, where="kg_infused")
 
 
 def make_dpo_config(*layers: dict[str, Any] | None) -> DPODataConfig:

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...config import make_config, opt
+from ...config import check_values, make_config, opt
 from ...errors import ConfigError
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
@@ -42,28 +42,17 @@ class KGInfusedConfig:
                                     "or the folder of a saved KGStore")
     corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
                               "a dataset name, wikipedia or wikipedia:<psgs_w100.tsv>")
-    rounds: int = opt(2, "max spreading-activation rounds k (stops earlier when no new entity remains)")
-    max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round")
-    max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)")
-    k_p: int = opt(6, "passages per question (q and q' take k_p/2 each in the QE variants)")
-    k_e: int = opt(3, "seed entities retrieved by description similarity")
-    max_tokens: int = opt(1000, "max new tokens of the selection, summary, note and augmentation stages")
-    answer_max_tokens: int | None = opt(None, "max new tokens of the final answer (default: max_tokens)")
-    query_max_tokens: int | None = opt(None, "max new tokens of a query expansion (default: max_tokens)")
-    temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy, as in the paper)")
+    rounds: int = opt(2, "max spreading-activation rounds k (stops earlier when no new entity remains)", min=1)
+    max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round", min=1)
+    max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)",
+                                      min=1)
+    k_p: int = opt(6, "passages per question (q and q' take k_p/2 each in the QE variants)", min=1)
+    k_e: int = opt(3, "seed entities retrieved by description similarity", min=1)
+    max_tokens: int = opt(1000, "max new tokens of the selection, summary, note and augmentation stages", min=1)
+    answer_max_tokens: int | None = opt(None, "max new tokens of the final answer (default: max_tokens)", min=1)
+    query_max_tokens: int | None = opt(None, "max new tokens of a query expansion (default: max_tokens)", min=1)
+    temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy, as in the paper)", min=0)
     seed: int | None = opt(None, "seed of the LLM sampling and of the per-entity triple sample (default: the run seed)")
-
-    def validate(self) -> None:
-        for name in ("rounds", "max_entities_per_round", "max_triples_per_entity", "k_p", "k_e", "max_tokens"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"parameter {name!r} must be an integer >= 1, got {v!r}")
-        for name in ("answer_max_tokens", "query_max_tokens"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"parameter {name!r} must be an integer >= 1 or null, got {v!r}")
-        if self.temperature < 0:
-            raise ConfigError(f"parameter 'temperature' must be >= 0, got {self.temperature!r}")
 
 
 @dataclass(frozen=True)
@@ -101,7 +90,7 @@ class KGInfusedRAG(Method):
                  corpus_loader: Callable[[str], CorpusIndex] | None = None) -> None:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
-        cfg.validate()
+        check_values(cfg)
         self.cfg = self.config = cfg
         self.ctx = ctx
         self._kg = kg_source

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...config import opt
+from ...config import check_values, opt
 from ...errors import ConfigError
 from ...retrieval.index import top_k_dot
 
@@ -24,19 +24,12 @@ DIRECTIONS = ("out", "in", "both")
 class RetrievalConfig:
     """Candidate retrieval and triple selection (paper: N = 3, K = 30, bidirectional)."""
 
-    hops: int = opt(3, "N: triples up to this many hops from the question entity are candidates (paper: 3)")
-    top_k: int = opt(30, "K: triples selected per (sub-)question by embedding dot product (paper: 30)")
-    direction: str = opt("both", "BFS direction over the directed KB: out (unidirectional), in, or both (paper: both)")
+    hops: int = opt(3, "N: triples up to this many hops from the question entity are candidates (paper: 3)", min=1)
+    top_k: int = opt(30, "K: triples selected per (sub-)question by embedding dot product (paper: 30)", min=1)
+    direction: str = opt("both", "BFS direction over the directed KB: out (unidirectional), in, or both (paper: both)",
+                         choices=DIRECTIONS)
     kb: str | None = opt(None, "MetaQA KB file in kb.txt format (default: <data root>/metaqa/kb.txt)")
     query_threads: int = opt(1, "torch threads for embedding one (sub-)question (0 = torch default)")
-
-    def validate(self, where: str = "") -> None:
-        if self.direction not in DIRECTIONS:
-            raise ConfigError(f"parameter 'direction'{where}: expected one of {DIRECTIONS}, got {self.direction!r}")
-        if self.hops < 1:
-            raise ConfigError(f"parameter 'hops'{where}: expected an int >= 1, got {self.hops}")
-        if self.top_k < 1:
-            raise ConfigError(f"parameter 'top_k'{where}: expected an int >= 1, got {self.top_k}")
 
 
 def candidate_triples(store: Any, entity_ids: Sequence[int], hops: int, direction: str) -> np.ndarray:
@@ -96,7 +89,7 @@ class TripleSelector:
     """Candidates of a question and per-(sub-)question top-K, over one MetaQA KB."""
 
     def __init__(self, kb: Any, embedder: Any, cfg: RetrievalConfig):
-        cfg.validate()
+        check_values(cfg)
         self.kb = kb
         self.embedder = embedder
         self.cfg = cfg

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...config import check_values
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
 from . import stages
@@ -26,11 +27,9 @@ class DecomposedQA(Method):
     """Decompose -> for each sub-question: reformulate, (select triples), answer -> synthesize."""
 
     def __init__(self, name: str, llm: Any, cfg: Any, seed: int = 0, selector: TripleSelector | None = None):
-        from ...errors import ConfigError
         from . import prompts as P
 
-        if cfg.max_subquestions < 1:
-            raise ConfigError(f"parameter 'max_subquestions' of {name}: expected an int >= 1, got {cfg.max_subquestions}")
+        check_values(cfg, where=name)
         self.name, self.llm, self.cfg, self.selector = name, llm, cfg, selector
         self.config = cfg
         self.p_decompose = cfg.sampling(seed, max_tokens=cfg.decompose_max_tokens, stop=(P.END_MARKER,))

@@ -49,7 +49,7 @@ class DecompositionConfig:
     decompose_max_tokens: int = opt(256, "max new tokens of the decomposition call (paper: 256)")
     reformulate_max_tokens: int = opt(256, "max new tokens of a reformulation call ('?' stops it earlier)")
     synthesis_max_tokens: int = opt(512, "max new tokens of the final answer synthesis (paper: 512)")
-    max_subquestions: int = opt(4, "sub-questions kept from a decomposition (extra ones are dropped and noted)")
+    max_subquestions: int = opt(4, "sub-questions kept from a decomposition (extra ones are dropped and noted)", min=1)
     reformulate: bool = opt(True, "rewrite each later sub-question with the earlier sub-answers (paper: on)")
     synthesize_single: bool = opt(True, "run the synthesis call even when there is one sub-question (paper: always)")
 
