@@ -380,7 +380,7 @@ def test_registered_methods_and_config_errors(tmp_path, fake_embedder):
     for name in ("llm", "llm-qd", "llm-kg", "kg-rag"):
         assert methods[name].family == "metaqa"
         assert methods[name].datasets == ("metaqa-1hop", "metaqa-2hop", "metaqa-3hop")
-    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=fake_embedder, cache_dir_=str(tmp_path))
+    ctx = RunContext(llm=ScriptedLLM(["x"]), embedder=fake_embedder, cache_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="hops"):
         methods["llm"].factory(ctx, {"hops": 2}, 0)  # the zero-shot LLM has no retrieval
     with pytest.raises(ConfigError, match="direction"):
@@ -391,7 +391,7 @@ def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
     kb_path = tmp_path / "kb.txt"
     kb_path.write_text(KB_LINES, encoding="utf-8")
     llm = scripted({"answer_kg": ["Louis Malle", "Louis Malle"]})
-    ctx = RunContext(llm_=llm, embedder_=fake_embedder, cache_dir_=str(tmp_path / "cache"))
+    ctx = RunContext(llm=llm, embedder=fake_embedder, cache_dir=str(tmp_path / "cache"))
     spec = available_methods()["llm-kg"]
     m = spec.factory(ctx, {"kb": str(kb_path), "hops": 1, "top_k": 3}, 0)
     m2 = available_methods()["kg-rag"].factory(ctx, {"kb": str(kb_path)}, 0)
@@ -409,7 +409,7 @@ def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
 def test_missing_kb_is_a_clear_error(tmp_path, fake_embedder):
     from kgrag_lib.errors import MissingDataError
 
-    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=fake_embedder, cache_dir_=str(tmp_path))
+    ctx = RunContext(llm=ScriptedLLM(["x"]), embedder=fake_embedder, cache_dir=str(tmp_path))
     with pytest.raises(MissingDataError, match="kb.txt|subject\\|relation\\|object"):
         available_methods()["llm-kg"].factory(ctx, {"kb": str(tmp_path / "nope.txt")}, 0)
 

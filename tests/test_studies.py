@@ -109,7 +109,7 @@ def test_profile_data_root_reaches_notebooks_and_runs(tmp_path, monkeypatch):
     prof = {"name": "mine", "run": {"data_root": str(root), "cache_dir": str(tmp_path / "cache")}}
     nb = setup("12_metaqa_baselines", profile=prof, out_dir=tmp_path / "nb")
     assert nb.ctx.data_root == root.resolve()
-    nb.ctx.llm_ = ScriptedLLM(lambda m, p: "Louis Malle")
+    nb.ctx.llm = ScriptedLLM(lambda m, p: "Louis Malle")
     metrics = nb.run("llm", "metaqa-1hop", tmp_path / "nb" / "run", n=2, seed=0)
     assert metrics["n"] == 2
     rows = [json.loads(line) for line in (tmp_path / "nb" / "run" / "predictions.jsonl").read_text().splitlines()]

@@ -539,9 +539,9 @@ def notebook(tmp_path):
 
     def make(name, **given):
         nb = setup(name, profile=prof, out_dir=tmp_path / name, datasets=["2wiki"], **given)
-        nb.ctx.llm_ = ScriptedLLM(scripted_world, name="scripted", identity="scripted:tcr-report",
+        nb.ctx.llm = ScriptedLLM(scripted_world, name="scripted", identity="scripted:tcr-report",
                                   cache=LLMCache(tmp_path / "llm_cache.sqlite"))
-        nb.ctx.embedder_ = BagOfWordsEmbedder()
+        nb.ctx.embedder = BagOfWordsEmbedder()
         return nb
 
     return make

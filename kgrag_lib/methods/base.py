@@ -9,7 +9,7 @@ notebook or a test. The table of all methods is `methods.registry`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,41 +56,65 @@ class MethodSpec:
         return make_config(self.config, section, where=where)
 
 
-@dataclass
 class RunContext:
-    """Shared parts of a run, loaded on first use so a method only pays for what it needs."""
+    """Shared parts of a run, loaded on first use so a method only pays for what it needs.
 
-    model: str = DEFAULT_SPEC
-    embedder_spec: str = "minilm"
-    data_root_: str | None = None
-    cache_dir_: str | None = None
-    llm_: Any = None
-    embedder_: Any = None
-    shared: dict[str, Any] = field(default_factory=dict)
+    `model` and `embedder_spec` say what to load; `llm` and `embedder` give already loaded
+    ones instead (a test double, a notebook's model); `data_root` and `cache_dir` default as
+    `paths` says. The context can be shared by several runs (see `experiment.check_context`).
+    """
+
+    def __init__(self, model: str = DEFAULT_SPEC, embedder_spec: str = "minilm", *, data_root: str | None = None,
+                 cache_dir: str | None = None, llm: Any = None, embedder: Any = None) -> None:
+        self.model = model
+        self.embedder_spec = embedder_spec
+        self._data_root = data_root
+        self._cache_dir = cache_dir
+        self._llm = llm
+        self._embedder = embedder
+        self.shared: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return (f"RunContext(model={self.model!r}, embedder_spec={self.embedder_spec!r}, "
+                f"data_root={self._data_root!r}, cache_dir={self._cache_dir!r})")
 
     @property
     def data_root(self) -> Path:
-        return _data_root(self.data_root_)
+        return _data_root(self._data_root)
 
     @property
     def cache_dir(self) -> Path:
-        return _cache_dir(self.cache_dir_)
+        return _cache_dir(self._cache_dir)
 
     @property
-    def llm(self):
-        if self.llm_ is None:
+    def llm(self) -> Any:
+        """The run's LLM, loaded (with the call cache of `cache_dir`) on first use."""
+        if self._llm is None:
             from ..llm import load_llm
 
-            self.llm_ = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite")
-        return self.llm_
+            self._llm = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite")
+        return self._llm
+
+    @llm.setter
+    def llm(self, llm: Any) -> None:
+        self._llm = llm
 
     @property
-    def embedder(self):
-        if self.embedder_ is None:
+    def loaded_llm(self) -> Any:
+        """The LLM if it is loaded already, else None (never loads it)."""
+        return self._llm
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
             from ..retrieval import load_embedder
 
-            self.embedder_ = load_embedder(self.embedder_spec)
-        return self.embedder_
+            self._embedder = load_embedder(self.embedder_spec)
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, embedder: Any) -> None:
+        self._embedder = embedder
 
     def memo(self, key: str, build: Callable[[], Any]) -> Any:
         """Build a heavy shared object (a KG store, an index) once per context."""

@@ -358,7 +358,7 @@ class SelfRAG(Method):
     def _generator_cost(self, gen_llm: Any, usage0) -> dict[str, float]:
         """The Self-RAG model's own usage for this question (the runner counts the run's model);
         empty when the generator is the run's model, which the runner already counts."""
-        if usage0 is None or gen_llm is self.ctx.llm_:
+        if usage0 is None or gen_llm is self.ctx.loaded_llm:
             return {}
         return {f"generator_llm_{k}": v for k, v in gen_llm.usage.since(usage0).to_dict().items()}
 
