@@ -21,13 +21,15 @@ from kgrag_lib.kg import KGStore
 from kgrag_lib.llm import ScriptedLLM
 from kgrag_lib.methods import RunContext, available_methods
 from kgrag_lib.methods.metaqa import prompts as P
-from kgrag_lib.methods.metaqa.candidates import RetrievalConfig, TripleSelector, candidate_triples, torch_threads
-from kgrag_lib.methods.metaqa.decompose import DecomposeConfig, DecomposedQA
-from kgrag_lib.methods.metaqa.kaping import KapingConfig, KapingQA
+from kgrag_lib.methods.metaqa.candidates import TripleSelector, candidate_triples, torch_threads
+from kgrag_lib.methods.metaqa.decompose import DecomposedQA
+from kgrag_lib.methods.metaqa.kaping import KapingQA
 from kgrag_lib.methods.metaqa.kb import MetaQAKB, kb_embeddings, load_store, verbalize
-from kgrag_lib.methods.metaqa.kg_rag import KGRAGConfig, build_kg_rag
+from kgrag_lib.methods.metaqa.kg_rag import build_kg_rag
+from kgrag_lib.methods.metaqa.pipeline import (DecomposeConfig, KapingConfig, KGRAGConfig, RetrievalConfig,
+                                              ZeroShotConfig)
 from kgrag_lib.methods.metaqa.stages import clean_reformulation, parse_decomposition
-from kgrag_lib.methods.metaqa.zero_shot import ZeroShotConfig, ZeroShotLLM
+from kgrag_lib.methods.metaqa.zero_shot import ZeroShotLLM
 from kgrag_lib.paths import data_root
 from kgrag_lib.records import Question, Triple
 

@@ -6,19 +6,7 @@ import argparse
 import json
 
 from ..config import available_profiles
-
-# Method-specific flags: passed to the method's config only when given.
-METHOD_FLAGS = (
-    ("--kb", str, "MetaQA: path of a KB file in kb.txt format (default: the data root's metaqa/kb.txt)"),
-    ("--hops", int, "max hops N of candidate triple retrieval (MetaQA methods)"),
-    ("--top-k", int, "K triples kept per (sub-)question (MetaQA methods)"),
-    ("--direction", str, "BFS direction for candidate triples: out or both (MetaQA methods)"),
-    ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-oracle (upper bound), wikidata5m or a saved KG store"),
-    ("--rounds", int, "KG-Infused RAG: spreading-activation rounds k"),
-    ("--max-entities-per-round", int, "KG-Infused RAG: cap on newly activated entities per round"),
-    ("--max-triples-per-entity", int, "KG-Infused RAG: cap on sampled 1-hop triples per entity"),
-)
-
+from ..methods.registry import cli_flags
 
 def _parse_set(items: list[str]) -> dict:
     import yaml
@@ -51,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embedder", default=None, help="minilm, mpnet or a sentence-transformers id/path")
     p.add_argument("--data-root", default=None, help="dataset root (default $KGRAG_DATA_ROOT, then ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="cache folder (default $KGRAG_CACHE_DIR, then .cache/)")
-    for flag, typ, hlp in METHOD_FLAGS:
+    for flag, typ, hlp in cli_flags():  # each paper's most used settings; passed only when given
         p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other method config field (repeatable)")
     p.add_argument("--out", help="output folder (predictions.jsonl, metrics.json, manifest.json)")
@@ -80,7 +68,7 @@ def handle(args: argparse.Namespace) -> int:
         "split": args.split, "qa_file": args.qa_file, "n": args.n, "seed": args.seed, "model": args.model,
         "embedder": args.embedder, "data_root": args.data_root, "cache_dir": args.cache_dir,
     }
-    for flag, _, _ in METHOD_FLAGS:
+    for flag, _, _ in cli_flags():
         key = flag.lstrip("-").replace("-", "_")
         val = getattr(args, key)
         if val is not None:

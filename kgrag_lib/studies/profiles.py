@@ -8,16 +8,20 @@ it a command uses.
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from ..config import make_config, profile_mapping, read_profile, refuse_unknown
-from ..methods.registry import check_profile_methods
-from . import kg_infused, metaqa, report, sa_rag, tcr_qf
+from ..methods.registry import PAPERS, check_profile_methods
+from . import report
 from .base import NotebookSettings
 
-NOTEBOOKS: dict[str, type[NotebookSettings]] = {**metaqa.NOTEBOOKS, **kg_infused.NOTEBOOKS, **sa_rag.NOTEBOOKS,
-                                                **tcr_qf.NOTEBOOKS, **report.NOTEBOOKS}
+# Every paper's notebooks (`studies/<paper>.py`, papers from the registry), then the report's.
+NOTEBOOKS: dict[str, type[NotebookSettings]] = {
+    **{name: cls for paper in PAPERS for name, cls in import_module(f"{__package__}.{paper}").NOTEBOOKS.items()},
+    **report.NOTEBOOKS,
+}
 
 
 def check_profile_notebooks(profile: dict[str, Any], where: str) -> None:

@@ -31,6 +31,17 @@ from .kg_sources import KGSource, load_kg_source
 
 FAMILY = "kg-infused"
 DATASETS = ("hotpotqa", "2wiki", "musique", "bamboogle", "strategyqa")
+# The reproduction's deviations from the paper (KG, corpus, models, DPO) are listed with its
+# reported numbers (`report.kg_infused.paper_numbers.DEVIATIONS`).
+DEVIATIONS: tuple[str, ...] = ()
+# `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
+CLI_FLAGS = (
+    ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-oracle (upper bound), wikidata5m or a "
+                  "saved KG store"),
+    ("--rounds", int, "KG-Infused RAG: spreading-activation rounds k"),
+    ("--max-entities-per-round", int, "KG-Infused RAG: cap on newly activated entities per round"),
+    ("--max-triples-per-entity", int, "KG-Infused RAG: cap on sampled 1-hop triples per entity"),
+)
 
 
 @dataclass

@@ -49,6 +49,7 @@ from ..base import Method, MethodSpec, RunContext
 from .corpus import CorpusIndex
 from .kg_sources import KGSource
 from .pipeline import DATASETS, FAMILY, KGInfusedConfig, KGInfusedRAG
+from .self_rag_prompts import instruction, with_evidence
 
 # ---- the Self-RAG model's vocabulary and prompt format ------------------------------------
 RELEVANCE = ("[Relevant]", "[Irrelevant]")
@@ -62,25 +63,6 @@ UTILITY_WEIGHTS = dict(zip(UTILITY, (-1.0, -0.5, 0.0, 0.5, 1.0)))
 REQUIRED_TOKENS = RELEVANCE + SUPPORT + UTILITY + ("[Retrieval]",)
 REFLECTION_TOKENS = RETRIEVAL + RELEVANCE + SUPPORT + UTILITY + PARAGRAPH
 _STRIP = re.compile("|".join(re.escape(t) for t in sorted(REFLECTION_TOKENS + ("</s>", "<s>"), key=len, reverse=True)))
-
-# The instruction format the Self-RAG models were fine-tuned on (Alpaca style); the model's
-# interface, not a prompt of ours. Questions go in as the instruction, as in the authors'
-# open-domain QA runs; a yes/no task adds our one-line task statement with the question as input.
-PROMPT = "### Instruction:\n{instruction}\n\n### Response:\n"
-YES_NO_TASK = "Decide whether the answer to the question below is yes or no, and reply with that one word."
-EVIDENCE = "[Retrieval]<paragraph>{passage}</paragraph>"
-
-
-def instruction(question: str, yes_no: bool = False) -> str:
-    """The Self-RAG prompt up to the response (a yes/no task states itself first)."""
-    text = f"{YES_NO_TASK}\n\n## Input:\n\n{question}" if yes_no else question
-    return PROMPT.format(instruction=text)
-
-
-def with_evidence(prompt: str, passage: Passage) -> str:
-    """The prompt with one passage appended as retrieved evidence (title line, then text)."""
-    return prompt + EVIDENCE.format(passage=passage.as_text())
-
 
 def strip_reflection(text: str) -> str:
     """The output without reflection tokens, paragraph tags or sequence markers."""

@@ -6,21 +6,13 @@ given: then each (reformulated) sub-question is answered from its own top-K trip
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ...config import check_values
 from ...records import Prediction, Question
-from ..base import Method, MethodSpec, RunContext
+from ..base import Method
 from . import stages
 from .candidates import TripleSelector
-from .stages import METAQA_DATASETS, DecompositionConfig, SamplingConfig
-
-
-@dataclass
-class DecomposeConfig(SamplingConfig, DecompositionConfig):
-    """LLM+QD: decomposition (Table 3, stop '<END>'), sub-answers (repeat penalty 1.1),
-    reformulation (stop '?'), synthesis (max tokens 512)."""
 
 
 class DecomposedQA(Method):
@@ -98,11 +90,3 @@ class DecomposedQA(Method):
         trace["final_answer"] = final
         trace["final_output"] = final + (f"\n\nReasoning: {dec.reasoning}" if dec.reasoning and final else "")
         return final
-
-
-def make_decompose(ctx: RunContext, cfg: dict, seed: int) -> DecomposedQA:
-    return DecomposedQA("llm-qd", ctx.llm, SPEC.check_config(cfg, "methods.llm-qd"), seed)
-
-
-SPEC = MethodSpec("llm-qd", make_decompose, DecomposeConfig, METAQA_DATASETS,
-                  "question decomposition + zero-shot sub-answers + synthesis, no KG (baseline 'LLM+QD')", "metaqa")

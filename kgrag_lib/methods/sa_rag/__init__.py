@@ -8,10 +8,10 @@ sa-rag-qd (family "sa-rag"); `DEVIATIONS` says how the reproduction differs from
 
 from . import activation, corpus, graph_index, loops, pipeline, ppr, prompts, retrievers, stages
 from .activation import csr_from_edges, spread_activation, within_hops
-from .pipeline import DEVIATIONS, METHODS, VARIANTS, SARAG, SARAGConfig, make_method
+from .pipeline import CLI_FLAGS, DEVIATIONS, METHODS, VARIANTS, SARAG, SARAGConfig, make_method
 
 __all__ = [
-    "DEVIATIONS", "METHODS", "SARAG", "SARAGConfig", "VARIANTS", "activation", "corpus", "csr_from_edges",
+    "CLI_FLAGS", "DEVIATIONS", "METHODS", "SARAG", "SARAGConfig", "VARIANTS", "activation", "corpus", "csr_from_edges",
     "graph_index", "loops", "make_method", "pipeline", "ppr", "prompts", "retrievers", "spread_activation", "stages",
     "within_hops",
 ]

@@ -82,6 +82,12 @@ DEVIATIONS = (
     "entity description similarity, damping 0.5, passage nodes weighted 0.05), without HippoRAG 2's own "
     "OpenIE, query-to-fact linking, recognition filter or synonym edges.",
 )
+# `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
+CLI_FLAGS = (
+    ("--kg", str, "SA-RAG: the text KG spec, e.g. text:2wiki:dev200:n=100:seed={seed}"),
+    ("--top-k", int, "SA-RAG: chunks per dense retrieval"),
+    ("--hops", int, "SA-RAG: related_to hops n of the fetched subgraph"),
+)
 
 
 @dataclass

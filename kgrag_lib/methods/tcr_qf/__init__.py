@@ -7,6 +7,7 @@ differs from the paper. The KG itself is `kg.tcr_kg` (spec `tcr:`).
 """
 
 from . import pipeline, prompts, search
-from .pipeline import DEVIATIONS, METHODS, VARIANTS, TcrQF, TcrQFConfig, make_method
+from .pipeline import CLI_FLAGS, DEVIATIONS, METHODS, VARIANTS, TcrQF, TcrQFConfig, make_method
 
-__all__ = ["DEVIATIONS", "METHODS", "TcrQF", "TcrQFConfig", "VARIANTS", "make_method", "pipeline", "prompts", "search"]
+__all__ = ["CLI_FLAGS", "DEVIATIONS", "METHODS", "TcrQF", "TcrQFConfig", "VARIANTS", "make_method", "pipeline",
+           "prompts", "search"]

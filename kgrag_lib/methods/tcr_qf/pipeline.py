@@ -70,6 +70,14 @@ DEVIATIONS = (
     "TCR-QF: on CPU the loop is cut (max_iterations, max_missing) and ToG's depth/width may be cut in the profile; "
     "every table states them.",
 )
+# `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
+CLI_FLAGS = (
+    ("--kg", str, "TCR-QF: the extracted KG spec, e.g. tcr:2wiki:dev200:n=100:seed={seed}"),
+    ("--top-k", int, "TCR-QF: chunks of the Naive RAG baseline"),
+    ("--width", int, "TCR-QF: ToG beam width"),
+    ("--depth", int, "TCR-QF: ToG maximum depth"),
+    ("--max-iterations", int, "TCR-QF: feedback rounds I_max"),
+)
 
 
 @dataclass
