@@ -2,7 +2,11 @@
 
 A profile (`cpu-smoke`, `gpu-paper`, or a YAML path) holds the defaults of a study; command
 line flags and papermill parameters override single fields. Every field carries a help
-string so that `kgrag run --help` and the notebooks document themselves.
+string so that `kgrag run --help` and the notebooks document themselves, and the values it
+accepts (`opt(min=, max=, choices=)`), so a bad value is refused where it is set.
+
+This module is a leaf (it imports nothing of kgrag_lib but errors): the methods and notebooks
+check their own profile sections (`read_profile`'s `checks`), so reading settings loads no paper.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What a method is, and what it runs with.
 
-A method is a small object with `answer(question) -> Prediction`. Its `MethodSpec` names it,
+A method is a `Method`: `answer(question) -> Prediction`, the `config` it was built from and
+an optional `resume`. Its `MethodSpec` names it,
 lists the datasets it supports, its config dataclass, and the factory that builds it from a
 `RunContext` (shared, lazily loaded parts: LLM, embedder, KGs), its config dict (profile
 section merged with overrides) and the run seed; so the same method runs from the CLI, a
