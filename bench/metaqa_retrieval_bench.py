@@ -28,7 +28,8 @@ import numpy as np
 
 from kgrag_lib.data.metaqa import load_metaqa_kb
 from kgrag_lib.data.registry import load_questions
-from kgrag_lib.methods.metaqa.candidates import RetrievalConfig, TripleSelector
+from kgrag_lib.methods.metaqa.candidates import TripleSelector
+from kgrag_lib.methods.metaqa.pipeline import RetrievalConfig
 from kgrag_lib.methods.metaqa.kb import kb_file, load_kb, verbalize
 from kgrag_lib.paths import cache_dir as default_cache_dir
 from kgrag_lib.paths import data_root as default_data_root

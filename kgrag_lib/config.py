@@ -2,7 +2,11 @@
 
 A profile (`cpu-smoke`, `gpu-paper`, or a YAML path) holds the defaults of a study; command
 line flags and papermill parameters override single fields. Every field carries a help
-string so that `kgrag run --help` and the notebooks document themselves.
+string so that `kgrag run --help` and the notebooks document themselves, and the values it
+accepts (`opt(min=, max=, choices=)`), so a bad value is refused where it is set.
+
+This module is a leaf (it imports nothing of kgrag_lib but errors): the methods and notebooks
+check their own profile sections (`read_profile`'s `checks`), so reading settings loads no paper.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -20,11 +24,18 @@ PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 T = TypeVar("T")
 
 
-def opt(default: Any, help: str, **kw: Any) -> Any:
-    """A dataclass field with a help string (mutable defaults are copied per instance)."""
+def opt(default: Any, help: str, *, min: float | None = None, max: float | None = None, gt: float | None = None,
+        lt: float | None = None, choices: tuple | list | None = None, **kw: Any) -> Any:
+    """A dataclass field with a help string and the values it accepts (mutable defaults are
+    copied per instance). `min`/`max` are inclusive bounds, `gt`/`lt` exclusive ones, `choices`
+    the allowed values; `make_config` and `check_values` refuse anything else (None passes
+    when the annotation allows it)."""
+    meta = {"help": help, **{k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("lt", lt),
+                                                 ("choices", tuple(choices) if choices is not None else None))
+                             if v is not None}}
     if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta, **kw)
+    return field(default=default, metadata=meta, **kw)
 
 
 PROFILE_KEYS = {
@@ -41,24 +52,40 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
-def load_profile(name_or_path: str | Path | dict) -> dict[str, Any]:
-    """Read and check a profile: by name (shipped in kgrag_lib/profiles), YAML path, or a dict.
+ProfileCheck = Callable[[dict[str, Any], str], None]
 
-    Every key is checked at every level (top level, run, models, methods.<method>,
-    notebooks.<notebook>), so a misspelt section is refused with the file, the key and the
-    accepted keys instead of silently falling back to code defaults.
+
+def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck) -> dict[str, Any]:
+    """Read a profile: by name (shipped in kgrag_lib/profiles), YAML path, or a dict.
+
+    The keys this module knows are checked here (top level, `run`, the shape of `models`,
+    `methods` and `notebooks`); the sections of methods and notebooks are checked by the
+    layers that define them, passed as `checks` (each called with the profile and where it
+    came from): `methods.registry.check_profile_methods`, `studies.check_profile_notebooks`.
+    `studies.load_profile` runs them all. So a misspelt section is refused with the file, the
+    key and the accepted keys instead of silently falling back to code defaults.
     """
     if isinstance(name_or_path, dict):
         data = dict(name_or_path)
         data.setdefault("name", "custom")
-        check_profile(data, f"profile {data['name']!r}")
-        return data
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = PROFILE_DIR / f"{name_or_path}.yaml"
+        where = f"profile {data['name']!r}"
+    else:
+        p = Path(name_or_path)
+        if not p.suffix:
+            p = PROFILE_DIR / f"{name_or_path}.yaml"
+        data = _read_yaml(p, name_or_path)
+        data.setdefault("name", p.stem)
+        where = str(p)
+    check_profile_basics(data, where)
+    for check in checks:
+        check(data, where)
+    return data
+
+
+def _read_yaml(p: Path, asked: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(
-            f"profile {str(name_or_path)!r} not found{' (it is a directory)' if p.is_dir() else ''}; "
+            f"profile {str(asked)!r} not found{' (it is a directory)' if p.is_dir() else ''}; "
             f"expected one of {available_profiles()} or a path to a YAML file"
         )
     try:
@@ -73,12 +100,11 @@ def load_profile(name_or_path: str | Path | dict) -> dict[str, Any]:
         raise ConfigError(f"{p}{at}: YAML syntax error: {what}; expected a YAML mapping of sections") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a profile must be a YAML mapping at the top level")
-    data.setdefault("name", p.stem)
-    check_profile(data, str(p))
     return data
 
 
-def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+def profile_mapping(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    """Section `key` of a profile ({} when absent); anything but a mapping is refused."""
     sec = data.get(key)
     if sec is None:
         return {}
@@ -87,34 +113,22 @@ def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return sec
 
 
-def _unknown(keys: Any, accepted: Any, where: str, what: str) -> None:
+def refuse_unknown(keys: Any, accepted: Any, where: str, what: str) -> None:
+    """ConfigError naming the keys not in `accepted` and listing those accepted."""
     bad = sorted(set(keys) - set(accepted))
     if bad:
         raise ConfigError(f"{where}: unknown {what} {', '.join(map(repr, bad))}; accepted: {', '.join(sorted(accepted))}")
 
 
-def check_profile(data: dict[str, Any], where: str) -> None:
-    """Refuse unknown keys and ill-typed values anywhere in a profile (see `load_profile`)."""
-    from .methods.registry import available_methods
-    from .studies import NOTEBOOKS
-
-    _unknown(data, PROFILE_KEYS, where, "top-level key(s)")
-    make_config(RunConfig, _section(data, "run", where), where=f"{where}, section run")
-    methods = available_methods()
-    families = sorted({m.family for m in methods.values()})
-    models = _section(data, "models", where)
-    _unknown(models, families, f"{where}, section models", "study family(ies)")
-    for fam, spec in models.items():
+def check_profile_basics(data: dict[str, Any], where: str) -> None:
+    """Refuse unknown top-level keys, a bad `run` section, and sections that are not mappings."""
+    refuse_unknown(data, PROFILE_KEYS, where, "top-level key(s)")
+    make_config(RunConfig, profile_mapping(data, "run", where), where=f"{where}, section run")
+    for fam, spec in profile_mapping(data, "models", where).items():
         if spec is not None and not isinstance(spec, str):
             raise ConfigError(f"{where}, models.{fam}: expected a model spec string, got {spec!r}")
-    msecs = _section(data, "methods", where)
-    _unknown(msecs, methods, f"{where}, section methods", "method(s)")
-    for name, sec in msecs.items():
-        methods[name].check_config(sec or {}, where=f"{where}, methods.{name}")
-    nsecs = _section(data, "notebooks", where)
-    _unknown(nsecs, NOTEBOOKS, f"{where}, section notebooks", "notebook(s)")
-    for name, sec in nsecs.items():
-        make_config(NOTEBOOKS[name], sec or {}, where=f"{where}, notebooks.{name}")
+    profile_mapping(data, "methods", where)
+    profile_mapping(data, "notebooks", where)
 
 
 def profile_section(profile: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -184,9 +198,61 @@ def make_config(cls: type[T], *layers: dict[str, Any] | None, where: str = "") -
             expected = " or ".join(sorted(k.__name__ for k in kinds))
             raise ConfigError(f"{at}parameter {name!r} must be {expected}, got {val!r}")
     try:
-        return cls(**merged)
+        cfg = cls(**merged)
     except TypeError as exc:  # pragma: no cover - dataclass signature errors
         raise ConfigError(f"{cls.__name__}: {exc}") from exc
+    check_values(cfg, where)
+    return cfg
+
+
+def _accepted(f: dataclasses.Field) -> str | None:
+    """What the `opt` constraints of a field accept, in words (None: no constraint)."""
+    m = f.metadata
+    if "choices" in m:
+        return "one of " + ", ".join(map(str, m["choices"]))
+    lo = ("[", m["min"]) if "min" in m else ("(", m["gt"]) if "gt" in m else None
+    hi = (m["max"], "]") if "max" in m else (m["lt"], ")") if "lt" in m else None
+    if lo is None and hi is None:
+        return None
+    allowed = _allowed_types(f)
+    kind = "an integer" if allowed and int in allowed[0] and float not in allowed[0] else "a number"
+    if lo is not None and hi is not None:
+        return f"{kind} in {lo[0]}{lo[1]}, {hi[0]}{hi[1]}"
+    if lo is not None:
+        return f"{kind} {'>=' if lo[0] == '[' else '>'} {lo[1]}"
+    return f"{kind} {'<=' if hi[1] == ']' else '<'} {hi[0]}"
+
+
+def _within(f: dataclasses.Field, v: Any) -> bool:
+    m = f.metadata
+    if "choices" in m:
+        return v in m["choices"]
+    try:  # written so that NaN is outside every bound
+        return (("min" not in m or v >= m["min"]) and ("gt" not in m or v > m["gt"])
+                and ("max" not in m or v <= m["max"]) and ("lt" not in m or v < m["lt"]))
+    except TypeError:
+        return False
+
+
+def check_values(cfg: Any, where: str = "") -> None:
+    """Refuse a config whose field values break the bounds or choices their `opt` declares,
+    then run its own `cross_check()` (rules between fields) if it has one. `make_config` calls
+    it; code that takes a config dataclass built directly calls it too."""
+    at = f"{where}: " if where else ""
+    for f in fields(cfg):
+        what = _accepted(f)
+        v = getattr(cfg, f.name)
+        if what is None or (v is None and (_allowed_types(f) or (set(), False))[1]):
+            continue
+        if isinstance(v, bool) or not _within(f, v):
+            null = " or null" if (_allowed_types(f) or (set(), False))[1] else ""
+            raise ConfigError(f"{at}parameter {f.name!r} must be {what}{null}, got {v!r}")
+    cross_check = getattr(cfg, "cross_check", None)
+    if cross_check is not None:
+        try:
+            cross_check()
+        except ConfigError as exc:
+            raise ConfigError(f"{at}{exc}") from None
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

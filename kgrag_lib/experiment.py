@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig, load_profile, make_config, profile_section
+from .config import RunConfig, make_config, profile_section, read_profile
 from .errors import ConfigError
 from .methods.base import MethodSpec, RunContext
-from .methods.registry import check_dataset, get_method
+from .methods.registry import check_dataset, check_profile_methods, get_method
 
 RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
@@ -47,7 +47,7 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
     """Settings of one run. `overrides` are RunConfig fields or fields of the method's config;
     None values mean "not given". An unknown name, a wrong type or a dataset the method does
     not support is refused here, before anything is loaded."""
-    prof = load_profile(profile)
+    prof = read_profile(profile, check_profile_methods)  # `kgrag run` checks the notebooks sections too
     spec = get_method(method)
     check_dataset(spec, dataset)
     run_over = {k: v for k, v in overrides.items() if k in RUN_FIELDS and v is not None}
@@ -63,8 +63,8 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
 
 def make_context(run: RunConfig) -> RunContext:
     """The shared parts (LLM, embedder, KGs, caches) a run with these settings needs."""
-    return RunContext(model=run.model, embedder_spec=run.embedder, data_root_=run.data_root,
-                      cache_dir_=run.cache_dir)
+    return RunContext(model=run.model, embedder_spec=run.embedder, data_root=run.data_root,
+                      cache_dir=run.cache_dir)
 
 
 def check_context(ctx: RunContext, run: RunConfig) -> None:
@@ -102,7 +102,7 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
     questions = load_questions(dataset, split=r.run.split, path=r.run.qa_file, root=ctx.data_root,
                                n=r.run.n, seed=r.run.seed)
     runner_method = r.spec.factory(ctx, r.method_cfg, r.run.seed)
-    method_config = getattr(runner_method, "config", None)
+    method_config = runner_method.config
     llm = ctx.llm
     config = {
         "run": dataclasses.asdict(r.run),

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator
 
 from .errors import KgragError
 from .jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
+from .methods.base import Method
 from .progress import progress as progress_bar
 from .provenance import manifest
 from .records import Prediction, Question
@@ -194,7 +195,7 @@ def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bo
 
 
 def run_method(
-    method: Any,
+    method: Method,
     questions: Iterable[Question],
     out_dir: str | Path,
     config: dict[str, Any] | None = None,
@@ -245,18 +246,16 @@ def run_method(
     return result
 
 
-def _answer_and_score(method: Any, questions: list[Question], done: list[dict[str, Any]], pred_path: Path,
+def _answer_and_score(method: Method, questions: list[Question], done: list[dict[str, Any]], pred_path: Path,
                       llm: Any, progress: bool, metrics: tuple[str, ...] | None, concurrency: int = 1) -> dict[str, Any]:
     from .concurrency import as_they_finish
     from .eval.summary import summarize
 
     done_ids = {r["qid"] for r in done}
     todo = [q for q in questions if q.qid not in done_ids]
-    resume = getattr(method, "resume", None)
-    if callable(resume):  # a method whose state grows over questions (TCR-QF's KG) rebuilds it first
-        resume(list(done))
+    method.resume(list(done))  # a method whose state grows over questions (TCR-QF's KG) rebuilds it first
     fail_types = _failure_types()
-    name = getattr(method, "name", "")
+    name = method.name
 
     def answer(q: Question) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -22,6 +22,7 @@ from kgrag_lib.data.registry import load_corpus, load_questions
 from kgrag_lib.data.wikidata5m import read_aliases, read_descriptions, read_triple_ids
 from kgrag_lib.errors import DataFormatError, KgragError
 from kgrag_lib.kg.sources import load_kg
+from kgrag_lib.methods.base import Method
 from kgrag_lib.records import Prediction, Question
 from kgrag_lib.runner import read_predictions, run_method
 
@@ -250,7 +251,7 @@ def test_no_traceback_reaches_the_terminal(tmp_path):
 
 
 # ---- predictions.jsonl of a run: a corrupt middle line stops, a torn last line is repaired --------------------------
-class FixedMethod:
+class FixedMethod(Method):
     name = "fixed"
 
     def __init__(self) -> None:

@@ -14,6 +14,7 @@ from kgrag_lib.concurrency import as_they_finish, check_workers, parallel_map
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.llm.cache import LLMCache
 from kgrag_lib.llm.fake import ScriptedLLM
+from kgrag_lib.methods.base import Method
 from kgrag_lib.records import Prediction, Question
 from kgrag_lib.runner import PRED_FILE, run_method
 
@@ -145,7 +146,7 @@ def test_work_fanned_out_inside_a_question_is_counted_in_its_meter():
     assert outer.usage.calls == 5 and len(outer.keys) == 5
 
 
-class CallsPerQuestion:
+class CallsPerQuestion(Method):
     """A method that asks question i for i+1 distinct completions, plus one shared request."""
 
     name = "calls-per-q"

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
-from kgrag_lib.config import RunConfig, available_profiles, field_help, load_profile, make_config, profile_section
+from kgrag_lib.config import (RunConfig, available_profiles, check_values, field_help, make_config, opt,
+                              profile_section, read_profile)
 from kgrag_lib.errors import ConfigError
 
 
 def test_shipped_profiles_load():
     assert {"cpu-smoke", "gpu-paper"} <= set(available_profiles())
     for name in ("cpu-smoke", "gpu-paper"):
-        prof = load_profile(name)
+        prof = read_profile(name)
         assert prof["name"] == name
         assert profile_section(prof, "models")["metaqa"]
         make_config(RunConfig, profile_section(prof, "run"), where=name)
@@ -38,8 +41,63 @@ def test_every_field_has_help():
 
 def test_missing_profile_lists_choices(tmp_path):
     with pytest.raises(ConfigError, match="cpu-smoke"):
-        load_profile("no-such-profile")
+        read_profile("no-such-profile")
     bad = tmp_path / "p.yaml"
     bad.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="mapping"):
-        load_profile(bad)
+        read_profile(bad)
+
+
+def test_config_is_a_leaf():
+    """Reading settings must not import the methods or the studies (every paper's code)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kgrag_lib.config; "
+            "print(sorted(m for m in sys.modules if m.startswith('kgrag_lib.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert eval(out) == ["kgrag_lib.config", "kgrag_lib.errors"]
+
+
+def test_read_profile_runs_the_checks_it_is_given(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("methods:\n  llm-kgg: {}\n", encoding="utf-8")
+    assert read_profile(p)["methods"] == {"llm-kgg": {}}        # config alone does not know the methods
+    seen = []
+    read_profile(p, lambda data, where: seen.append(where))
+    assert seen == [str(p)]
+
+
+@dataclass
+class _Bounded:
+    k: int = opt(3, "a count", min=1)
+    cap: int | None = opt(None, "an optional cap", min=0)
+    damping: float = opt(0.5, "a probability strictly inside (0, 1)", gt=0.0, lt=1.0)
+    share: float = opt(0.5, "a fraction", min=0.0, max=1.0)
+    side: str = opt("both", "a direction", choices=("out", "both"))
+
+    def cross_check(self) -> None:
+        if self.cap is not None and self.cap < self.k:
+            raise ConfigError(f"parameter 'cap' must be at least k={self.k}, got {self.cap}")
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"k": 0}, "parameter 'k' must be an integer >= 1, got 0"),
+    ({"cap": -1}, "parameter 'cap' must be an integer >= 0 or null, got -1"),
+    ({"damping": 1.0}, r"parameter 'damping' must be a number in \(0.0, 1.0\), got 1.0"),
+    ({"damping": float("nan")}, "parameter 'damping' must be a number in .*got nan"),
+    ({"share": 1.5}, r"parameter 'share' must be a number in \[0.0, 1.0\], got 1.5"),
+    ({"side": "in"}, "parameter 'side' must be one of out, both, got 'in'"),
+    ({"k": 4, "cap": 2}, "parameter 'cap' must be at least k=4, got 2"),
+])
+def test_declared_bounds_and_choices_are_enforced_naming_parameter_value_and_allowed(given, message):
+    with pytest.raises(ConfigError, match=rf"^profile p, methods.m: {message}$"):
+        make_config(_Bounded, given, where="profile p, methods.m")
+
+
+def test_values_inside_the_bounds_pass_and_none_passes_where_allowed():
+    cfg = make_config(_Bounded, {"k": 1, "cap": None, "damping": 0.999, "share": 1, "side": "out"})
+    assert (cfg.k, cfg.cap, cfg.damping, cfg.share, cfg.side) == (1, None, 0.999, 1.0, "out")
+    check_values(_Bounded())  # the defaults pass
+    with pytest.raises(ConfigError, match="'k' must be an integer >= 1, got 0"):
+        check_values(_Bounded(k=0))  # a config built directly is checked the same way

@@ -7,7 +7,6 @@ against an independent set-based implementation of the same rule.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -188,15 +187,12 @@ def test_real_slice_preprocess_matches_set_reference(tmp_path):
     assert all(names[q] in (f"name {q}", q) for q in kept)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("kgrag_lib.kg") is None, reason="kgrag_lib.kg not present")
-def test_to_kgstore_integration(tmp_path):
-    try:
-        from kgrag_lib.kg import KGStore  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"kgrag_lib.kg.KGStore not importable: {exc}")
+def test_wikidata5m_store_integration(tmp_path):
+    from kgrag_lib.kg.sources import wikidata5m_store
+
     t, e, r, d = make_files(tmp_path)
     kg, stats = preprocess_wikidata5m(t, e, r, d)
-    store = kg.to_kgstore()
+    store = wikidata5m_store(kg)
     assert store.num_entities == 4 and store.num_relations == 3
     assert store.num_triples == 3  # the store de-duplicates the repeated row
     adams = store.find_entity("Douglas Adams")

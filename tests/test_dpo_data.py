@@ -93,8 +93,8 @@ class Setup:
 
     def new_llm(self, fail_on=None):
         self.llm = ScriptedLLM(responder(fail_on), name="scripted-gen", cache=self.cache)
-        self.ctx = RunContext(model="scripted-gen", data_root_=str(self.root), cache_dir_=str(self.tmp),
-                              llm_=self.llm, embedder_=self.emb)
+        self.ctx = RunContext(model="scripted-gen", data_root=str(self.root), cache_dir=str(self.tmp),
+                              llm=self.llm, embedder=self.emb)
         return self.llm
 
     def cfg(self, **kw):
@@ -292,7 +292,7 @@ def test_config_from_profile_matches_the_profiles_kg_infused_runs():
     cfg, ctx = D.config_from_profile("cpu-smoke", n_questions=3)
     assert cfg.n_questions == 3 and cfg.seed == 0 and ctx.model == "qwen2.5-coder-0.5b-q4"
     assert cfg.kg_infused["max_tokens"] == 160 and "rounds" not in cfg.kg_infused
-    assert cfg.kg_infused_config(2).answer_max_tokens == 32 and ctx.llm_ is None   # nothing loaded
+    assert cfg.kg_infused_config(2).answer_max_tokens == 32 and ctx.loaded_llm is None   # nothing loaded
     with pytest.raises(ConfigError, match="rounds"):
         D.config_from_profile("cpu-smoke", rounds=[])
 
@@ -385,7 +385,7 @@ def test_a_stage_error_drops_the_input_and_the_build_goes_on(tmp_path):
         return inner(messages, params)
 
     s.llm = ScriptedLLM(too_long, name="scripted-gen", cache=s.cache)
-    s.ctx.llm_ = s.llm
+    s.ctx.llm = s.llm
     data = s.build()
     assert data.drops["stage_error"] == 2 and data.n_pairs == 2
     rec = {r["qid"]: r for r in read_jsonl(data.questions_path)}["w3"]
@@ -419,7 +419,7 @@ def test_real_model_builds_pairs_or_counts_drops(tmp_path_factory, shared_llm_ca
         llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=shared_llm_cache)
     except Exception as exc:  # the embedded model is an optional extra
         pytest.skip(f"embedded model unavailable: {exc}")
-    ctx = RunContext(model="qwen2.5-coder-0.5b-q4", llm_=llm)
+    ctx = RunContext(model="qwen2.5-coder-0.5b-q4", llm=llm)
     cfg = D.make_dpo_config({"n_questions": 1, "rounds": [1], "max_tokens": 48, "judge_max_tokens": 32,
                              "kg_infused": {"k_p": 2, "max_tokens": 32, "query_max_tokens": 20,
                                             "max_triples_per_entity": 10}})

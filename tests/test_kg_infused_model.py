@@ -30,7 +30,7 @@ def setup(tmp_path_factory):
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.methods.base import RunContext
 
-    ctx = RunContext(llm_=llm)  # KG build and embeddings: the default cache folder
+    ctx = RunContext(llm=llm)  # KG build and embeddings: the default cache folder
     questions = load_questions("2wiki", n=2, seed=0, root=ROOT)
     return ctx, questions
 

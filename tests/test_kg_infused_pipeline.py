@@ -36,7 +36,7 @@ class Setup:
         self.corpus = CorpusIndex("tiny-corpus", PASSAGES, DenseIndex.build(self.emb.encode([p.as_text() for p in PASSAGES])))
         self.cache = LLMCache(tmp_path / "llm.sqlite")
         self.llm = ScriptedLLM(responder or stage_responder(), cache=self.cache)
-        self.ctx = RunContext(cache_dir_=str(tmp_path), llm_=self.llm, embedder_=self.emb)
+        self.ctx = RunContext(cache_dir=str(tmp_path), llm=self.llm, embedder=self.emb)
 
     def method(self, name, **cfg):
         return make_method(name, self.ctx, cfg, kg_source=self.kg, corpus_loader=lambda n: self.corpus)

@@ -37,7 +37,7 @@ def test_seed_candidates_of_the_2wiki_evidence_kg(small_root, tmp_path):
 def test_kg_source_is_built_once_and_cached(small_root, tmp_path):
     cache = tmp_path / "cache"
     emb = BagOfWordsEmbedder()
-    ctx = RunContext(embedder_=emb, data_root_=str(small_root), cache_dir_=str(cache))
+    ctx = RunContext(embedder=emb, data_root=str(small_root), cache_dir=str(cache))
     src = load_kg_source(ctx, "2wiki-evidence-oracle")
     assert load_kg_source(ctx, "2wiki-evidence-oracle") is src
     assert src.name == "2wiki-evidence-oracle" and src.stats["seed_candidates"] == 4

@@ -113,7 +113,7 @@ def test_second_load_reuses_the_build(kb_file, tmp_path, monkeypatch):
 
 
 def test_shared_kg_builds_once_per_context(kb_file, tmp_path):
-    ctx = RunContext(data_root_=str(tmp_path / "data"), cache_dir_=str(tmp_path / "cache"))
+    ctx = RunContext(data_root=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"))
     assert shared_kg(ctx, "metaqa") is shared_kg(ctx, "metaqa")
     assert shared_kg(ctx, "metaqa").stats["triples"] == 4
 

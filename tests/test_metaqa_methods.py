@@ -14,19 +14,22 @@ import numpy as np
 import pytest
 
 from fakes import BagOfWordsEmbedder
+from kgrag_lib.config import check_values
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval import metrics as M
 from kgrag_lib.kg import KGStore
 from kgrag_lib.llm import ScriptedLLM
 from kgrag_lib.methods import RunContext, available_methods
 from kgrag_lib.methods.metaqa import prompts as P
-from kgrag_lib.methods.metaqa.candidates import RetrievalConfig, TripleSelector, candidate_triples, torch_threads
-from kgrag_lib.methods.metaqa.decompose import DecomposeConfig, DecomposedQA
-from kgrag_lib.methods.metaqa.kaping import KapingConfig, KapingQA
+from kgrag_lib.methods.metaqa.candidates import TripleSelector, candidate_triples, torch_threads
+from kgrag_lib.methods.metaqa.decompose import DecomposedQA
+from kgrag_lib.methods.metaqa.kaping import KapingQA
 from kgrag_lib.methods.metaqa.kb import MetaQAKB, kb_embeddings, load_store, verbalize
-from kgrag_lib.methods.metaqa.kg_rag import KGRAGConfig, build_kg_rag
+from kgrag_lib.methods.metaqa.kg_rag import build_kg_rag
+from kgrag_lib.methods.metaqa.pipeline import (DecomposeConfig, KapingConfig, KGRAGConfig, RetrievalConfig,
+                                              ZeroShotConfig)
 from kgrag_lib.methods.metaqa.stages import clean_reformulation, parse_decomposition
-from kgrag_lib.methods.metaqa.zero_shot import ZeroShotConfig, ZeroShotLLM
+from kgrag_lib.methods.metaqa.zero_shot import ZeroShotLLM
 from kgrag_lib.paths import data_root
 from kgrag_lib.records import Question, Triple
 
@@ -208,7 +211,7 @@ def test_bfs_rejects_unknown_direction(store):
     with pytest.raises(ConfigError, match="direction"):
         candidate_triples(store, [0], 1, "sideways")
     with pytest.raises(ConfigError, match="direction"):
-        RetrievalConfig(direction="up").validate()
+        check_values(RetrievalConfig(direction="up"))
 
 
 def test_torch_threads_is_restored():
@@ -379,7 +382,7 @@ def test_registered_methods_and_config_errors(tmp_path, fake_embedder):
     for name in ("llm", "llm-qd", "llm-kg", "kg-rag"):
         assert methods[name].family == "metaqa"
         assert methods[name].datasets == ("metaqa-1hop", "metaqa-2hop", "metaqa-3hop")
-    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=fake_embedder, cache_dir_=str(tmp_path))
+    ctx = RunContext(llm=ScriptedLLM(["x"]), embedder=fake_embedder, cache_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="hops"):
         methods["llm"].factory(ctx, {"hops": 2}, 0)  # the zero-shot LLM has no retrieval
     with pytest.raises(ConfigError, match="direction"):
@@ -390,7 +393,7 @@ def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
     kb_path = tmp_path / "kb.txt"
     kb_path.write_text(KB_LINES, encoding="utf-8")
     llm = scripted({"answer_kg": ["Louis Malle", "Louis Malle"]})
-    ctx = RunContext(llm_=llm, embedder_=fake_embedder, cache_dir_=str(tmp_path / "cache"))
+    ctx = RunContext(llm=llm, embedder=fake_embedder, cache_dir=str(tmp_path / "cache"))
     spec = available_methods()["llm-kg"]
     m = spec.factory(ctx, {"kb": str(kb_path), "hops": 1, "top_k": 3}, 0)
     m2 = available_methods()["kg-rag"].factory(ctx, {"kb": str(kb_path)}, 0)
@@ -408,7 +411,7 @@ def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
 def test_missing_kb_is_a_clear_error(tmp_path, fake_embedder):
     from kgrag_lib.errors import MissingDataError
 
-    ctx = RunContext(llm_=ScriptedLLM(["x"]), embedder_=fake_embedder, cache_dir_=str(tmp_path))
+    ctx = RunContext(llm=ScriptedLLM(["x"]), embedder=fake_embedder, cache_dir=str(tmp_path))
     with pytest.raises(MissingDataError, match="kb.txt|subject\\|relation\\|object"):
         available_methods()["llm-kg"].factory(ctx, {"kb": str(tmp_path / "nope.txt")}, 0)
 
@@ -459,7 +462,8 @@ def test_few_shot_examples_use_real_facts_and_unseen_entities(real_store):
 
 @pytest.mark.parametrize("profile", ["cpu-smoke", "gpu-paper"])
 def test_profile_sections_build_valid_configs(profile):
-    from kgrag_lib.config import load_profile, make_config, profile_section
+    from kgrag_lib.config import make_config, profile_section
+    from kgrag_lib.studies import load_profile
 
     classes = {"llm": ZeroShotConfig, "llm-qd": DecomposeConfig, "llm-kg": KapingConfig, "kg-rag": KGRAGConfig}
     for name, cls in classes.items():

@@ -74,7 +74,8 @@ def check_common(pred, q, system):
 
 
 def test_llm(setup):
-    from kgrag_lib.methods.metaqa.zero_shot import ZeroShotConfig, ZeroShotLLM
+    from kgrag_lib.methods.metaqa.pipeline import ZeroShotConfig
+    from kgrag_lib.methods.metaqa.zero_shot import ZeroShotLLM
 
     llm, _, _, questions = setup
     m = ZeroShotLLM(llm, ZeroShotConfig(max_tokens=SMALL["max_tokens"]))
@@ -86,7 +87,8 @@ def test_llm(setup):
 
 def test_llm_qd(setup):
     from kgrag_lib.config import make_config
-    from kgrag_lib.methods.metaqa.decompose import DecomposeConfig, DecomposedQA
+    from kgrag_lib.methods.metaqa.decompose import DecomposedQA
+    from kgrag_lib.methods.metaqa.pipeline import DecomposeConfig
 
     llm, _, _, questions = setup
     cfg = make_config(DecomposeConfig, {k: v for k, v in SMALL.items() if k not in ("hops", "top_k", "direction")})
@@ -104,7 +106,8 @@ def test_llm_qd(setup):
 
 def test_llm_kg(setup):
     from kgrag_lib.methods.metaqa.candidates import TripleSelector
-    from kgrag_lib.methods.metaqa.kaping import KapingConfig, KapingQA
+    from kgrag_lib.methods.metaqa.kaping import KapingQA
+    from kgrag_lib.methods.metaqa.pipeline import KapingConfig
 
     llm, embedder, kb, questions = setup
     cfg = KapingConfig(max_tokens=SMALL["max_tokens"], hops=2, top_k=10, direction="both")
@@ -121,7 +124,8 @@ def test_llm_kg(setup):
 def test_kg_rag(setup):
     from kgrag_lib.config import make_config
     from kgrag_lib.methods.metaqa.candidates import TripleSelector
-    from kgrag_lib.methods.metaqa.kg_rag import KGRAGConfig, build_kg_rag
+    from kgrag_lib.methods.metaqa.kg_rag import build_kg_rag
+    from kgrag_lib.methods.metaqa.pipeline import KGRAGConfig
 
     llm, embedder, kb, questions = setup
     cfg = make_config(KGRAGConfig, SMALL)

@@ -151,7 +151,7 @@ def respond(messages, params):
     time.sleep(0.03)
     return "Answer: " + messages[-1]["content"][-20:]
 llm = ScriptedLLM(respond, identity="scripted:drill", cache=LLMCache(cache / "llm_cache.sqlite"))
-ctx = RunContext(model="drill", llm_=llm, cache_dir_=str(cache))
+ctx = RunContext(model="drill", llm=llm, cache_dir=str(cache))
 print("ready", flush=True)
 m = run_experiment("llm", "metaqa-1hop", out, profile={"name": "drill", "run": {"cache_dir": str(cache)}},
                    ctx=ctx, progress=False, model="drill")

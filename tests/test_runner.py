@@ -6,11 +6,12 @@ import json
 
 import pytest
 
+from kgrag_lib.methods.base import Method
 from kgrag_lib.records import Prediction, Question
 from kgrag_lib.runner import read_predictions, run_method
 
 
-class CountingMethod:
+class CountingMethod(Method):
     """Answers with a fixed map; counts how often each question was asked."""
 
     name = "counting"
@@ -82,3 +83,17 @@ def test_corrupt_middle_line_is_an_error_naming_the_line(tmp_path):
     p.write_text(row % "a" + "\nnot json\n" + row % "b" + "\n")
     with pytest.raises(Exception, match=r"predictions.jsonl:2"):
         read_predictions(p)
+
+
+def test_resume_is_given_the_rows_already_written(tmp_path):
+    """A method whose state grows over questions sees, before answering, what a killed run wrote."""
+    qs = _questions()
+    run_method(CountingMethod({"q1": "a", "q2": "b", "q3": "c"}), qs[:2], tmp_path, {}, progress=False)
+
+    class Remembering(CountingMethod):
+        def resume(self, done):
+            self.resumed = [r["qid"] for r in done]
+
+    m = Remembering({"q1": "a", "q2": "b", "q3": "c"})
+    run_method(m, qs, tmp_path, {}, progress=False)
+    assert m.resumed == ["q1", "q2"] and m.asked == ["q3"]

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from fakes import BagOfWordsEmbedder
-from kgrag_lib.config import load_profile
+from kgrag_lib.studies import load_profile
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.judge import judge_answer, judge_predictions, parse_verdict
 from kgrag_lib.kg.sources import BuiltKG
@@ -386,8 +386,8 @@ class World:
 
         self.root = musique_root(tmp_path / "data", [[TAXI, ROY], [LOMA]])
         self.llm = ScriptedLLM(responder(**kw), identity="scripted:sa-rag")
-        self.ctx = RunContext(data_root_=str(self.root), cache_dir_=str(tmp_path / "cache"), llm_=self.llm,
-                              embedder_=BagOfWordsEmbedder())
+        self.ctx = RunContext(data_root=str(self.root), cache_dir=str(tmp_path / "cache"), llm=self.llm,
+                              embedder=BagOfWordsEmbedder())
         self.question = load_questions("musique", root=self.root)[0]
 
     def run(self, name, question=None, **cfg):
@@ -492,10 +492,10 @@ def test_decomposition_fallback_and_recorded_failures(tmp_path):
     assert pred.trace["issues"][0].startswith("decomposition unusable:")
     # a prompt too long for the model: a failed prediction with the reason, nothing raised
     too_long = ScriptedLLM(lambda m, p: (_ for _ in ()).throw(PromptTooLongError("1 tokens > 0")), identity="x")
-    w.ctx.llm_ = too_long
+    w.ctx.llm = too_long
     pred = make_method("naive-rag", w.ctx, World.CFG).answer(w.question)
     assert pred.failed and pred.error.startswith("PromptTooLongError") and pred.trace["retrieval"]["documents"]
-    w.ctx.llm_ = ScriptedLLM(lambda m, p: "  ", identity="y")
+    w.ctx.llm = ScriptedLLM(lambda m, p: "  ", identity="y")
     pred = make_method("naive-rag", w.ctx, World.CFG).answer(w.question)
     assert pred.failed and pred.error == "empty answer from the model"
 
@@ -652,7 +652,7 @@ def real(shared_llm_cache):
         pytest.skip(f"embedded model unavailable: {exc}")
     from kgrag_lib.data.registry import load_questions
 
-    ctx = RunContext(llm_=llm)  # KG build and embeddings: the default cache folder
+    ctx = RunContext(llm=llm)  # KG build and embeddings: the default cache folder
     return ctx, load_questions("musique", n=2, seed=0, root=root)
 
 

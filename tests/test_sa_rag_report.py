@@ -412,7 +412,7 @@ def notebook(tmp_path):
 
     def make(name, **given):
         nb = setup(name, profile=prof, out_dir=tmp_path / name, datasets=["musique"], **given)
-        nb.ctx.llm_, nb.ctx.embedder_ = scripted_world(), BagOfWordsEmbedder()
+        nb.ctx.llm, nb.ctx.embedder = scripted_world(), BagOfWordsEmbedder()
         return nb
 
     return make

@@ -267,7 +267,7 @@ def real(tmp_path_factory):
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.methods.base import RunContext
 
-    return RunContext(llm_=llm), load_questions("2wiki", n=1, seed=0, root=root)[0]
+    return RunContext(llm=llm), load_questions("2wiki", n=1, seed=0, root=root)[0]
 
 
 @pytest.mark.model

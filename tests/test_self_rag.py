@@ -68,7 +68,7 @@ class Setup:
         self.llm = kg_llm or ScriptedLLM(stage_responder(), cache=self.cache)
         self.gen = ScriptedLLM(respond, name="selfrag-test", identity=identity, cache=self.cache,
                                vocabulary=vocabulary)
-        self.ctx = RunContext(cache_dir_=str(tmp_path), llm_=self.llm, embedder_=self.emb)
+        self.ctx = RunContext(cache_dir=str(tmp_path), llm=self.llm, embedder=self.emb)
 
     def method(self, name="self-rag", **cfg):
         return make_method(name, self.ctx, cfg, generator=self.gen, kg_source=self.kg,
@@ -318,7 +318,7 @@ def test_embedded_qwen_is_refused_for_missing_reflection_tokens(tmp_path, monkey
         embedded_path()
     except Exception as e:  # the model packages are an optional extra
         pytest.skip(f"embedded model not available: {e}")
-    ctx = RunContext(cache_dir_=str(tmp_path), embedder_=BagOfWordsEmbedder())
+    ctx = RunContext(cache_dir=str(tmp_path), embedder=BagOfWordsEmbedder())
     m = make_method("self-rag", ctx, {"generator": "qwen2.5-coder-0.5b-q4"},
                     corpus_loader=lambda n: pytest.fail("retrieval must not run"))
     with pytest.raises(ConfigError, match=r"qwen2\.5-coder-0\.5b-q4.*lacks.*\[Relevant\]"):

@@ -9,12 +9,11 @@ import shutil
 import pytest
 
 from kgrag_lib.cli import main as kgrag
-from kgrag_lib.config import load_profile
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.experiment import resolve_run
 from kgrag_lib.grid import GridRun
 from kgrag_lib.llm.fake import ScriptedLLM
-from kgrag_lib.studies import NOTEBOOKS, notebook_settings, setup
+from kgrag_lib.studies import NOTEBOOKS, load_profile, notebook_settings, setup
 
 
 # ------------------------------------------------------------------ notebook settings
@@ -110,7 +109,7 @@ def test_profile_data_root_reaches_notebooks_and_runs(tmp_path, monkeypatch):
     prof = {"name": "mine", "run": {"data_root": str(root), "cache_dir": str(tmp_path / "cache")}}
     nb = setup("12_metaqa_baselines", profile=prof, out_dir=tmp_path / "nb")
     assert nb.ctx.data_root == root.resolve()
-    nb.ctx.llm_ = ScriptedLLM(lambda m, p: "Louis Malle")
+    nb.ctx.llm = ScriptedLLM(lambda m, p: "Louis Malle")
     metrics = nb.run("llm", "metaqa-1hop", tmp_path / "nb" / "run", n=2, seed=0)
     assert metrics["n"] == 2
     rows = [json.loads(line) for line in (tmp_path / "nb" / "run" / "predictions.jsonl").read_text().splitlines()]

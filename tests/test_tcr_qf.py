@@ -282,7 +282,7 @@ def _method_llm(missing_rounds: int = 1, extract_new: bool = True, stateless: bo
 
 
 def _ctx(tmp_path, fake_embedder, fn, identity="scripted:m"):
-    return RunContext(llm_=ScriptedLLM(fn, identity=identity), embedder_=fake_embedder, cache_dir_=str(tmp_path))
+    return RunContext(llm=ScriptedLLM(fn, identity=identity), embedder=fake_embedder, cache_dir=str(tmp_path))
 
 
 def _saved_kg(tmp_path):
@@ -411,7 +411,7 @@ def real(shared_llm_cache, tmp_path_factory):
                                     show_progress=False)
     store.save(folder / "kg")
     kg.save(folder / "kg")
-    return RunContext(llm_=llm), q, folder / "kg", stats
+    return RunContext(llm=llm), q, folder / "kg", stats
 
 
 REAL_CFG = {"width": 2, "depth": 2, "max_iterations": 1, "max_missing": 1, "feedback_top_k": 1, "max_tokens": 160,

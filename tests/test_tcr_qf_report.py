@@ -156,7 +156,7 @@ def test_every_tcr_qf_notebook_resolves_on_every_profile(profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_profiles_give_every_variant_one_shared_block(profile):
-    from kgrag_lib.config import load_profile
+    from kgrag_lib.studies import load_profile
     from kgrag_lib.experiment import resolve_run
 
     prof = load_profile(profile)
@@ -539,9 +539,9 @@ def notebook(tmp_path):
 
     def make(name, **given):
         nb = setup(name, profile=prof, out_dir=tmp_path / name, datasets=["2wiki"], **given)
-        nb.ctx.llm_ = ScriptedLLM(scripted_world, name="scripted", identity="scripted:tcr-report",
+        nb.ctx.llm = ScriptedLLM(scripted_world, name="scripted", identity="scripted:tcr-report",
                                   cache=LLMCache(tmp_path / "llm_cache.sqlite"))
-        nb.ctx.embedder_ = BagOfWordsEmbedder()
+        nb.ctx.embedder = BagOfWordsEmbedder()
         return nb
 
     return make

@@ -333,7 +333,7 @@ def test_text_source_builds_once_into_a_folder_keyed_by_model_and_prompt(tmp_pat
 
 def test_text_source_sample_of_questions_and_shared_kg(tmp_path):
     root = musique_root(tmp_path / "data", [[TAXI], [ROY]])
-    ctx = RunContext(data_root_=str(root), cache_dir_=str(tmp_path / "cache"), llm_=scripted(OUTPUTS))
+    ctx = RunContext(data_root=str(root), cache_dir=str(tmp_path / "cache"), llm=scripted(OUTPUTS))
     kg = shared_kg(ctx, "text:musique:dev200:n=1:seed=3")
     assert shared_kg(ctx, "text:musique:dev200:n=1:seed=3") is kg and kg.name.startswith("text-musique-dev200-n1s3-")
     assert kg.stats["questions"] == 1 and kg.stats["seed"] == 3 and kg.stats["passages"] == 1

@@ -6,19 +6,7 @@ import argparse
 import json
 
 from ..config import available_profiles
-
-# Method-specific flags: passed to the method's config only when given.
-METHOD_FLAGS = (
-    ("--kb", str, "MetaQA: path of a KB file in kb.txt format (default: the data root's metaqa/kb.txt)"),
-    ("--hops", int, "max hops N of candidate triple retrieval (MetaQA methods)"),
-    ("--top-k", int, "K triples kept per (sub-)question (MetaQA methods)"),
-    ("--direction", str, "BFS direction for candidate triples: out or both (MetaQA methods)"),
-    ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-oracle (upper bound), wikidata5m or a saved KG store"),
-    ("--rounds", int, "KG-Infused RAG: spreading-activation rounds k"),
-    ("--max-entities-per-round", int, "KG-Infused RAG: cap on newly activated entities per round"),
-    ("--max-triples-per-entity", int, "KG-Infused RAG: cap on sampled 1-hop triples per entity"),
-)
-
+from ..methods.registry import cli_flags
 
 def _parse_set(items: list[str]) -> dict:
     import yaml
@@ -54,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once (default: the profile's run.concurrency, else 1 for an "
                         "in-process model and 8 for a server); the results do not depend on it")
-    for flag, typ, hlp in METHOD_FLAGS:
+    for flag, typ, hlp in cli_flags():  # each paper's most used settings; passed only when given
         p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other method config field (repeatable)")
     p.add_argument("--out", help="output folder (predictions.jsonl, metrics.json, manifest.json)")
@@ -69,6 +57,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..experiment import run_experiment
     from ..methods import available_methods
+    from ..studies import load_profile
 
     if args.list:
         for name, spec in available_methods().items():
@@ -83,13 +72,14 @@ def handle(args: argparse.Namespace) -> int:
         "embedder": args.embedder, "data_root": args.data_root, "cache_dir": args.cache_dir,
         "concurrency": args.concurrency,
     }
-    for flag, _, _ in METHOD_FLAGS:
+    for flag, _, _ in cli_flags():
         key = flag.lstrip("-").replace("-", "_")
         val = getattr(args, key)
         if val is not None:
             overrides[key] = val
     overrides.update(_parse_set(args.set))
-    metrics = run_experiment(args.method, args.dataset, args.out, profile=args.profile,
+    profile = load_profile(args.profile)  # every section checked, not only those this run reads
+    metrics = run_experiment(args.method, args.dataset, args.out, profile=profile,
                              progress=not args.no_progress, overwrite=args.overwrite, **overrides)
     print(json.dumps(metrics, indent=2))
     print(cost_line(metrics))

@@ -22,11 +22,11 @@ from .registry import (
 from .strategyqa import fact_passages, load_strategyqa
 from .triples import read_triples
 from .twowiki import load_2wiki, load_2wiki_corpus
-from .wikidata5m import Wikidata5MKG, build_wikidata5m_kg, preprocess_wikidata5m
+from .wikidata5m import Wikidata5MKG, preprocess_wikidata5m
 from .wikipedia import iter_passages
 
 __all__ = [
-    "DATASETS", "Wikidata5MKG", "build_wikidata5m_kg", "default_path", "fact_passages", "iter_passages",
+    "DATASETS", "Wikidata5MKG", "default_path", "fact_passages", "iter_passages",
     "load_2wiki", "load_2wiki_corpus", "load_bamboogle", "load_corpus", "load_hotpotqa", "load_metaqa_kb",
     "load_metaqa_qa", "load_musique", "load_questions", "load_strategyqa", "metaqa_kb_path",
     "preprocess_wikidata5m", "read_triples", "wikidata5m_paths", "wikipedia_path",

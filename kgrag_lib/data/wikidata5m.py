@@ -214,15 +214,6 @@ class Wikidata5MKG:
     def num_triples(self) -> int:
         return int(self.heads.shape[0])
 
-    def to_kgstore(self):
-        """Hand the arrays to the shared graph store (engineer B's `KGStore.from_id_arrays`)."""
-        from ..kg import KGStore
-
-        return KGStore.from_id_arrays(
-            self.heads, self.rels, self.tails, self.entity_names, self.relation_names,
-            aliases=self.aliases, descriptions=self.descriptions,
-        )
-
 
 def _bitmap(size: int, *id_arrays: np.ndarray) -> np.ndarray:
     bm = np.zeros(size, dtype=bool)
@@ -403,15 +394,3 @@ def _preprocess(triple_paths, entity_alias_path, relation_alias_path, text_path,
     kg = Wikidata5MKG(heads, rels, tails, entity_qids, entity_names, relation_pids, relation_names,
                       aliases, descriptions)
     return kg, stats
-
-
-def build_wikidata5m_kg(
-    triple_paths: str | Path | Iterable[str | Path],
-    entity_alias_path: str | Path,
-    relation_alias_path: str | Path,
-    text_path: str | Path,
-    **kw: Any,
-):
-    """`preprocess_wikidata5m` then `KGStore.from_id_arrays`: returns (KGStore, stats)."""
-    kg, stats = preprocess_wikidata5m(triple_paths, entity_alias_path, relation_alias_path, text_path, **kw)
-    return kg.to_kgstore(), stats

@@ -15,7 +15,7 @@ Specs (the `kg` / `kb` config values):
   gold facts; facts shared with other questions stay, and the build statistics say how much
   of the evaluated questions' evidence that leaves in the KG.
 - `wikidata5m` / `wikidata5m:<folder>`: KG-Infused RAG's Wikidata5M-KG, built by
-  `data.wikidata5m.build_wikidata5m_kg` (Appendix B filters, Table 5 statistics) from the
+  `build_wikidata5m_kg` (Appendix B filters, Table 5 statistics) from the
   official files in `<data root>/wikidata5m/` (or `<folder>`).
 - `tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]` (TCR-QF): the same passages as `text:`, chunked
   into 512 tokens and extracted as EID records (`methods.tcr_qf.extraction`, into `kg.tcr_kg`);
@@ -245,13 +245,26 @@ def wikidata5m_source(arg: str, data_root: Path) -> SourcePlan:
     where = str(paths["text_path"].parent)
 
     def build() -> tuple[KGStore, dict[str, Any]]:
-        from ..data.wikidata5m import build_wikidata5m_kg
-
         store, stats = build_wikidata5m_kg(**paths)
         return store, {"kg": "wikidata5m", "source": where, **stats}
 
     inputs = [*paths["triple_paths"], paths["entity_alias_path"], paths["relation_alias_path"], paths["text_path"]]
     return SourcePlan("wikidata5m", inputs, build)
+
+
+def wikidata5m_store(w5m: Any) -> KGStore:
+    """The graph store of a preprocessed Wikidata5M (`data.wikidata5m.Wikidata5MKG`)."""
+    return KGStore.from_id_arrays(w5m.heads, w5m.rels, w5m.tails, w5m.entity_names, w5m.relation_names,
+                                  aliases=w5m.aliases, descriptions=w5m.descriptions)
+
+
+def build_wikidata5m_kg(triple_paths: Any, entity_alias_path: Any, relation_alias_path: Any, text_path: Any,
+                        **kw: Any) -> tuple[KGStore, dict[str, Any]]:
+    """`data.wikidata5m.preprocess_wikidata5m`, then its store: returns (KGStore, stats)."""
+    from ..data.wikidata5m import preprocess_wikidata5m
+
+    w5m, stats = preprocess_wikidata5m(triple_paths, entity_alias_path, relation_alias_path, text_path, **kw)
+    return wikidata5m_store(w5m), stats
 
 
 # ---- text: and tcr: LLM-extracted KGs (planned by their paper's package) ---------------------

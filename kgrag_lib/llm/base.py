@@ -9,20 +9,19 @@ the persistent call cache, stop-string truncation and the usage counters.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import threading
 import time
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace as dc_replace
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 from ..errors import BackendUnavailableError, ConfigError, KgragError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .cache import LLMCache
-
 Messages = list[dict[str, str]]
+KEY_VERSION = 1  # bump when the key recipe changes, so old cache rows cannot be mistaken for new
 _ROLES = ("system", "user", "assistant")
 
 
@@ -336,6 +335,16 @@ class Generator(Protocol):
     def generate(self, messages: Messages, params: SamplingParams | None = None, **kw: Any) -> str: ...
 
 
+class CallCache(Protocol):
+    """What an LLM needs of its call cache (`llm.cache.LLMCache` is the one implementation)."""
+
+    def make_key(self, backend: str, identity: str, messages: Messages, params: SamplingParams) -> str: ...
+
+    def get(self, key: str, *, logprobs: bool = False) -> Any: ...
+
+    def put(self, key: str, text: str, **row: Any) -> None: ...
+
+
 class LLM:
     """Base class for every backend.
 
@@ -359,7 +368,7 @@ class LLM:
         name: str,
         identity: str,
         *,
-        cache: "LLMCache | None" = None,
+        cache: CallCache | None = None,
         default_params: SamplingParams | None = None,
         fold_system_prompt: bool = False,
         n_ctx: int | None = None,
@@ -457,12 +466,10 @@ class LLM:
         return None
 
     def _serve(self, list_of_messages: Sequence[Messages], p: SamplingParams) -> list[Generation]:
-        from .cache import LLMCache
-
         want_lp = p.logprobs > 0
         meters = self._meters()
         prepared = [self._prepare(m) for m in list_of_messages]
-        keys = [LLMCache.make_key(self.backend, self.identity, msgs, p) for msgs in prepared]
+        keys = [cache_key(self.backend, self.identity, msgs, p) for msgs in prepared]
         if meters:
             with self._lock:
                 for m in meters:
@@ -604,9 +611,27 @@ class LLM:
 
 def request_key(backend: str, identity: str, messages: Messages, params: SamplingParams) -> str:
     """A short stable id of one exact request (the first 16 hex digits of the cache key)."""
-    from .cache import LLMCache
+    return cache_key(backend, identity, messages, params)[:16]
 
-    return LLMCache.make_key(backend, identity, messages, params)[:16]
+
+def canonical_request(
+    backend: str, identity: str, messages: Messages, params: SamplingParams
+) -> str:
+    """The canonical JSON the key hashes: everything that can change the completion."""
+    payload = {
+        "v": KEY_VERSION,
+        "backend": backend,
+        "identity": identity,
+        "messages": messages,
+        "params": params.to_dict(),
+    }
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def cache_key(backend: str, identity: str, messages: Messages, params: SamplingParams) -> str:
+    """The key of one exact request in the call cache: sha256 of `canonical_request`."""
+    raw = canonical_request(backend, identity, messages, params)
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,8 @@ from typing import Any, Callable, Iterable, TypeVar
 from ..errors import CacheDamagedError, MissingDataError, UnreadableFileError
 from ..jsonl import read_jsonl, rewrite_jsonl
 from ..paths import cache_dir
-from .base import Messages, SamplingParams, TokenLogprob
+from .base import Messages, SamplingParams, TokenLogprob, cache_key, canonical_request
 
-KEY_VERSION = 1  # bump when the key recipe changes, so old rows cannot be mistaken for new
 T = TypeVar("T")
 _DAMAGE_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
@@ -79,20 +78,6 @@ def default_cache_path() -> Path:
     """$KGRAG_LLM_CACHE, else `cache_dir()/llm_cache.sqlite`."""
     env = os.environ.get("KGRAG_LLM_CACHE")
     return Path(env).expanduser() if env else cache_dir() / "llm_cache.sqlite"
-
-
-def canonical_request(
-    backend: str, identity: str, messages: Messages, params: SamplingParams
-) -> str:
-    """The canonical JSON the key hashes: everything that can change the completion."""
-    payload = {
-        "v": KEY_VERSION,
-        "backend": backend,
-        "identity": identity,
-        "messages": messages,
-        "params": params.to_dict(),
-    }
-    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _is_damage(exc: sqlite3.Error) -> bool:
@@ -191,9 +176,8 @@ class LLMCache:
 
     @staticmethod
     def make_key(backend: str, identity: str, messages: Messages, params: SamplingParams) -> str:
-        """sha256 of the canonical request."""
-        raw = canonical_request(backend, identity, messages, params)
-        return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+        """sha256 of the canonical request (`base.cache_key`)."""
+        return cache_key(backend, identity, messages, params)
 
     def get(self, key: str, *, logprobs: bool = False) -> CachedCall | None:
         """The stored call, or None. `logprobs=True` (a request that asked for them) reads the

@@ -1,6 +1,7 @@
 """What a method is, and what it runs with.
 
-A method is a small object with `answer(question) -> Prediction`. Its `MethodSpec` names it,
+A method is a `Method`: `answer(question) -> Prediction`, the `config` it was built from and
+an optional `resume`. Its `MethodSpec` names it,
 lists the datasets it supports, its config dataclass, and the factory that builds it from a
 `RunContext` (shared, lazily loaded parts: LLM, embedder, KGs), its config dict (profile
 section merged with overrides) and the run seed; so the same method runs from the CLI, a
@@ -10,21 +11,34 @@ notebook or a test. The table of all methods is `methods.registry`.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
-from ..errors import ConfigError
+from ..config import make_config
 from ..llm import DEFAULT_SPEC
 from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
 from ..records import Prediction, Question
 
 
-class Method(Protocol):
-    name: str
+class Method:
+    """What the runner uses of a method; every method subclasses it and implements `answer`.
 
-    def answer(self, question: Question) -> Prediction: ...
+    `config` is the config dataclass the method was built from: the run manifest records it,
+    so it decides the run's identity. `resume` is called before the first question with the
+    rows a killed run already wrote, in order; a method whose state grows over questions
+    (TCR-QF's KG) rebuilds it there, the others have nothing to rebuild.
+    """
+
+    name: str = "method"
+    config: Any = None
+
+    def answer(self, question: Question) -> Prediction:
+        raise NotImplementedError(f"{type(self).__name__} does not implement answer()")
+
+    def resume(self, done: list[dict[str, Any]]) -> None:
+        """Rebuild the state the answered rows `done` left (default: none)."""
 
 
 Factory = Callable[["RunContext", dict, int], Method]
@@ -41,53 +55,68 @@ class MethodSpec:
 
     def check_config(self, section: dict[str, Any], where: str) -> Any:
         """The method's config from a settings dict; unknown keys and bad values refused."""
-        from ..config import make_config
-
-        cfg = make_config(self.config, section, where=where)
-        validate = getattr(cfg, "validate", None)
-        if validate is not None:
-            try:
-                validate()
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-        return cfg
+        return make_config(self.config, section, where=where)
 
 
-@dataclass
 class RunContext:
-    """Shared parts of a run, loaded on first use so a method only pays for what it needs."""
+    """Shared parts of a run, loaded on first use so a method only pays for what it needs.
 
-    model: str = DEFAULT_SPEC
-    embedder_spec: str = "minilm"
-    data_root_: str | None = None
-    cache_dir_: str | None = None
-    llm_: Any = None
-    embedder_: Any = None
-    shared: dict[str, Any] = field(default_factory=dict)
+    `model` and `embedder_spec` say what to load; `llm` and `embedder` give already loaded
+    ones instead (a test double, a notebook's model); `data_root` and `cache_dir` default as
+    `paths` says. The context can be shared by several runs (see `experiment.check_context`).
+    """
+
+    def __init__(self, model: str = DEFAULT_SPEC, embedder_spec: str = "minilm", *, data_root: str | None = None,
+                 cache_dir: str | None = None, llm: Any = None, embedder: Any = None) -> None:
+        self.model = model
+        self.embedder_spec = embedder_spec
+        self._data_root = data_root
+        self._cache_dir = cache_dir
+        self._llm = llm
+        self._embedder = embedder
+        self.shared: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return (f"RunContext(model={self.model!r}, embedder_spec={self.embedder_spec!r}, "
+                f"data_root={self._data_root!r}, cache_dir={self._cache_dir!r})")
 
     @property
     def data_root(self) -> Path:
-        return _data_root(self.data_root_)
+        return _data_root(self._data_root)
 
     @property
     def cache_dir(self) -> Path:
-        return _cache_dir(self.cache_dir_)
+        return _cache_dir(self._cache_dir)
 
     @property
-    def llm(self):
-        if self.llm_ is None:
+    def llm(self) -> Any:
+        """The run's LLM, loaded (with the call cache of `cache_dir`) on first use."""
+        if self._llm is None:
             from ..llm import load_llm
 
-            self.llm_ = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite")
-        return self.llm_
+            self._llm = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite")
+        return self._llm
+
+    @llm.setter
+    def llm(self, llm: Any) -> None:
+        self._llm = llm
 
     @property
-    def embedder(self):
-        if self.embedder_ is None:
+    def loaded_llm(self) -> Any:
+        """The LLM if it is loaded already, else None (never loads it)."""
+        return self._llm
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
             from ..retrieval import load_embedder
 
-            self.embedder_ = load_embedder(self.embedder_spec)
-        return self.embedder_
+            self._embedder = load_embedder(self.embedder_spec)
+        return self._embedder
+
+    @embedder.setter
+    def embedder(self, embedder: Any) -> None:
+        self._embedder = embedder
 
     def memo(self, key: str, build: Callable[[], Any]) -> Any:
         """Build a heavy shared object (a KG store, an index) once per context, however many

@@ -1,19 +1,47 @@
-"""The table of every method `kgrag run` and the notebooks can run, by CLI name.
+"""The papers, and the table of every method `kgrag run` and the notebooks can run, by CLI name.
 
-Each paper's package lists its `MethodSpec`s in `METHODS`; adding a paper adds one line here.
+`PAPERS` is the one list of the reproduced papers; every layer finds a paper's parts from it
+by the one template (`methods/<paper>/pipeline.py` and `prompts.py`, `report/<paper>/`,
+`studies/<paper>.py`; tests/test_paper_template.py checks it). A paper's package exports
+`METHODS` (its `MethodSpec`s), `DEVIATIONS` (how the reproduction differs from the paper) and
+`CLI_FLAGS` (the `kgrag run` flags of its most used settings). Adding a paper adds its name here.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+from types import ModuleType
+from typing import Any
+
+from ..config import profile_mapping, refuse_unknown
 from ..errors import ConfigError
 from .base import MethodSpec
 
 
-def available_methods() -> dict[str, MethodSpec]:
-    from . import kg_infused, metaqa, sa_rag, tcr_qf
+PAPERS = ("metaqa", "kg_infused", "sa_rag", "tcr_qf")  # in the order the study reports them
 
-    specs = [*metaqa.METHODS, *kg_infused.METHODS, *sa_rag.METHODS, *tcr_qf.METHODS]
+
+def paper_package(paper: str) -> ModuleType:
+    """`methods.<paper>`, imported on first use (so reading settings loads no paper)."""
+    return import_module(f"{__package__}.{paper}")
+
+
+def available_methods() -> dict[str, MethodSpec]:
+    specs = [s for paper in PAPERS for s in paper_package(paper).METHODS]
     return {s.name: s for s in sorted(specs, key=lambda s: s.name)}
+
+
+def cli_flags() -> list[tuple[str, type, str]]:
+    """Every paper's `CLI_FLAGS` as one list of (flag, type, help): a flag several papers share
+    (--kg, --top-k) appears once, with their help texts joined."""
+    merged: dict[str, tuple[type, list[str]]] = {}
+    for paper in PAPERS:
+        for flag, typ, hlp in paper_package(paper).CLI_FLAGS:
+            known = merged.setdefault(flag, (typ, []))
+            if known[0] is not typ:
+                raise TypeError(f"{flag} is {known[0].__name__} in one paper and {typ.__name__} in {paper}")
+            known[1].append(hlp)
+    return [(flag, typ, "; ".join(helps)) for flag, (typ, helps) in merged.items()]
 
 
 def get_method(name: str) -> MethodSpec:
@@ -28,3 +56,16 @@ def check_dataset(spec: MethodSpec, dataset: str) -> None:
     if dataset not in spec.datasets:
         raise ConfigError(f"method {spec.name!r} does not run on dataset {dataset!r}; it supports "
                           f"{', '.join(spec.datasets)} (see `kgrag run --list`)")
+
+
+def check_profile_methods(profile: dict[str, Any], where: str) -> None:
+    """Refuse a profile's `models` entry for an unknown study family and any unknown method or
+    bad setting in its `methods` sections (a check for `config.read_profile`)."""
+    methods = available_methods()
+    families = sorted({m.family for m in methods.values()})
+    refuse_unknown(profile_mapping(profile, "models", where), families, f"{where}, section models",
+                   "study family(ies)")
+    sections = profile_mapping(profile, "methods", where)
+    refuse_unknown(sections, methods, f"{where}, section methods", "method(s)")
+    for name, sec in sections.items():
+        methods[name].check_config(sec or {}, where=f"{where}, methods.{name}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from importlib import import_module
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -34,16 +35,12 @@ DEVIATIONS_COMMON = (
 
 
 def paper_deviations() -> list[str]:
-    """Every paper's own deviation list (`report/<paper>/paper_numbers.DEVIATIONS`); a new paper
-    adds its module here."""
-    from ..methods import sa_rag, tcr_qf
-    from .kg_infused import paper_numbers as kg_infused
-    from .metaqa import paper_numbers as metaqa
-    from .sa_rag import paper_numbers as sa_rag_report
-    from .tcr_qf import paper_numbers as tcr_qf_report
+    """Every paper's deviations, paper by paper (`methods.registry.PAPERS`): those of its methods
+    (`methods.<paper>.DEVIATIONS`), then those of its report (`report.<paper>.paper_numbers`)."""
+    from ..methods.registry import PAPERS, paper_package
 
-    return [*metaqa.DEVIATIONS, *kg_infused.DEVIATIONS, *sa_rag.DEVIATIONS, *sa_rag_report.DEVIATIONS,
-            *tcr_qf.DEVIATIONS, *tcr_qf_report.DEVIATIONS]
+    return [d for paper in PAPERS for d in (*paper_package(paper).DEVIATIONS,
+                                            *import_module(f"{__package__}.{paper}.paper_numbers").DEVIATIONS)]
 
 
 @dataclass

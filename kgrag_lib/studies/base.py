@@ -1,4 +1,5 @@
-"""Notebook settings: one typed dataclass per notebook, resolved in one way for all of them.
+"""Notebook settings: one typed dataclass per notebook, resolved in one way for all of them,
+and `Setup`, what a notebook holds after `studies.setup`.
 
 Precedence, lowest first: the dataclass defaults, the profile's `notebooks.<name>` section,
 then the papermill parameters that are not None. A field left None after that takes the
@@ -9,10 +10,13 @@ default is written once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
 
 from ..config import RunConfig, make_config, opt, profile_section
+from ..methods.base import RunContext
 
 
 @dataclass
@@ -58,3 +62,55 @@ def resolve(cls: type[NotebookSettings], name: str, profile: dict[str, Any], giv
                                                   where=f"profile {profile.get('name')!r}, methods.{method}")
             setattr(settings, key, getattr(cfg, setting))
     return settings
+
+
+@dataclass
+class Setup:
+    """A notebook's resolved settings and the context its runs share."""
+
+    name: str
+    profile: dict[str, Any]
+    settings: Any
+    out_dir: Path
+    ctx: RunContext
+
+    @property
+    def model(self) -> str:
+        return self.ctx.model
+
+    @property
+    def profile_name(self) -> str:
+        return str(self.profile["name"])
+
+    def _run_overrides(self) -> dict[str, Any]:
+        s = self.settings
+        return {k: getattr(s, k) for k in ("model", "n", "seed") if hasattr(s, k)}
+
+    def run(self, method: str, dataset: str, out: str | Path, **overrides: Any) -> dict[str, Any]:
+        """One run (as `kgrag run` with the notebook's profile, model, n and seed, unless overridden)."""
+        from ..experiment import run_experiment
+
+        return run_experiment(method, dataset, out, profile=self.profile, ctx=self.ctx,
+                              **{**self._run_overrides(), **overrides})
+
+    def grid(self, runs: Sequence[Any], datasets: Sequence[str] | None = None, out: str | Path | None = None,
+             progress: bool = True, **overrides: Any):
+        """Every configuration on every dataset (`grid.run_grid`) under `out` (default: out_dir)."""
+        from ..grid import run_grid
+
+        datasets = list(datasets if datasets is not None else self.settings.datasets)
+        return run_grid(runs, datasets, Path(out or self.out_dir), ctx=self.ctx, profile=self.profile,
+                        progress=progress, **{**self._run_overrides(), **overrides})
+
+    def questions(self, datasets: Sequence[str] | None = None) -> list[Any]:
+        """The seeded sample the runs answer (the same draw the runner makes)."""
+        from ..data.registry import load_questions
+
+        s = self.settings
+        datasets = list(datasets or getattr(s, "datasets", None) or [s.dataset])
+        return [q for d in datasets for q in load_questions(d, root=self.ctx.data_root, n=s.n, seed=s.seed)]
+
+    def describe(self) -> str:
+        shown = {k: v for k, v in dataclasses.asdict(self.settings).items()}
+        return (f"notebook {self.name}, profile {self.profile_name}: {self.profile.get('description', '')}\n"
+                f"settings: {shown}\nmodel: {self.model}; outputs: {self.out_dir}")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..llm.base import LLM
     from ..methods.sa_rag import SARAG
     from ..records import Question
-    from . import Setup
+    from .base import Setup
 
 SA = "sa-rag"
 DATASETS = ["musique", "2wiki"]

@@ -26,7 +26,7 @@ from .base import Sample, WithModel
 if TYPE_CHECKING:  # pragma: no cover
     from ..kg.sources import BuiltKG
     from ..records import Question
-    from . import Setup
+    from .base import Setup
 
 TCR = "tcr-qf"
 DATASETS = ["2wiki", "hotpotqa", "musique"]

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ..concurrency import as_they_finish, parallel_map
-from ..config import RunConfig, available_profiles, load_profile, make_config, opt, profile_section
+from ..config import RunConfig, available_profiles, make_config, opt, profile_section
 from ..errors import ConfigError, MissingDataError
 from ..jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
 from ..llm.base import PromptTooLongError, SamplingParams
@@ -151,9 +151,7 @@ class DPODataConfig:
 
     def kg_infused_config(self, rounds: int) -> KGInfusedConfig:
         """The KG-Infused settings of the inputs with `rounds` activation rounds."""
-        cfg = make_config(KGInfusedConfig, self.kg_infused, {"rounds": rounds}, where="kg_infused")
-        cfg.validate()
-        return cfg
+        return make_config(KGInfusedConfig, self.kg_infused, {"rounds": rounds}, where="kg_infused")
 
 
 def make_dpo_config(*layers: dict[str, Any] | None) -> DPODataConfig:
@@ -167,6 +165,7 @@ def config_from_profile(profile: str | Path | dict = "cpu-smoke", **overrides: A
     """Settings and context that match a profile's KG-Infused runs (its `methods.kg-infused`
     section, `run.seed`, model and embedder), so the build reuses their cached requests."""
     from ..experiment import make_context, resolve_model
+    from ..studies import load_profile
 
     prof = load_profile(profile)
     run = make_config(RunConfig, profile_section(prof, "run"), where=f"profile {prof['name']!r}, run")
@@ -242,6 +241,7 @@ def evaluated_qids(profiles: list[str] | None = None, results: Iterable[str] = (
     (each (split, n, seed) drawn exactly as `load_questions` draws it: a smaller n is not a
     prefix of a larger one with the same seed) and the qids in the given result files."""
     from ..data.registry import get_spec, load_questions
+    from ..studies import load_profile
 
     ex = Exclusion()
     drawn: dict[tuple[str, int | None, int], list[str]] = {}

@@ -7,13 +7,15 @@ self-ask-kg-infused (§4.2, App. F.1)
 (family "kg-infused").
 """
 
-from . import activation, corpus, kg_sources, pipeline, prompts, self_ask, self_rag, stages
+from . import (activation, corpus, kg_sources, pipeline, prompts, self_ask, self_ask_prompts, self_rag, self_rag_prompts,
+               stages)
 from .activation import ActivationResult, ActivationSettings, spread_activation
-from .pipeline import VARIANTS, KGInfusedConfig, KGInfusedRAG, make_method
+from .pipeline import CLI_FLAGS, DEVIATIONS, VARIANTS, KGInfusedConfig, KGInfusedRAG, make_method
 
 METHODS = (*pipeline.METHODS, *self_rag.METHODS, *self_ask.METHODS)
 
 __all__ = [
-    "METHODS", "ActivationResult", "ActivationSettings", "KGInfusedConfig", "KGInfusedRAG", "VARIANTS",
-    "activation", "corpus", "kg_sources", "make_method", "pipeline", "prompts", "self_ask", "self_rag", "spread_activation", "stages",
+    "CLI_FLAGS", "DEVIATIONS", "METHODS", "ActivationResult", "ActivationSettings", "KGInfusedConfig", "KGInfusedRAG",
+    "VARIANTS", "activation", "corpus", "kg_sources", "make_method", "pipeline", "prompts", "self_ask",
+    "self_ask_prompts", "self_rag", "self_rag_prompts", "spread_activation", "stages",
 ]

@@ -20,10 +20,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...config import make_config, opt
+from ...config import check_values, make_config, opt
 from ...errors import ConfigError
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from . import stages as S
 from .activation import ActivationResult, ActivationSettings, spread_activation
 from .corpus import CorpusIndex, load_corpus_index, resolve_corpus_name
@@ -31,6 +31,17 @@ from .kg_sources import KGSource, load_kg_source
 
 FAMILY = "kg-infused"
 DATASETS = ("hotpotqa", "2wiki", "musique", "bamboogle", "strategyqa")
+# The reproduction's deviations from the paper (KG, corpus, models, DPO) are listed with its
+# reported numbers (`report.kg_infused.paper_numbers.DEVIATIONS`).
+DEVIATIONS: tuple[str, ...] = ()
+# `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
+CLI_FLAGS = (
+    ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-oracle (upper bound), wikidata5m or a "
+                  "saved KG store"),
+    ("--rounds", int, "KG-Infused RAG: spreading-activation rounds k"),
+    ("--max-entities-per-round", int, "KG-Infused RAG: cap on newly activated entities per round"),
+    ("--max-triples-per-entity", int, "KG-Infused RAG: cap on sampled 1-hop triples per entity"),
+)
 
 
 @dataclass
@@ -42,28 +53,17 @@ class KGInfusedConfig:
                                     "or the folder of a saved KGStore")
     corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
                               "a dataset name, wikipedia or wikipedia:<psgs_w100.tsv>")
-    rounds: int = opt(2, "max spreading-activation rounds k (stops earlier when no new entity remains)")
-    max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round")
-    max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)")
-    k_p: int = opt(6, "passages per question (q and q' take k_p/2 each in the QE variants)")
-    k_e: int = opt(3, "seed entities retrieved by description similarity")
-    max_tokens: int = opt(1000, "max new tokens of the selection, summary, note and augmentation stages")
-    answer_max_tokens: int | None = opt(None, "max new tokens of the final answer (default: max_tokens)")
-    query_max_tokens: int | None = opt(None, "max new tokens of a query expansion (default: max_tokens)")
-    temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy, as in the paper)")
+    rounds: int = opt(2, "max spreading-activation rounds k (stops earlier when no new entity remains)", min=1)
+    max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round", min=1)
+    max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)",
+                                      min=1)
+    k_p: int = opt(6, "passages per question (q and q' take k_p/2 each in the QE variants)", min=1)
+    k_e: int = opt(3, "seed entities retrieved by description similarity", min=1)
+    max_tokens: int = opt(1000, "max new tokens of the selection, summary, note and augmentation stages", min=1)
+    answer_max_tokens: int | None = opt(None, "max new tokens of the final answer (default: max_tokens)", min=1)
+    query_max_tokens: int | None = opt(None, "max new tokens of a query expansion (default: max_tokens)", min=1)
+    temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy, as in the paper)", min=0)
     seed: int | None = opt(None, "seed of the LLM sampling and of the per-entity triple sample (default: the run seed)")
-
-    def validate(self) -> None:
-        for name in ("rounds", "max_entities_per_round", "max_triples_per_entity", "k_p", "k_e", "max_tokens"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"parameter {name!r} must be an integer >= 1, got {v!r}")
-        for name in ("answer_max_tokens", "query_max_tokens"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(f"parameter {name!r} must be an integer >= 1 or null, got {v!r}")
-        if self.temperature < 0:
-            raise ConfigError(f"parameter 'temperature' must be >= 0, got {self.temperature!r}")
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 )}
 
 
-class KGInfusedRAG:
+class KGInfusedRAG(Method):
     """One variant; `answer(question)` runs its stages and returns the answer with a full trace.
 
     The stages are also methods (`seed_entities`, `activate`, `summarize`, `retrieve`, ...) so a
@@ -101,8 +101,8 @@ class KGInfusedRAG:
                  corpus_loader: Callable[[str], CorpusIndex] | None = None) -> None:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
-        cfg.validate()
-        self.cfg = self.config = cfg  # `config` is what the runner's manifest records
+        check_values(cfg)
+        self.cfg = self.config = cfg
         self.ctx = ctx
         self._kg = kg_source
         self._corpus_loader = corpus_loader or (lambda name: load_corpus_index(ctx, name))

@@ -25,11 +25,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...config import make_config, opt
+from ...config import check_values, make_config, opt
 from ...errors import ConfigError
 from ...llm.parsing import clean_answer, strip_think
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from . import prompts as P
 from . import self_ask_prompts as SA
 from .corpus import CorpusIndex
@@ -53,21 +53,11 @@ class SelfAskConfig(KGInfusedConfig):
     self-ask-kg-infused."""
 
     max_steps: int = opt(4, "most follow-up questions per question; after that the final answer is asked for "
-                            "(the paper states no cap; our demonstrations need at most 4)")
+                            "(the paper states no cap; our demonstrations need at most 4)", min=1)
     step_max_tokens: int | None = opt(None, "max new tokens of one follow-up step (default: max_tokens); the step "
-                                            "also stops at 'Intermediate answer:'")
+                                            "also stops at 'Intermediate answer:'", min=1)
     passage_note: bool = opt(False, "self-ask only: answer each follow-up from a passage note (as Vanilla RAG does) "
                                     "instead of from the passages; the KG variant always writes the note")
-
-    def validate(self) -> None:
-        super().validate()
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise ConfigError(f"parameter 'max_steps' must be an integer >= 1, got {self.max_steps!r}")
-        v = self.step_max_tokens
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ConfigError(f"parameter 'step_max_tokens' must be an integer >= 1 or null, got {v!r}")
-        if not isinstance(self.passage_note, bool):
-            raise ConfigError(f"parameter 'passage_note' must be true or false, got {self.passage_note!r}")
 
     def stage_config(self) -> KGInfusedConfig:
         """The KG-Infused RAG part, for the stages shared with the other variants."""
@@ -113,7 +103,7 @@ def _norm(q: str) -> str:
     return _NORM.sub(" ", q.lower()).strip()
 
 
-class SelfAsk:
+class SelfAsk(Method):
     """Self-Ask over the local corpus (`self-ask`), optionally with KG-Infused RAG applied to
     each follow-up (`self-ask-kg-infused`). `answer(question)` returns the final answer and a
     trace with every step; `next_step`, `answer_follow_up` and `final_answer` run one stage."""
@@ -123,10 +113,10 @@ class SelfAsk:
                  corpus_loader: Callable[[str], CorpusIndex] | None = None) -> None:
         if name not in NAMES:
             raise ConfigError(f"unknown Self-Ask variant {name!r}; expected one of {', '.join(NAMES)}")
-        cfg.validate()
+        check_values(cfg)
         self.name = name
         self.uses_kg = name == "self-ask-kg-infused"
-        self.cfg = self.config = cfg  # `config` is what the runner's manifest records
+        self.cfg = self.config = cfg
         # The KG-Infused RAG stages, with exactly the settings (and so the requests) of the
         # kg-infused / vanilla-rag variants.
         self.rag = KGInfusedRAG("kg-infused" if self.uses_kg else "vanilla-rag", cfg.stage_config(), ctx,

@@ -40,15 +40,16 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ...config import make_config, opt
+from ...config import check_values, make_config, opt
 from ...errors import ConfigError
 from ...llm.base import Generation, SamplingParams, TokenLogprob, raw_prompt
 from ...llm.parsing import clean_answer
 from ...records import Passage, Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from .corpus import CorpusIndex
 from .kg_sources import KGSource
 from .pipeline import DATASETS, FAMILY, KGInfusedConfig, KGInfusedRAG
+from .self_rag_prompts import instruction, with_evidence
 
 # ---- the Self-RAG model's vocabulary and prompt format ------------------------------------
 RELEVANCE = ("[Relevant]", "[Irrelevant]")
@@ -62,25 +63,6 @@ UTILITY_WEIGHTS = dict(zip(UTILITY, (-1.0, -0.5, 0.0, 0.5, 1.0)))
 REQUIRED_TOKENS = RELEVANCE + SUPPORT + UTILITY + ("[Retrieval]",)
 REFLECTION_TOKENS = RETRIEVAL + RELEVANCE + SUPPORT + UTILITY + PARAGRAPH
 _STRIP = re.compile("|".join(re.escape(t) for t in sorted(REFLECTION_TOKENS + ("</s>", "<s>"), key=len, reverse=True)))
-
-# The instruction format the Self-RAG models were fine-tuned on (Alpaca style); the model's
-# interface, not a prompt of ours. Questions go in as the instruction, as in the authors'
-# open-domain QA runs; a yes/no task adds our one-line task statement with the question as input.
-PROMPT = "### Instruction:\n{instruction}\n\n### Response:\n"
-YES_NO_TASK = "Decide whether the answer to the question below is yes or no, and reply with that one word."
-EVIDENCE = "[Retrieval]<paragraph>{passage}</paragraph>"
-
-
-def instruction(question: str, yes_no: bool = False) -> str:
-    """The Self-RAG prompt up to the response (a yes/no task states itself first)."""
-    text = f"{YES_NO_TASK}\n\n## Input:\n\n{question}" if yes_no else question
-    return PROMPT.format(instruction=text)
-
-
-def with_evidence(prompt: str, passage: Passage) -> str:
-    """The prompt with one passage appended as retrieved evidence (title line, then text)."""
-    return prompt + EVIDENCE.format(passage=passage.as_text())
-
 
 def strip_reflection(text: str) -> str:
     """The output without reflection tokens, paragraph tags or sequence markers."""
@@ -167,31 +149,21 @@ class SelfRAGConfig:
                                               "'run' = the run's model")
     corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
                               "a dataset name, wikipedia or wikipedia:<psgs_w100.tsv>")
-    k_p: int = opt(6, "passages per question, each critiqued on its own (Self-RAG+KG: k_p/2 by q and by q')")
-    max_tokens: int = opt(100, "max new tokens of each Self-RAG candidate (the authors' short-form setting)")
+    k_p: int = opt(6, "passages per question, each critiqued on its own (Self-RAG+KG: k_p/2 by q and by q')", min=1)
+    max_tokens: int = opt(100, "max new tokens of each Self-RAG candidate (the authors' short-form setting)", min=1)
     top_logprobs: int = opt(20, "alternatives read per generated token (1..20); reflection tokens outside "
-                                "them count as probability 0")
-    w_rel: float = opt(1.0, "weight of the relevance critique ([Relevant] vs [Irrelevant])")
-    w_sup: float = opt(1.0, "weight of the support critique (fully 1, partially 0.5, none 0)")
-    w_use: float = opt(0.5, "weight of the utility critique ([Utility:1..5] weighted -1..1)")
+                                "them count as probability 0", min=1, max=20)
+    w_rel: float = opt(1.0, "weight of the relevance critique ([Relevant] vs [Irrelevant])", gt=-math.inf, lt=math.inf)
+    w_sup: float = opt(1.0, "weight of the support critique (fully 1, partially 0.5, none 0)",
+                       gt=-math.inf, lt=math.inf)
+    w_use: float = opt(0.5, "weight of the utility critique ([Utility:1..5] weighted -1..1)", gt=-math.inf, lt=math.inf)
     use_seq_score: bool = opt(True, "add the candidate's length-normalised sequence probability to its score")
     seed: int | None = opt(None, "seed of the LLM calls (default: the run seed)")
 
-    def validate(self) -> None:
-        if not isinstance(self.generator, str) or not self.generator.strip():
+    def cross_check(self) -> None:
+        if not self.generator.strip():
             raise ConfigError(f"parameter 'generator' must be an LLM spec (e.g. 'selfrag-llama2-7b') or 'run', "
                               f"got {self.generator!r}")
-        for name in ("k_p", "max_tokens"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"parameter {name!r} must be an integer >= 1, got {v!r}")
-        v = self.top_logprobs
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 20:
-            raise ConfigError(f"parameter 'top_logprobs' must be an integer in [1, 20], got {v!r}")
-        for name in ("w_rel", "w_sup", "w_use"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ConfigError(f"parameter {name!r} must be a finite number, got {v!r}")
 
 
 @dataclass
@@ -200,13 +172,14 @@ class SelfRAGKGConfig(SelfRAGConfig):
 
     kg: str = opt("2wiki-evidence-heldout", "KG to activate over: 2wiki-evidence-heldout, 2wiki-evidence-oracle "
                                             "(upper bound), wikidata5m, wikidata5m:<folder> or a saved KGStore folder")
-    rounds: int = opt(2, "max spreading-activation rounds (Table 2 reports 2 and 3)")
-    max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round")
-    max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)")
-    k_e: int = opt(3, "seed entities retrieved by description similarity")
-    kg_max_tokens: int = opt(1000, "max new tokens of the KG stages (selection, summary, augmentation)")
-    query_max_tokens: int | None = opt(None, "max new tokens of the query expansion (default: kg_max_tokens)")
-    kg_temperature: float = opt(0.0, "sampling temperature of the KG stages (0 = greedy, as in the paper)")
+    rounds: int = opt(2, "max spreading-activation rounds (Table 2 reports 2 and 3)", min=1)
+    max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round", min=1)
+    max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)",
+                                      min=1)
+    k_e: int = opt(3, "seed entities retrieved by description similarity", min=1)
+    kg_max_tokens: int = opt(1000, "max new tokens of the KG stages (selection, summary, augmentation)", min=1)
+    query_max_tokens: int | None = opt(None, "max new tokens of the query expansion (default: kg_max_tokens)", min=1)
+    kg_temperature: float = opt(0.0, "sampling temperature of the KG stages (0 = greedy, as in the paper)", min=0)
 
     def kg_config(self) -> KGInfusedConfig:
         return KGInfusedConfig(kg=self.kg, corpus=self.corpus, rounds=self.rounds,
@@ -214,10 +187,6 @@ class SelfRAGKGConfig(SelfRAGConfig):
                                max_triples_per_entity=self.max_triples_per_entity, k_p=self.k_p, k_e=self.k_e,
                                max_tokens=self.kg_max_tokens, query_max_tokens=self.query_max_tokens,
                                temperature=float(self.kg_temperature), seed=self.seed)
-
-    def validate(self) -> None:
-        super().validate()
-        self.kg_config().validate()
 
 
 # ---- the generator ---------------------------------------------------------------------------
@@ -252,7 +221,7 @@ def load_generator(ctx: RunContext, spec: str) -> Any:
 
 
 # ---- the method ------------------------------------------------------------------------------
-class SelfRAG:
+class SelfRAG(Method):
     """Self-RAG short-form inference, alone (`self-rag`) or after the KG-Infused RAG stages
     (`self-rag-kg-infused`). `answer(question)` returns the best candidate with every
     candidate's critique in the trace."""
@@ -265,7 +234,7 @@ class SelfRAG:
         self.kg_infused = name == "self-rag-kg-infused"
         if self.kg_infused and not isinstance(cfg, SelfRAGKGConfig):
             raise ConfigError(f"{name}: expected a SelfRAGKGConfig, got {type(cfg).__name__}")
-        cfg.validate()
+        check_values(cfg)
         self.name = name
         self.cfg = self.config = cfg
         self.ctx = ctx
@@ -371,7 +340,7 @@ class SelfRAG:
     def _generator_cost(self, gen_llm: Any, usage0) -> dict[str, float]:
         """The Self-RAG model's own usage for this question (the runner counts the run's model);
         empty when the generator is the run's model, which the runner already counts."""
-        if usage0 is None or gen_llm is self.ctx.llm_:
+        if usage0 is None or gen_llm is self.ctx.loaded_llm:
             return {}
         return {f"generator_llm_{k}": v for k, v in gen_llm.usage.since(usage0).to_dict().items()}
 

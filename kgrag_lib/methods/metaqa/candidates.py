@@ -13,30 +13,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...config import opt
+from ...config import check_values
 from ...errors import ConfigError
 from ...retrieval.index import top_k_dot
 
 DIRECTIONS = ("out", "in", "both")
-
-
-@dataclass
-class RetrievalConfig:
-    """Candidate retrieval and triple selection (paper: N = 3, K = 30, bidirectional)."""
-
-    hops: int = opt(3, "N: triples up to this many hops from the question entity are candidates (paper: 3)")
-    top_k: int = opt(30, "K: triples selected per (sub-)question by embedding dot product (paper: 30)")
-    direction: str = opt("both", "BFS direction over the directed KB: out (unidirectional), in, or both (paper: both)")
-    kb: str | None = opt(None, "MetaQA KB file in kb.txt format (default: <data root>/metaqa/kb.txt)")
-    query_threads: int = opt(1, "torch threads for embedding one (sub-)question (0 = torch default)")
-
-    def validate(self, where: str = "") -> None:
-        if self.direction not in DIRECTIONS:
-            raise ConfigError(f"parameter 'direction'{where}: expected one of {DIRECTIONS}, got {self.direction!r}")
-        if self.hops < 1:
-            raise ConfigError(f"parameter 'hops'{where}: expected an int >= 1, got {self.hops}")
-        if self.top_k < 1:
-            raise ConfigError(f"parameter 'top_k'{where}: expected an int >= 1, got {self.top_k}")
 
 
 def candidate_triples(store: Any, entity_ids: Sequence[int], hops: int, direction: str) -> np.ndarray:
@@ -95,8 +76,9 @@ class Selection:
 class TripleSelector:
     """Candidates of a question and per-(sub-)question top-K, over one MetaQA KB."""
 
-    def __init__(self, kb: Any, embedder: Any, cfg: RetrievalConfig):
-        cfg.validate()
+    def __init__(self, kb: Any, embedder: Any, cfg: Any):
+        """`cfg`: the retrieval settings (`pipeline.RetrievalConfig`: hops, top_k, direction, query_threads)."""
+        check_values(cfg)
         self.kb = kb
         self.embedder = embedder
         self.cfg = cfg

@@ -6,33 +6,24 @@ given: then each (reformulated) sub-question is answered from its own top-K trip
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ...config import check_values
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method
 from . import stages
 from .candidates import TripleSelector
-from .stages import METAQA_DATASETS, DecompositionConfig, SamplingConfig
 
 
-@dataclass
-class DecomposeConfig(SamplingConfig, DecompositionConfig):
-    """LLM+QD: decomposition (Table 3, stop '<END>'), sub-answers (repeat penalty 1.1),
-    reformulation (stop '?'), synthesis (max tokens 512)."""
-
-
-class DecomposedQA:
+class DecomposedQA(Method):
     """Decompose -> for each sub-question: reformulate, (select triples), answer -> synthesize."""
 
     def __init__(self, name: str, llm: Any, cfg: Any, seed: int = 0, selector: TripleSelector | None = None):
-        from ...errors import ConfigError
         from . import prompts as P
 
-        if cfg.max_subquestions < 1:
-            raise ConfigError(f"parameter 'max_subquestions' of {name}: expected an int >= 1, got {cfg.max_subquestions}")
+        check_values(cfg, where=name)
         self.name, self.llm, self.cfg, self.selector = name, llm, cfg, selector
-        self.config = cfg  # recorded in the run manifest
+        self.config = cfg
         self.p_decompose = cfg.sampling(seed, max_tokens=cfg.decompose_max_tokens, stop=(P.END_MARKER,))
         self.p_answer = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
         self.p_reformulate = cfg.sampling(seed, max_tokens=cfg.reformulate_max_tokens, stop=("?",))
@@ -99,11 +90,3 @@ class DecomposedQA:
         trace["final_answer"] = final
         trace["final_output"] = final + (f"\n\nReasoning: {dec.reasoning}" if dec.reasoning and final else "")
         return final
-
-
-def make_decompose(ctx: RunContext, cfg: dict, seed: int) -> DecomposedQA:
-    return DecomposedQA("llm-qd", ctx.llm, SPEC.check_config(cfg, "methods.llm-qd"), seed)
-
-
-SPEC = MethodSpec("llm-qd", make_decompose, DecomposeConfig, METAQA_DATASETS,
-                  "question decomposition + zero-shot sub-answers + synthesis, no KG (baseline 'LLM+QD')", "metaqa")

@@ -7,28 +7,20 @@ one fact-grounded answer call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method
 from . import stages
-from .candidates import RetrievalConfig, TripleSelector
-from .kb import metaqa_kb
-from .stages import METAQA_DATASETS, SamplingConfig
+from .candidates import TripleSelector
 
 
-@dataclass
-class KapingConfig(SamplingConfig, RetrievalConfig):
-    """Retrieval (N, K, direction) and the answer call's inference parameters."""
-
-
-class KapingQA:
+class KapingQA(Method):
     name = "llm-kg"
 
-    def __init__(self, llm: Any, selector: TripleSelector, cfg: KapingConfig, seed: int = 0):
+    def __init__(self, llm: Any, selector: TripleSelector, cfg: Any, seed: int = 0):
         self.llm, self.selector, self.cfg = llm, selector, cfg
-        self.config = cfg  # recorded in the run manifest
+        self.config = cfg
         self.params = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
 
     def answer(self, question: Question) -> Prediction:
@@ -44,14 +36,3 @@ class KapingQA:
         sel = self.selector.select(question.question, candidates)
         step.update(sel.to_dict())
         return stages.answer_once(self.llm, question, self.name, self.params, trace, step, sel.texts)
-
-
-def make_kaping(ctx: RunContext, cfg: dict, seed: int) -> KapingQA:
-    c = SPEC.check_config(cfg, "methods.llm-kg")
-    kb = metaqa_kb(ctx, c.kb)  # a bad KB file is refused before the model loads
-    return KapingQA(ctx.llm, TripleSelector(kb, ctx.embedder, c), c, seed)
-
-
-SPEC = MethodSpec("llm-kg", make_kaping, KapingConfig, METAQA_DATASETS,
-                  "KAPING: top-K of the triples up to N hops from the question entity, one answer call "
-                  "(baseline 'LLM+KG')", "metaqa")

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...config import opt
 from ...llm import parsing
 from . import prompts as P
 
@@ -19,39 +18,6 @@ _SUBQ_HEADER = re.compile(r"^\s*[*#]*\s*sub[\s-]?questions?\s*[*]*\s*:?\s*[*]*\s
 _REASON_LABEL = re.compile(r"^\s*[*#]*\s*(reasoning|chain[\s-]of[\s-]thought|thought|cot)\s*[*]*\s*:\s*[*]*\s*", re.I)
 _ITEM = re.compile(r"^\s*(?:(?:sub[\s-]?question\s*)?\d+\s*[.):-]|[-*\u2022])\s*(.+)$", re.I)
 _Q_LABEL = re.compile(r"^\s*(sub[\s-]?)?question\s*\d*\s*:\s*", re.I)
-
-
-@dataclass
-class SamplingConfig:
-    """Inference parameters of the paper (Table 3 and §3.4.3–3.4.4); all overridable."""
-
-    max_tokens: int = opt(256, "max new tokens of each answer call (paper: 256)")
-    temperature: float = opt(0.3, "sampling temperature of every LLM call (paper: 0.3)")
-    min_p: float = opt(0.05, "min-p sampling filter (paper: 0.05)")
-    top_k_sampling: int = opt(40, "top-k sampling filter of the LLM, 0 = off (paper: 40)")
-    repeat_penalty: float = opt(1.1, "repeat penalty of the answer calls (paper: 1.1 for sub-answers)")
-    seed: int | None = opt(None, "LLM sampling seed (default: the run seed, as the paper seeds every call)")
-
-    def sampling(self, ctx_seed: int, **kw: Any):
-        from ...llm import SamplingParams
-
-        base = dict(max_tokens=self.max_tokens, temperature=self.temperature, min_p=self.min_p,
-                    top_k=self.top_k_sampling, repeat_penalty=1.0,
-                    seed=int(self.seed if self.seed is not None else ctx_seed))
-        base.update(kw)
-        return SamplingParams(**base)
-
-
-@dataclass
-class DecompositionConfig:
-    """Settings of the decomposition, reformulation and synthesis stages."""
-
-    decompose_max_tokens: int = opt(256, "max new tokens of the decomposition call (paper: 256)")
-    reformulate_max_tokens: int = opt(256, "max new tokens of a reformulation call ('?' stops it earlier)")
-    synthesis_max_tokens: int = opt(512, "max new tokens of the final answer synthesis (paper: 512)")
-    max_subquestions: int = opt(4, "sub-questions kept from a decomposition (extra ones are dropped and noted)")
-    reformulate: bool = opt(True, "rewrite each later sub-question with the earlier sub-answers (paper: on)")
-    synthesize_single: bool = opt(True, "run the synthesis call even when there is one sub-question (paper: always)")
 
 
 # ---- decomposition ---------------------------------------------------------------------
@@ -190,9 +156,6 @@ def synthesize(llm: Any, question: str, reasoning: str, steps: list[tuple[str, s
 
 
 # ---- predictions -----------------------------------------------------------------------
-METAQA_DATASETS = ("metaqa-1hop", "metaqa-2hop", "metaqa-3hop")
-
-
 def new_trace(system: str, question: Any) -> dict[str, Any]:
     """The trace layout every MetaQA system fills (absent stages stay None / empty)."""
     return {

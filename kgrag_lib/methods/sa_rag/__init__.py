@@ -9,10 +9,11 @@ Importing the package provides the `text:` KG source (`extraction`) to `kg.sourc
 
 from . import activation, corpus, extraction, graph_index, loops, pipeline, ppr, prompts, retrievers, stages
 from .activation import csr_from_edges, spread_activation, within_hops
-from .pipeline import DEVIATIONS, METHODS, VARIANTS, SARAG, SARAGConfig, make_method
+from .pipeline import CLI_FLAGS, DEVIATIONS, METHODS, VARIANTS, SARAG, SARAGConfig, make_method
 
 __all__ = [
-    "DEVIATIONS", "METHODS", "SARAG", "SARAGConfig", "VARIANTS", "activation", "corpus", "csr_from_edges", "extraction",
+    "CLI_FLAGS", "DEVIATIONS", "METHODS", "SARAG", "SARAGConfig", "VARIANTS", "activation", "corpus", "csr_from_edges",
+    "extraction",
     "graph_index", "loops", "make_method", "pipeline", "ppr", "prompts", "retrievers", "spread_activation", "stages",
     "within_hops",
 ]

@@ -43,11 +43,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...config import make_config, opt
+from ...config import check_values, make_config, opt
 from ...errors import ConfigError
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from ..common import coverage_issue, resolve_spec
 from .corpus import ChunkCorpus, load_chunk_corpus
 from .graph_index import GraphIndex, load_graph_index
@@ -83,6 +83,12 @@ DEVIATIONS = (
     "entity description similarity, damping 0.5, passage nodes weighted 0.05), without HippoRAG 2's own "
     "OpenIE, query-to-fact linking, recognition filter or synonym edges.",
 )
+# `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
+CLI_FLAGS = (
+    ("--kg", str, "SA-RAG: the text KG spec, e.g. text:2wiki:dev200:n=100:seed={seed}"),
+    ("--top-k", int, "SA-RAG: chunks per dense retrieval"),
+    ("--hops", int, "SA-RAG: related_to hops n of the fetched subgraph"),
+)
 
 
 @dataclass
@@ -94,67 +100,41 @@ class SARAGConfig:
                   "select the run's own sample (same split, n and seed), e.g. text:2wiki:dev200:n=100:seed={seed} "
                   "for 2Wiki (its default split ships no paragraphs)")
     top_k: int = opt(5, "chunks per dense retrieval (Naive / CoT / decomposition RAG; the paper runs 5 and 10) "
-                        "and documents of the PPR baseline (HippoRAG 2's QA top-k 5)")
-    chunk_size: int = opt(500, "words per chunk of the dense baselines' corpus (Appendix A: 500)")
-    chunk_overlap: int = opt(100, "words shared by consecutive dense-baseline chunks (Appendix A: 100)")
+                        "and documents of the PPR baseline (HippoRAG 2's QA top-k 5)", min=1)
+    chunk_size: int = opt(500, "words per chunk of the dense baselines' corpus (Appendix A: 500)", min=1)
+    chunk_overlap: int = opt(100, "words shared by consecutive dense-baseline chunks (Appendix A: 100)", min=0)
     seed_k: int | None = opt(None, "k: entity descriptions that pick the seed entities (null: the paper's value "
-                                   "for the question's dataset, MuSiQue 3, 2Wiki 10)")
-    hops: int | None = opt(None, "n: related_to hops of the fetched subgraph (null: MuSiQue 4, 2Wiki 3)")
-    hop_direction: str = opt("both", "links the n-hop fetch follows: both, or out (source -> target, the paper's code)")
-    c: float = opt(0.4, "edge-weight rescaling w' = max(0, (w - c) / (1 - c)) (§3.4: 0.4)")
-    tau_a: float = opt(0.5, "activation threshold: entities with a > tau_a are activated")
-    tau_d: float = opt(0.45, "document threshold: chunks with cosine(query, chunk) >= tau_d are kept")
-    tau_r: float = opt(0.5, "relation threshold: links between activated entities with weight > tau_r are kept")
-    tau_r_on: str = opt("raw", "the weight tau_r compares: raw (cosine, the paper's text) or rescaled (the code)")
-    max_documents: int | None = opt(None, "cap on SA-RAG documents per retrieval, most similar first (null: none)")
-    max_relations: int | None = opt(None, "cap on SA-RAG relation texts per retrieval, heaviest first (null: none)")
-    max_steps: int = opt(3, "CoT loop: at most this many retrievals (§3.2: three steps)")
-    max_subquestions: int = opt(5, "decomposition loop: sub-questions kept, in order")
-    ppr_linking_k: int = opt(5, "PPR: entities seeded by query similarity (HippoRAG 2's linking top-k 5)")
-    ppr_damping: float = opt(0.5, "PPR: probability of following an edge (HippoRAG 2: 0.5)")
+                                   "for the question's dataset, MuSiQue 3, 2Wiki 10)", min=1)
+    hops: int | None = opt(None, "n: related_to hops of the fetched subgraph (null: MuSiQue 4, 2Wiki 3)", min=0)
+    hop_direction: str = opt("both", "links the n-hop fetch follows: both, or out (source -> target, the paper's code)",
+                             choices=("both", "out"))
+    c: float = opt(0.4, "edge-weight rescaling w' = max(0, (w - c) / (1 - c)) (§3.4: 0.4)", min=0.0, lt=1.0)
+    tau_a: float = opt(0.5, "activation threshold: entities with a > tau_a are activated", min=0.0, max=1.0)
+    tau_d: float = opt(0.45, "document threshold: chunks with cosine(query, chunk) >= tau_d are kept",
+                       min=-1.0, max=1.0)
+    tau_r: float = opt(0.5, "relation threshold: links between activated entities with weight > tau_r are kept",
+                       min=-1.0, max=1.0)
+    tau_r_on: str = opt("raw", "the weight tau_r compares: raw (cosine, the paper's text) or rescaled (the code)",
+                        choices=("raw", "rescaled"))
+    max_documents: int | None = opt(None, "cap on SA-RAG documents per retrieval, most similar first (null: none)",
+                                    min=0)
+    max_relations: int | None = opt(None, "cap on SA-RAG relation texts per retrieval, heaviest first (null: none)",
+                                    min=0)
+    max_steps: int = opt(3, "CoT loop: at most this many retrievals (§3.2: three steps)", min=1)
+    max_subquestions: int = opt(5, "decomposition loop: sub-questions kept, in order", min=1)
+    ppr_linking_k: int = opt(5, "PPR: entities seeded by query similarity (HippoRAG 2's linking top-k 5)", min=1)
+    ppr_damping: float = opt(0.5, "PPR: probability of following an edge (HippoRAG 2: 0.5)", gt=0.0, lt=1.0)
     ppr_passage_weight: float = opt(0.05, "PPR: reset weight of chunk nodes times their normalized query "
-                                          "similarity (HippoRAG 2: 0.05)")
-    max_tokens: int = opt(512, "max new tokens of the reasoning and decomposition stages")
-    answer_max_tokens: int = opt(64, "max new tokens of an answer (final and sub-question answers)")
-    temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy)")
+                                          "similarity (HippoRAG 2: 0.05)", min=0.0)
+    max_tokens: int = opt(512, "max new tokens of the reasoning and decomposition stages", min=1)
+    answer_max_tokens: int = opt(64, "max new tokens of an answer (final and sub-question answers)", min=1)
+    temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy)", min=0.0)
     seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)")
 
-    def validate(self) -> None:
-        def integer(name: str, low: int, nullable: bool = False) -> None:
-            v = getattr(self, name)
-            if (v is None and nullable) or (isinstance(v, int) and not isinstance(v, bool) and v >= low):
-                return
-            raise ConfigError(f"parameter {name!r} must be an integer >= {low}{' or null' if nullable else ''}, "
-                              f"got {v!r}")
-
-        def number(name: str, lo: float, hi: float, open_lo: bool = False, open_hi: bool = False) -> None:
-            v = getattr(self, name)
-            if (lo < v if open_lo else lo <= v) and (v < hi if open_hi else v <= hi):
-                return
-            raise ConfigError(f"parameter {name!r} must lie in {'(' if open_lo else '['}{lo}, {hi}"
-                              f"{')' if open_hi else ']'}, got {v!r}")
-
-        for name in ("top_k", "chunk_size", "max_steps", "max_subquestions", "ppr_linking_k", "max_tokens",
-                     "answer_max_tokens"):
-            integer(name, 1)
-        integer("seed_k", 1, nullable=True)
-        for name in ("hops", "max_documents", "max_relations"):
-            integer(name, 0, nullable=True)
-        integer("chunk_overlap", 0)
+    def cross_check(self) -> None:
         if self.chunk_overlap >= self.chunk_size:
             raise ConfigError(f"parameter 'chunk_overlap' must be below chunk_size={self.chunk_size}, "
                               f"got {self.chunk_overlap!r}")
-        for name, allowed in {"hop_direction": ("both", "out"), "tau_r_on": ("raw", "rescaled")}.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"parameter {name!r} must be one of {', '.join(allowed)}, "
-                                  f"got {getattr(self, name)!r}")
-        number("c", 0.0, 1.0, open_hi=True)
-        number("ppr_damping", 0.0, 1.0, open_lo=True, open_hi=True)
-        number("tau_a", 0.0, 1.0)
-        number("tau_d", -1.0, 1.0)
-        number("tau_r", -1.0, 1.0)
-        number("ppr_passage_weight", 0.0, float("inf"))
-        number("temperature", 0.0, float("inf"))
 
 
 @dataclass(frozen=True)
@@ -178,7 +158,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 )}
 
 
-class SARAG:
+class SARAG(Method):
     """One variant; `answer(question)` gathers a context with its loop and answers from it.
 
     Parts are resolved per question's KG spec and built once: `graph_loader(spec)` /
@@ -190,8 +170,8 @@ class SARAG:
                  corpus_loader: Callable[[str], ChunkCorpus] | None = None) -> None:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
-        cfg.validate()
-        self.cfg = self.config = cfg  # `config` is what the runner's manifest records
+        check_values(cfg)
+        self.cfg = self.config = cfg
         self.ctx = ctx
         self.run_seed = int(seed)
         self.seed = int(seed) if cfg.seed is None else int(cfg.seed)

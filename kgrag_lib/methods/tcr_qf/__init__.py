@@ -8,7 +8,7 @@ to `kg.sources` when the package is imported); `context` restores triple context
 """
 
 from . import context, extraction, pipeline, prompts, records, search
-from .pipeline import DEVIATIONS, METHODS, VARIANTS, TcrQF, TcrQFConfig, make_method
+from .pipeline import CLI_FLAGS, DEVIATIONS, METHODS, VARIANTS, TcrQF, TcrQFConfig, make_method
 
-__all__ = ["DEVIATIONS", "METHODS", "TcrQF", "TcrQFConfig", "VARIANTS", "context", "extraction", "make_method", "pipeline", "prompts",
-           "records", "search"]
+__all__ = ["CLI_FLAGS", "DEVIATIONS", "METHODS", "TcrQF", "TcrQFConfig", "VARIANTS", "context", "extraction",
+           "make_method", "pipeline", "prompts", "records", "search"]

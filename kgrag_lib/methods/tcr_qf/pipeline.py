@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...config import make_config, opt
+from ...config import check_values, make_config, opt
 from ...errors import ConfigError
 from ...kg.tcr_kg import TcrKG
 from .context import SentenceIndex, restore_context, template
@@ -44,7 +44,7 @@ from .prompts import GRAMMAR, answer_messages, feedback_messages
 from .records import parse_records
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
-from ..base import MethodSpec, RunContext
+from ..base import Method, MethodSpec, RunContext
 from ..common import coverage_issue, resolve_spec
 from . import prompts as P
 from .search import EntityIndex, dense_top, entity_index, local_search, tog_search, topic_entities
@@ -72,6 +72,14 @@ DEVIATIONS = (
     "TCR-QF: on CPU the loop is cut (max_iterations, max_missing) and ToG's depth/width may be cut in the profile; "
     "every table states them.",
 )
+# `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
+CLI_FLAGS = (
+    ("--kg", str, "TCR-QF: the extracted KG spec, e.g. tcr:2wiki:dev200:n=100:seed={seed}"),
+    ("--top-k", int, "TCR-QF: chunks of the Naive RAG baseline"),
+    ("--width", int, "TCR-QF: ToG beam width"),
+    ("--depth", int, "TCR-QF: ToG maximum depth"),
+    ("--max-iterations", int, "TCR-QF: feedback rounds I_max"),
+)
 
 
 @dataclass
@@ -81,40 +89,28 @@ class TcrQFConfig:
     kg: str = opt("tcr:{dataset}:n=100:seed={seed}",
                   "corpus and KG as a KG spec; {dataset} = the question's dataset, {seed} = the run seed; must select "
                   "the run's own sample (same split, n and seed), e.g. tcr:2wiki:dev200:n=100:seed={seed}")
-    width: int = opt(3, "ToG beam width: relations kept per entity and paths kept per depth (ToG: 3)")
-    depth: int = opt(3, "ToG maximum depth (ToG: 3)")
-    topic_k: int = opt(3, "topic entities the search starts from")
-    max_candidates: int = opt(20, "target entities shown to the entity scorer per relation, in store order")
-    explore_temperature: float = opt(0.4, "temperature of relation pruning and entity scoring (ToG: 0.4)")
-    temperature: float = opt(0.0, "temperature of answering, sufficiency, missing knowledge and extraction (ToG: 0)")
-    max_iterations: int = opt(20, "I_max: feedback rounds at most (the paper: 20)")
-    max_missing: int = opt(5, "missing-knowledge questions kept per round (the paper sets no limit)")
-    feedback_top_k: int = opt(3, "chunks retrieved per missing-knowledge question (the paper does not say)")
+    width: int = opt(3, "ToG beam width: relations kept per entity and paths kept per depth (ToG: 3)", min=1)
+    depth: int = opt(3, "ToG maximum depth (ToG: 3)", min=1)
+    topic_k: int = opt(3, "topic entities the search starts from", min=1)
+    max_candidates: int = opt(20, "target entities shown to the entity scorer per relation, in store order", min=1)
+    explore_temperature: float = opt(0.4, "temperature of relation pruning and entity scoring (ToG: 0.4)", min=0.0)
+    temperature: float = opt(0.0, "temperature of answering, sufficiency, missing knowledge and extraction (ToG: 0)",
+                             min=0.0)
+    max_iterations: int = opt(20, "I_max: feedback rounds at most (the paper: 20)", min=0)
+    max_missing: int = opt(5, "missing-knowledge questions kept per round (the paper sets no limit)", min=1)
+    feedback_top_k: int = opt(3, "chunks retrieved per missing-knowledge question (the paper does not say)", min=1)
     dedupe_threshold: float = opt(0.85, "normalized edit similarity at which a feedback entity or relation is a "
-                                        "duplicate (the paper gives no value)")
-    top_k: int = opt(5, "chunks of the Naive RAG baseline")
-    local_entities: int = opt(10, "GraphRAG-style local search: entities selected (GraphRAG: top_k_mapped_entities 10)")
-    local_relations: int = opt(10, "GraphRAG-style local search: relations kept (GraphRAG: top_k_relationships 10)")
-    local_budget: int = opt(1500, "GraphRAG-style local search: context budget in tokens of the chunk tokenizer")
-    max_tokens: int = opt(512, "max new tokens of reasoning, missing knowledge and search stages")
-    extract_max_tokens: int = opt(1024, "max new tokens of a feedback extraction")
-    answer_max_tokens: int = opt(64, "max new tokens of the LLM-only answer")
+                                        "duplicate (the paper gives no value)", gt=0.0, max=1.0)
+    top_k: int = opt(5, "chunks of the Naive RAG baseline", min=1)
+    local_entities: int = opt(10, "GraphRAG-style local search: entities selected (GraphRAG: top_k_mapped_entities 10)",
+                              min=1)
+    local_relations: int = opt(10, "GraphRAG-style local search: relations kept (GraphRAG: top_k_relationships 10)",
+                               min=1)
+    local_budget: int = opt(1500, "GraphRAG-style local search: context budget in tokens of the chunk tokenizer", min=1)
+    max_tokens: int = opt(512, "max new tokens of reasoning, missing knowledge and search stages", min=1)
+    extract_max_tokens: int = opt(1024, "max new tokens of a feedback extraction", min=1)
+    answer_max_tokens: int = opt(64, "max new tokens of the LLM-only answer", min=1)
     seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)")
-
-    def validate(self) -> None:
-        for name in ("width", "depth", "topic_k", "max_candidates", "max_missing", "feedback_top_k", "top_k",
-                     "local_entities", "local_relations", "local_budget", "max_tokens", "extract_max_tokens",
-                     "answer_max_tokens"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"parameter {name!r} must be an integer >= 1, got {v!r}")
-        if isinstance(self.max_iterations, bool) or not isinstance(self.max_iterations, int) or self.max_iterations < 0:
-            raise ConfigError(f"parameter 'max_iterations' must be an integer >= 0, got {self.max_iterations!r}")
-        if not 0 < self.dedupe_threshold <= 1:
-            raise ConfigError(f"parameter 'dedupe_threshold' must lie in (0, 1], got {self.dedupe_threshold!r}")
-        for name in ("explore_temperature", "temperature"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"parameter {name!r} must be >= 0, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -154,7 +150,7 @@ class _Parts:
     pids: set[str]
 
 
-class TcrQF:
+class TcrQF(Method):
     """One variant; `answer(question)` retrieves, restores, answers and (with feedback) grows the KG."""
 
     def __init__(self, variant: Variant | str, cfg: TcrQFConfig, ctx: RunContext, *, seed: int = 0,
@@ -162,7 +158,7 @@ class TcrQF:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
         self.parallel_safe = not self.variant.feedback   # feedback grows one KG across the questions
-        cfg.validate()
+        check_values(cfg)
         self.cfg = self.config = cfg
         self.ctx = ctx
         self.run_seed = int(seed)

@@ -1,0 +1,38 @@
+"""Every committed reference run still has the identity today's code gives its settings, so
+resuming it (or rerunning its notebook) reuses it instead of refusing the folder or, worse,
+mixing predictions made under two configs. A renamed, added or retyped config field fails here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kgrag_lib.experiment import RUN_FIELDS, resolve_run
+from kgrag_lib.runner import identity_diff
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+MANIFESTS = sorted(p for p in REFERENCE.rglob("manifest.json")
+                   if "method" in (json.loads(p.read_text(encoding="utf-8")).get("config", {}).get("run") or {}))
+
+
+def test_reference_runs_are_found():
+    assert len(MANIFESTS) >= 50, f"expected the committed reference runs under {REFERENCE}"
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(REFERENCE).parent))
+def test_reference_run_identity_is_unchanged(path):
+    stored = json.loads(path.read_text(encoding="utf-8"))["config"]
+    run = stored["run"]
+    given = {k: v for k, v in run.items() if k in RUN_FIELDS and k not in ("method", "dataset", "out", "profile")}
+    # method settings named like a run field (MetaQA's sampling `seed`) come from the profile, as in the run
+    method = {k: v for k, v in stored["method_config"].items() if k not in RUN_FIELDS}
+    r = resolve_run(run["method"], run["dataset"], run["out"], stored["profile"], **given, **method)
+    cfg = r.spec.check_config(r.method_cfg, where=str(path))
+    now = {"run": dataclasses.asdict(r.run), "method_config": dataclasses.asdict(cfg),
+           "embedder": stored["embedder"], "llm_identity": stored["llm_identity"], "profile": r.profile,
+           "qids": stored["qids"]}
+    assert identity_diff(stored, now) == []
