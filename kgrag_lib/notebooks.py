@@ -52,7 +52,7 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
     """`profile` with its `run` section overridden, checked, and written as YAML to `path`."""
     import yaml
 
-    from .config import load_profile
+    from .studies import load_profile
 
     prof = load_profile(profile)
     prof["run"] = {**(prof.get("run") or {}), **run_overrides}

@@ -276,7 +276,7 @@ def test_chunks_extracted_in_parallel_match_one_at_a_time_and_resume_after_a_fai
 
 
 def test_study_overrides_make_one_checked_profile_for_every_notebook(tmp_path):
-    from kgrag_lib.config import load_profile
+    from kgrag_lib.studies import load_profile
     from kgrag_lib.notebooks import effective_profile
 
     spec = "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct"
