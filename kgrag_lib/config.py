@@ -24,15 +24,22 @@ PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 T = TypeVar("T")
 
 
+_NO_VALUE = object()
+
+
 def opt(default: Any, help: str, *, min: float | None = None, max: float | None = None, gt: float | None = None,
-        lt: float | None = None, choices: tuple | list | None = None, **kw: Any) -> Any:
+        lt: float | None = None, choices: tuple | list | None = None, absent: Any = _NO_VALUE, **kw: Any) -> Any:
     """A dataclass field with a help string and the values it accepts (mutable defaults are
     copied per instance). `min`/`max` are inclusive bounds, `gt`/`lt` exclusive ones, `choices`
     the allowed values; `make_config` and `check_values` refuse anything else (None passes
-    when the annotation allows it)."""
+    when the annotation allows it). `absent`: for a field added after runs were made, the value
+    a manifest without it stands for (what the code did before), so those runs keep their
+    identity when that value is asked and are refused when another is."""
     meta = {"help": help, **{k: v for k, v in (("min", min), ("max", max), ("gt", gt), ("lt", lt),
                                                  ("choices", tuple(choices) if choices is not None else None))
                              if v is not None}}
+    if absent is not _NO_VALUE:
+        meta["absent"] = absent
     if isinstance(default, (list, dict, set)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta, **kw)
     return field(default=default, metadata=meta, **kw)
@@ -139,6 +146,11 @@ def profile_section(profile: dict[str, Any], *keys: str) -> dict[str, Any]:
             return {}
         cur = cur.get(k, {})
     return dict(cur or {})
+
+
+def absent_values(cfg: Any, prefix: str) -> dict[str, Any]:
+    """`{prefix.field: value}` of the fields of a config that declare what their absence means."""
+    return {f"{prefix}.{f.name}": f.metadata["absent"] for f in fields(cfg) if "absent" in f.metadata}
 
 
 def field_help(cls: type) -> dict[str, str]:

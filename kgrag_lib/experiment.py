@@ -81,6 +81,28 @@ def check_context(ctx: RunContext, run: RunConfig) -> None:
                           f"make the context from the same profile and parameters, or leave ctx out")
 
 
+def run_config(r: ResolvedRun, method_config: Any, embedder: str, llm_identity: str | None,
+               qids: list[str]) -> dict[str, Any]:
+    """What a run's manifest records as its config; `runner.run_identity` of it decides whether a
+    folder can be resumed."""
+    from .config import absent_values
+    from .runner import ABSENT_KEY
+
+    is_config = dataclasses.is_dataclass(method_config)
+    config = {
+        "run": dataclasses.asdict(r.run),
+        "method_config": dataclasses.asdict(method_config) if is_config else r.method_cfg,
+        "embedder": embedder,
+        "llm_identity": llm_identity,
+        "profile": r.profile,
+        "qids": qids,
+    }
+    absent = absent_values(method_config, "method_config") if is_config else {}
+    if absent:
+        config[ABSENT_KEY] = absent
+    return config
+
+
 def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str | Path | dict = "cpu-smoke",
                    ctx: RunContext | None = None, progress: bool = True, overwrite: bool = False,
                    **overrides: Any) -> dict[str, Any]:
@@ -104,13 +126,7 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
     runner_method = r.spec.factory(ctx, r.method_cfg, r.run.seed)
     method_config = runner_method.config
     llm = ctx.llm
-    config = {
-        "run": dataclasses.asdict(r.run),
-        "method_config": dataclasses.asdict(method_config) if dataclasses.is_dataclass(method_config) else r.method_cfg,
-        "embedder": ctx.embedder_spec,
-        "llm_identity": getattr(llm, "identity", None),
-        "profile": r.profile,
-        "qids": [q.qid for q in questions],
-    }
+    config = run_config(r, method_config, ctx.embedder_spec, getattr(llm, "identity", None),
+                        [q.qid for q in questions])
     return run_method(runner_method, questions, out, config, llm=llm, progress=progress, overwrite=overwrite,
                       concurrency=r.run.concurrency)

@@ -84,7 +84,7 @@ def resolve_concurrency(concurrency: int | None, llm: Any, method: Any) -> int:
     from .concurrency import check_workers
 
     n = check_workers(concurrency) if concurrency is not None else int(getattr(llm, "default_concurrency", 1) or 1)
-    if n > 1 and not getattr(method, "parallel_safe", True):
+    if n > 1 and not method.parallel_safe:
         import sys
 
         print(f"kgrag: {getattr(method, 'name', 'this method')} answers questions in order (its state grows "
@@ -97,6 +97,9 @@ def resolve_concurrency(concurrency: int | None, llm: Any, method: Any) -> int:
 # Paths of the data and caches and the profile's other sections are not part of it.
 _VOLATILE_RUN = ("out", "profile", "data_root", "cache_dir", "concurrency")
 LOCK_FILE = ".run.lock"
+# A run config's map {flat key: value} of settings added after older runs were made: a stored
+# identity without the key stands for that value (`config.opt(absent=...)`).
+ABSENT_KEY = "absent_means"
 
 
 class StaleRunError(KgragError):
@@ -109,7 +112,7 @@ class FolderBusyError(KgragError):
 
 def run_identity(config: dict[str, Any]) -> dict[str, Any]:
     """The part of a run's config that decides its results (see `_VOLATILE_RUN`)."""
-    ident = {k: v for k, v in config.items() if k != "profile"}
+    ident = {k: v for k, v in config.items() if k not in ("profile", ABSENT_KEY)}
     if isinstance(ident.get("run"), dict):
         ident["run"] = {k: v for k, v in ident["run"].items() if k not in _VOLATILE_RUN}
     return json.loads(json.dumps(ident, default=str))  # tuples and paths as the manifest stores them
@@ -127,6 +130,7 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 def identity_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """Readable differences between two run identities, e.g. `run.method: 'llm-kg' -> 'llm'`."""
     a, b = _flat(run_identity(stored)), _flat(run_identity(wanted))
+    a = {**(wanted.get(ABSENT_KEY) or {}), **a}   # settings added since: what their absence stood for
     out = []
     for k in sorted(set(a) | set(b)):
         if a.get(k, "<absent>") != b.get(k, "<absent>"):
@@ -257,6 +261,16 @@ def _answer_and_score(method: Method, questions: list[Question], done: list[dict
     fail_types = _failure_types()
     name = method.name
 
+    def row_of(q: Question, pred: Prediction, meter: Any, seconds: float) -> dict[str, Any]:
+        cost: dict[str, Any] = {"seconds": round(seconds, 3)}
+        if meter is not None:
+            cost.update({f"llm_{k}": v for k, v in meter.usage.to_dict().items()})
+        pred.cost = {**cost, **(pred.cost or {})}
+        row = pred.to_dict()
+        row["dataset"] = q.dataset
+        row["requests"] = list(meter.keys) if meter is not None else []  # request ids: what a grid shares
+        return row
+
     def answer(q: Question) -> dict[str, Any]:
         t0 = time.perf_counter()
         with _metering(llm) as meter:
@@ -266,22 +280,21 @@ def _answer_and_score(method: Method, questions: list[Question], done: list[dict
                 pred = Prediction(q.qid, q.question, "", list(q.answers), name,
                                   trace=getattr(exc, "trace", {}) or {}, failed=True,
                                   error=f"{type(exc).__name__}: {exc}")
-        cost: dict[str, Any] = {"seconds": round(time.perf_counter() - t0, 3)}
-        if meter is not None:
-            cost.update({f"llm_{k}": v for k, v in meter.usage.to_dict().items()})
-        pred.cost = {**cost, **(pred.cost or {})}
-        row = pred.to_dict()
-        row["dataset"] = q.dataset
-        row["requests"] = list(meter.keys) if meter is not None else []  # request ids: what a grid shares
-        return row
+        return row_of(q, pred, meter, time.perf_counter() - t0)
 
     t_run = time.perf_counter()
     usage0 = llm.usage.snapshot() if llm is not None else None
     bar = progress_bar(total=len(questions), initial=len(questions) - len(todo), desc=f"{name or 'method'}",
                        unit="q", disable=not progress)
-    # The first question runs alone: it builds what the method loads lazily (indexes, KG parts),
-    # which the questions in flight after it then share instead of building it side by side.
-    flow = chain(as_they_finish(answer, todo[:1], 1), as_they_finish(answer, todo[1:], concurrency))
+    if method.answers_sample:
+        # the method's state grows over the whole sample round by round (TCR-QF's KG): it takes
+        # the sample and closes questions as their rounds end (those done earlier are replayed, not written)
+        flow = ((None, row_of(q, pred, meter, 0.0)) for q, pred, meter in
+                (method.answer_sample(questions, done_ids, concurrency) if todo else ()))
+    else:
+        # The first question runs alone: it builds what the method loads lazily (indexes, KG parts),
+        # which the questions in flight after it then share instead of building it side by side.
+        flow = chain(as_they_finish(answer, todo[:1], 1), as_they_finish(answer, todo[1:], concurrency))
     with JsonlAppender(pred_path, default=str) as out, bar:
         for _, row in flow:
             out.append(row)

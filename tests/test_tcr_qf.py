@@ -337,13 +337,14 @@ def test_feedback_loop_stops_on_nothing_missing_unchanged_kg_and_i_max(tmp_path,
 
 
 def test_the_kg_grows_across_questions_and_a_resumed_run_replays_it(tmp_path, fake_embedder):
+    """schedule=question: each question runs all its rounds on the KG every earlier one grew."""
     from kgrag_lib.runner import run_method
 
     folder = _saved_kg(tmp_path)
 
     def method(identity):
         return make_method("tcr-qf", _ctx(tmp_path, fake_embedder, _method_llm(99, stateless=True), identity),
-                           {"max_iterations": 1}, seed=0, kg_folder=lambda spec: folder)
+                           {"max_iterations": 1, "schedule": "question"}, seed=0, kg_folder=lambda spec: folder)
 
     whole = method("scripted:whole")
     run_method(whole, Q, tmp_path / "whole", {"m": 1}, progress=False)
@@ -361,6 +362,58 @@ def test_the_kg_grows_across_questions_and_a_resumed_run_replays_it(tmp_path, fa
     assert again[1]["trace"]["rounds"][0]["edges"] == rows[1]["trace"]["rounds"][0]["edges"]
     assert again[1]["trace"]["kg_size"] == rows[1]["trace"]["kg_size"]
     assert resumed.parts("tcr:2wiki:n=100:seed=0").kg.num_edges == whole.parts("tcr:2wiki:n=100:seed=0").kg.num_edges
+
+
+def test_rounds_run_over_the_whole_sample_in_flight_and_resume_from_the_cache(tmp_path, fake_embedder):
+    """schedule=sample: round r answers every open question on KG_r, then all their feedback makes
+    KG_r+1; the same at 1 and 4 in flight; a resumed run recomputes the rounds from the LLM cache
+    (0 calls) and writes only what is missing; each question is charged its own requests."""
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.runner import run_method
+
+    folder = _saved_kg(tmp_path)
+    cache = LLMCache(tmp_path / "llm.sqlite")
+
+    def method(workers_identity, fresh_cache=None):
+        llm = ScriptedLLM(_method_llm(99, stateless=True), identity=workers_identity,
+                          cache=cache if fresh_cache is None else fresh_cache)
+        llm.concurrent_requests = True
+        m = make_method("tcr-qf", RunContext(llm=llm, embedder=fake_embedder, cache_dir=str(tmp_path)),
+                        {"max_iterations": 2}, seed=0, kg_folder=lambda spec: folder)
+        return m, llm
+
+    def rows(out):
+        return sorted((json.loads(l) for l in (out / "predictions.jsonl").read_text().splitlines()),
+                      key=lambda r: r["qid"])
+
+    m1, llm1 = method("scripted:sample")
+    assert m1.answers_sample and m1.parallel_safe
+    run_method(m1, Q, tmp_path / "one", {"m": 1}, llm=llm1, progress=False, concurrency=1)
+    one = rows(tmp_path / "one")
+    kg0 = one[0]["trace"]["rounds"][0]["edges"]
+    assert one[1]["trace"]["rounds"][0]["edges"] == kg0             # both answer round 0 on KG_0
+    added0 = sum(1 for r in one for t in r["trace"]["kg_added"] if "#0:" in t["origin"])
+    assert added0 >= 2 and {r["trace"]["rounds"][1]["edges"] for r in one} == {kg0 + added0}   # KG_1 for both
+    # round 1 extracts the same facts again: no question changed the KG, so every loop ends there
+    assert all(r["trace"]["stopped"] == "round 1: KG unchanged" and len(r["trace"]["rounds"]) == 2 for r in one)
+    assert all(len(r["requests"]) == r["cost"]["llm_requests"] > 0 for r in one)
+    assert sum(r["cost"]["llm_calls"] for r in one) == llm1.usage.calls
+
+    m4, llm4 = method("scripted:sample", fresh_cache=LLMCache(tmp_path / "llm4.sqlite"))
+    run_method(m4, Q, tmp_path / "four", {"m": 1}, llm=llm4, progress=False, concurrency=4)
+    kept = ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens")   # fresh or cached alike
+    strip = lambda rs: [{**r, "cost": {k: r["cost"][k] for k in kept}} for r in rs]  # noqa: E731
+    assert strip(rows(tmp_path / "four")) == strip(one)
+
+    part = tmp_path / "part"   # killed after q1 was written
+    part.mkdir()
+    first = [l for l in (tmp_path / "one" / "predictions.jsonl").read_text().splitlines()][0]
+    (part / "predictions.jsonl").write_text(first + "\n")
+    (part / "manifest.json").write_text((tmp_path / "one" / "manifest.json").read_text())
+    m5, llm5 = method("scripted:sample")
+    metrics = run_method(m5, Q, part, {"m": 1}, llm=llm5, progress=False, concurrency=2)
+    assert llm5.usage.calls == 0 and metrics["this_run"]["answered"] == 1
+    assert strip(rows(part)) == strip(one)
 
 
 def test_config_and_dataset_are_checked():

@@ -28,14 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from ..concurrency import check_workers
     from ..notebooks import run_study
 
-    from ..concurrency import check_workers
-
-    if args.concurrency is not None:
-        check_workers(args.concurrency, "--concurrency")
-    report = run_study(args.profile, args.out, only=args.only, run_overrides={"concurrency": args.concurrency, "model": args.model,
-                                                                    "embedder": args.embedder})
+    given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
+    if given["concurrency"] is not None:
+        check_workers(given["concurrency"], "--concurrency")
+    report = run_study(args.profile, args.out, only=args.only, run_overrides=given)
     out_root = report["out_root"]
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
     pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)

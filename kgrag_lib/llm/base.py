@@ -389,14 +389,15 @@ class LLM:
 
     # ---- public API -------------------------------------------------------------------
     @contextmanager
-    def meter(self) -> Iterator[Meter]:
-        """Count what the work inside the block asks of this LLM (request ids and usage).
+    def meter(self, into: Meter | None = None) -> Iterator[Meter]:
+        """Count what the work inside the block asks of this LLM (request ids and usage), in a
+        new meter or added to `into` (work done for one question in several pieces).
 
         Meters are per context (thread), so each question in flight gets its own counts; the
         runner stores them per question, so how many requests a grid of runs shares (distinct /
         independent) is counted from the result files, even after a resume.
         """
-        m = Meter()
+        m = into if into is not None else Meter()
         token = _METERS.set(_METERS.get() + ((id(self), m),))
         try:
             yield m

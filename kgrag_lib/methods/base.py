@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 from ..config import make_config
 from ..llm import DEFAULT_SPEC
@@ -29,16 +29,29 @@ class Method:
     so it decides the run's identity. `resume` is called before the first question with the
     rows a killed run already wrote, in order; a method whose state grows over questions
     (TCR-QF's KG) rebuilds it there, the others have nothing to rebuild.
+
+    Questions are independent by default, so the runner answers several at once. A method whose
+    state grows question by question sets `parallel_safe` False (answered one at a time); one
+    whose state grows over the whole sample in rounds sets `answers_sample` and implements
+    `answer_sample`, which takes the sample and yields each question as it closes.
     """
 
     name: str = "method"
     config: Any = None
+    parallel_safe: bool = True
+    answers_sample: bool = False
 
     def answer(self, question: Question) -> Prediction:
         raise NotImplementedError(f"{type(self).__name__} does not implement answer()")
 
     def resume(self, done: list[dict[str, Any]]) -> None:
         """Rebuild the state the answered rows `done` left (default: none)."""
+
+    def answer_sample(self, questions: Sequence[Question], skip: Collection[str] = (),
+                      workers: int = 1) -> Iterator[tuple[Question, Prediction, Any]]:
+        """(question, prediction, LLM meter) for every question not in `skip`, as each closes,
+        with up to `workers` requests in flight (only for `answers_sample` methods)."""
+        raise NotImplementedError(f"{type(self).__name__} answers question by question (answers_sample is False)")
 
 
 Factory = Callable[["RunContext", dict, int], Method]

@@ -30,9 +30,10 @@ prediction records what it added (`trace.kg_added`). A resumed run replays those
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -42,7 +43,7 @@ from ...kg.tcr_kg import TcrKG
 from .context import SentenceIndex, restore_context, template
 from .prompts import GRAMMAR, answer_messages, feedback_messages
 from .records import parse_records
-from ...llm.base import PromptTooLongError, SamplingParams
+from ...llm.base import Meter, PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
 from ..common import coverage_issue, resolve_spec
@@ -62,9 +63,11 @@ DEVIATIONS = (
     "candidates; no call is sent when an entity has at most `width` relations or a relation one target.",
     "TCR-QF: the dense retriever of feedback and Naive RAG is the run's embedder (MiniLM on CPU), not OpenAI's "
     "text-embedding-small; feedback reads the top feedback_top_k chunks per missing question.",
-    "TCR-QF: questions are processed one after another in sample order, each running its own feedback rounds on "
-    "the KG grown by every earlier question; Table 3's round r counts each question's state after its r-th round "
-    "(the paper does not say whether rounds run question by question or over the whole dataset at once).",
+    "TCR-QF: feedback rounds run over the whole sample (schedule=sample, the default): round r answers every open "
+    "question on KG_r, then the feedback of all of them, applied in sample order, forms KG_r+1, as Table 3's round "
+    "counting implies (the paper does not say so in words); a question stops when nothing is missing for it, "
+    "when no question changed its KG in a round, or at I_max. schedule=question (each question runs all its "
+    "rounds on the KG grown by every earlier question) is how the committed cpu-reference TCR-QF runs were made.",
     "TCR-QF: duplicate feedback triples are dropped by rapidfuzz's normalized Indel similarity >= dedupe_threshold "
     "(0.85) on entity names and relation types; the paper names edit distance without a threshold.",
     "TCR-QF: GraphRAG is represented by our GraphRAG-style local search over the same KG (entities, their "
@@ -111,6 +114,10 @@ class TcrQFConfig:
     extract_max_tokens: int = opt(1024, "max new tokens of a feedback extraction", min=1)
     answer_max_tokens: int = opt(64, "max new tokens of the LLM-only answer", min=1)
     seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)")
+    schedule: str = opt("sample", "feedback rounds over the whole sample (round r answers every open question on "
+                                  "KG_r, then all their feedback forms KG_r+1; as Table 3 counts rounds) or "
+                                  "question by question in sample order (each on the KG every earlier one grew)",
+                        choices=("sample", "question"), absent="question")
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,30 @@ class _Parts:
     pids: set[str]
 
 
+@dataclass
+class _Open:
+    """A question of `answer_sample` while its rounds run."""
+
+    q: Question
+    trace: dict[str, Any]
+    meter: Meter
+    parts: Any = None
+    qvec: Any = None
+    rt: dict[str, Any] = dataclasses.field(default_factory=dict)
+    raw: str = ""
+    ans: str = ""
+    context: str = ""
+    found: Any = None
+    error: str = ""
+    seconds: float = 0.0
+    closed: bool = False
+    yielded: bool = False
+
+    def close(self, why: str) -> None:
+        self.closed = True
+        self.trace["stopped"] = why
+
+
 class TcrQF(Method):
     """One variant; `answer(question)` retrieves, restores, answers and (with feedback) grows the KG."""
 
@@ -157,7 +188,10 @@ class TcrQF(Method):
                  kg_folder: Callable[[str], Path] | None = None) -> None:
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
-        self.parallel_safe = not self.variant.feedback   # feedback grows one KG across the questions
+        # feedback grows one KG across the questions: over the whole sample round by round (the
+        # runner hands the sample to `answer_sample`), or question by question (one at a time)
+        self.answers_sample = bool(self.variant.feedback) and cfg.schedule == "sample"
+        self.parallel_safe = not self.variant.feedback or self.answers_sample
         check_values(cfg)
         self.cfg = self.config = cfg
         self.ctx = ctx
@@ -203,7 +237,11 @@ class TcrQF(Method):
 
     def resume(self, done: list[dict[str, Any]]) -> None:
         """Called by the runner with the predictions already written: their KG additions are
-        replayed (in order) so the next question sees the KG an uninterrupted run would."""
+        replayed (in order) so the next question sees the KG an uninterrupted run would. Over the
+        whole sample (`answers_sample`) nothing is replayed: `answer_sample` recomputes the rounds
+        from KG_0, the finished questions' requests coming from the LLM cache."""
+        if self.answers_sample:
+            return
         self._replayed = [((r.get("trace") or {}).get("kg_added") or []) for r in done]
         for p in self._parts.values():
             for added in self._replayed:
@@ -260,9 +298,20 @@ class TcrQF(Method):
     def _feedback(self, p: _Parts, q: Question, raw: str, ans: str, context: str, it: int,
                   round_trace: dict[str, Any]) -> list[dict[str, Any]] | None:
         """One feedback round; the triples it added ([] = KG unchanged), None = nothing missing."""
+        found = self._feedback_calls(p, q, raw, ans, context, it, round_trace)
+        if found is None:
+            return None
+        added = self._apply_feedback(p, found, round_trace)
+        p.entities.update(p.kg)
+        return added
+
+    def _feedback_calls(self, p: _Parts, q: Question, raw: str, ans: str, context: str, it: int,
+                        round_trace: dict[str, Any]) -> list[tuple[str, Any, list[str], dict[str, Any]]] | None:
+        """The LLM side of one feedback round, which reads but never changes the KG: what is
+        missing and the records extracted for it, as (origin, records, chunk ids, trace entry);
+        None = nothing missing."""
         cfg = self.cfg
         params = self._params(cfg.extract_max_tokens).replace(grammar=GRAMMAR)
-        added: list[dict[str, Any]] = []
         if self.variant.feedback == "query":
             out = self.ctx.llm.generate(P.missing_messages(q.question, ans, context, cfg.max_missing),
                                         self._params(cfg.max_tokens))
@@ -270,27 +319,36 @@ class TcrQF(Method):
             round_trace["missing"] = needs
             if not needs:
                 return None
+            found = []
             for j, need in enumerate(needs):
                 rows = dense_top(p.chunk_vecs, self.embed([need])[0], cfg.feedback_top_k)
                 cids = [p.chunk_ids[i] for i in rows]
                 ext = parse_records(self.ctx.llm.generate(
                     feedback_messages(need, [p.kg.chunks[c].as_text() for c in cids]), params))
-                got = p.kg.add(ext, f"{q.qid}#{it}:{j}", cids)
-                added.extend(got.triples)
-                round_trace.setdefault("extracted", []).append(
-                    {"need": need, "chunks": cids, **ext.counts(), "new_triples": len(got.triples),
-                     "duplicates": got.duplicates, "merged_entities": got.merged_entities})
-        else:
-            ext = parse_records(self.ctx.llm.generate(answer_messages(q.question, raw), params))
-            got = p.kg.add(ext, f"{q.qid}#{it}:answer", [])
+                found.append((f"{q.qid}#{it}:{j}", ext, cids, {"need": need, "chunks": cids, **ext.counts()}))
+            return found
+        ext = parse_records(self.ctx.llm.generate(answer_messages(q.question, raw), params))
+        return [(f"{q.qid}#{it}:answer", ext, [], ext.counts())]
+
+    def _apply_feedback(self, p: _Parts, found: list[tuple[str, Any, list[str], dict[str, Any]]],
+                        round_trace: dict[str, Any]) -> list[dict[str, Any]]:
+        """Add one question's extracted records to the KG (de-duplicated against it); the triples added."""
+        added: list[dict[str, Any]] = []
+        entries = []
+        for origin, ext, cids, entry in found:
+            got = p.kg.add(ext, origin, cids)
             added.extend(got.triples)
-            round_trace["extracted"] = [{**ext.counts(), "new_triples": len(got.triples),
-                                         "duplicates": got.duplicates}]
-        p.entities.update(p.kg)
+            more = {"new_triples": len(got.triples), "duplicates": got.duplicates}
+            if self.variant.feedback == "query":
+                more["merged_entities"] = got.merged_entities
+            entries.append({**entry, **more})
+        round_trace["extracted"] = entries
         return added
 
     # -- one question -------------------------------------------------------------------------------
     def answer(self, question: Question) -> Prediction:
+        if self.answers_sample:   # one question's rounds over the KG as it stands
+            return next(iter(self.answer_sample([question])))[1]
         v, cfg = self.variant, self.cfg
         trace: dict[str, Any] = {"variant": v.name, "label": v.label, "config": dataclasses.asdict(cfg),
                                  "seed": self.seed, "issues": [], "rounds": [], "kg_added": []}
@@ -337,6 +395,105 @@ class TcrQF(Method):
             return Prediction(question.qid, question.question, "", list(question.answers), self.name, trace=trace,
                               failed=True, error=f"PromptTooLongError: {exc}")
         return self._prediction(question, ans, trace)
+
+    # -- the whole sample, round by round ----------------------------------------------------------
+    def answer_sample(self, questions: Sequence[Question], skip: Collection[str] = (), workers: int = 1
+                      ) -> Iterator[tuple[Question, Prediction, Meter]]:
+        """§3.4's loop over the whole sample: round r answers every open question on KG_r (up to
+        `workers` at once), then every open question's feedback is extracted (at once too) and
+        added to the KG in sample order, which makes KG_r+1. Yields (question, prediction, its
+        meter) as questions close, in sample order within a round, except those in `skip`
+        (finished in an earlier run: their rounds are recomputed from the LLM cache, since the KG
+        every later round sees depends on them)."""
+        from ...concurrency import parallel_map
+
+        cfg = self.cfg
+        states = [self._open(q) for q in questions]
+        for it in range(cfg.max_iterations + 1):
+            live = [st for st in states if not st.closed]
+            if not live:
+                break
+            parallel_map(lambda st: self._step(st, self._answer_round, it), live, workers)
+            live = [st for st in live if not st.closed]
+            if it == cfg.max_iterations:
+                for st in live:
+                    st.close("I_max reached")
+            else:
+                parallel_map(lambda st: self._step(st, self._feedback_round, it), live, workers)
+                changed: set[int] = set()
+                for st in (st for st in live if not st.closed):
+                    if st.found is None:
+                        st.close(f"round {it}: nothing missing")
+                        continue
+                    added = self._apply_feedback(st.parts, st.found, st.rt)
+                    st.rt["added"] = len(added)
+                    st.trace["kg_added"].extend(added)
+                    if added:
+                        changed.add(id(st.parts))
+                for part in {id(st.parts): st.parts for st in live}.values():
+                    if id(part) in changed:
+                        part.entities.update(part.kg)
+                for st in live:
+                    if not st.closed and id(st.parts) not in changed:
+                        st.close(f"round {it}: KG unchanged")
+            for st in states:
+                if st.closed and not st.yielded:
+                    st.yielded = True
+                    if st.q.qid not in skip:
+                        yield st.q, self._close(st), st.meter
+
+    def _open(self, q: Question) -> "_Open":
+        spec = resolve_spec(self.cfg.kg, q.dataset, self.run_seed)
+        trace: dict[str, Any] = {"variant": self.variant.name, "label": self.variant.label,
+                                 "config": dataclasses.asdict(self.cfg), "seed": self.seed, "issues": [], "rounds": [],
+                                 "kg_added": [], "kg": spec}
+        st = _Open(q, trace, Meter())
+        t0 = time.perf_counter()
+        st.parts = self.parts(spec)
+        missing = coverage_issue(q, st.parts.pids, "TCR-QF KG's chunks")
+        if missing:
+            trace["issues"].append(missing)
+        st.qvec = self.embed([q.question])[0]
+        st.seconds += time.perf_counter() - t0
+        return st
+
+    def _step(self, st: "_Open", stage: Callable[["_Open", int], None], it: int) -> None:
+        """One stage of one question, counted in its meter and time; a prompt too long or an
+        unparsable output ends that question as a recorded failure, not the run."""
+        from ...llm.parsing import LLMParseError
+
+        t0 = time.perf_counter()
+        try:
+            with self.ctx.llm.meter(st.meter):
+                stage(st, it)
+        except (PromptTooLongError, LLMParseError) as exc:
+            st.error = f"{type(exc).__name__}: {exc}"
+            st.close("failed")
+        finally:
+            st.seconds += time.perf_counter() - t0
+
+    def _answer_round(self, st: "_Open", it: int) -> None:
+        p, q = st.parts, st.q
+        st.rt = {"round": it, "nodes": p.kg.num_nodes, "edges": p.kg.num_edges}
+        st.context = self._retrieve(p, q.question, st.qvec, st.rt)
+        st.trace["issues"].extend(st.rt.pop("issues", []))
+        st.raw, st.ans = self._answer(P.reasoning_messages(q.question, st.context), self.cfg.max_tokens,
+                                      st.trace["issues"])
+        st.rt.update(answer=st.ans, answer_raw=st.raw, context=st.context)
+        st.trace["rounds"].append(st.rt)
+
+    def _feedback_round(self, st: "_Open", it: int) -> None:
+        st.found = self._feedback_calls(st.parts, st.q, st.raw, st.ans, st.context, it, st.rt)
+
+    def _close(self, st: "_Open") -> Prediction:
+        st.trace["kg_size"] = {"nodes": st.parts.kg.num_nodes, "edges": st.parts.kg.num_edges}
+        if st.error:
+            pred = Prediction(st.q.qid, st.q.question, "", list(st.q.answers), self.name, trace=st.trace,
+                              failed=True, error=st.error)
+        else:
+            pred = self._prediction(st.q, st.ans, st.trace)
+        pred.cost = {"seconds": round(st.seconds, 3)}
+        return pred
 
     def _prediction(self, q: Question, ans: str, trace: dict[str, Any]) -> Prediction:
         return Prediction(q.qid, q.question, ans, list(q.answers), self.name, trace=trace, failed=not ans,
