@@ -11,7 +11,7 @@ Default parameters stand for an 8B model in bf16 under vLLM on one A100-40GB: ab
 generated tokens/s for one request (13.3 ms per step), published figures of 6.6x at 8
 concurrent requests and saturation in the thousands of tokens/s, hence a flat step up to 64
 sequences (4,800 tok/s) and prefill at 10,000 tokens/s. `time_scale` shrinks every latency
-(the bench uses 0.5) so ratios are measured in less wall time.
+for a quicker look; the bench runs at 1.
 
     .venv/bin/python bench/batching_server.py --port 8011       # serve until killed
 """

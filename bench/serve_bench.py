@@ -70,7 +70,7 @@ def run_level(method: str, dataset: str, spec: str, n: int, c: int, work: Path, 
     out = work / f"{method}-c{c}"
     r = resolve_run(method, dataset, out, "cpu-smoke", model=spec, n=n, seed=0)
     ctx = make_context(r.run)
-    ctx.llm_ = load_llm(spec, cache_path=llm_cache)
+    ctx.llm = load_llm(spec, cache_path=llm_cache)   # a cold cache of its own
     _ = ctx.embedder, ctx.llm   # loaded before the clock starts
     t0 = time.perf_counter()
     m = run_experiment(method, dataset, out, ctx=ctx, progress=False, model=spec, n=n, seed=0, concurrency=c)
@@ -154,7 +154,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
     ap.add_argument("--n", type=int, default=16, help="questions per level at least (8 x in-flight when larger)")
-    ap.add_argument("--time-scale", type=float, default=0.5, help="latency scale of the modelled server")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="latency scale of the modelled server (1: the GPU it stands for)")
     ap.add_argument("--real-n", type=int, default=8, help="questions of the real-server part")
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-model", action="store_true", help="skip part (a)")

@@ -24,7 +24,7 @@ from kgrag_lib.methods.kg_infused.kg_sources import KGSource, seed_candidates
 from kgrag_lib.records import Question
 from kgrag_lib.retrieval import DenseIndex
 from kgrag_lib.runner import StaleRunError
-from kgrag_lib.train import dpo_data as D
+from kgrag_lib.train import dpo_data
 
 KGI = {"kg": "tiny-kg", "corpus": "tiny-corpus", "k_p": 4, "max_tokens": 100}
 
@@ -98,10 +98,10 @@ class Setup:
         return self.llm
 
     def cfg(self, **kw):
-        return D.make_dpo_config({"n_questions": 5, "exclude_profiles": [], "kg_infused": KGI}, kw)
+        return dpo_data.make_dpo_config({"n_questions": 5, "exclude_profiles": [], "kg_infused": KGI}, kw)
 
     def build(self, cfg=None, out="dpo", **kw):
-        return D.build_dpo_data(cfg or self.cfg(), self.ctx, self.tmp / out, progress=False,
+        return dpo_data.build_dpo_data(cfg or self.cfg(), self.ctx, self.tmp / out, progress=False,
                                 kg_source=self.kg, corpus_loader=lambda name: self.corpus, **kw)
 
 
@@ -118,7 +118,7 @@ def read_jsonl(path):
 
 # ---- settings ------------------------------------------------------------------------------------
 def test_defaults_are_the_papers_and_bad_settings_name_the_parameter():
-    cfg = D.make_dpo_config()
+    cfg = dpo_data.make_dpo_config()
     assert cfg.decodings == [[0.0, 1.0], [0.3, 0.95], [0.5, 0.9], [0.7, 0.9], [0.9, 0.8], [1.0, 0.7]]
     assert cfg.rounds == [1, 2] and cfg.judge is None
     for bad, name in [({"rounds": []}, "rounds"), ({"rounds": [1, 1]}, "rounds"), ({"rounds": [0]}, "rounds"),
@@ -128,11 +128,11 @@ def test_defaults_are_the_papers_and_bad_settings_name_the_parameter():
                       ({"kg_infused": {"rounds": 3}}, "rounds"), ({"kg_infused": {"top_k": 3}}, "top_k"),
                       ({"kg_infused": {"k_p": 0}}, "k_p"), ({"judge": ""}, "judge"), ({"max_tokens": 0}, "max_tokens")]:
         with pytest.raises(ConfigError, match=name):
-            D.make_dpo_config(bad)
+            dpo_data.make_dpo_config(bad)
     with pytest.raises(ConfigError, match="n_questions"):
-        D.make_dpo_config({"n_questions": "ten"})
+        dpo_data.make_dpo_config({"n_questions": "ten"})
     with pytest.raises(ConfigError, match="unknown parameter 'temperature'"):
-        D.make_dpo_config({"temperature": 0.3})
+        dpo_data.make_dpo_config({"temperature": 0.3})
 
 
 # ---- exclusion ----------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ def test_evaluated_questions_are_excluded_exactly(tmp_path):
         json.dumps({"qid": "d25", "dataset": "2wiki", "prediction": "", "answers": []}) + "\n"
         + json.dumps({"qid": "d26", "dataset": "hotpotqa", "prediction": "", "answers": []}) + "\n"
         + '{"qid": "d27", "datas', encoding="utf-8")
-    ex = D.evaluated_qids([str(prof)], [str(tmp_path / "results")], root)
+    ex = dpo_data.evaluated_qids([str(prof)], [str(tmp_path / "results")], root)
 
     # each (split, n, seed) draw is made as load_questions makes it (a smaller n is not a prefix)
     def draw(split, n, seed):
@@ -163,22 +163,22 @@ def test_evaluated_questions_are_excluded_exactly(tmp_path):
     assert any(x["split"] == "dev200" for x in ex.samples)  # SA-RAG / TCR-QF draw 2Wiki from dev200
     assert str(res / "predictions.jsonl") in ex.result_files
 
-    cfg = D.make_dpo_config({"n_questions": 100, "exclude_profiles": [str(prof)],
+    cfg = dpo_data.make_dpo_config({"n_questions": 100, "exclude_profiles": [str(prof)],
                              "exclude_results": [str(tmp_path / "results")]})
-    qs, counts = D.sample_questions(cfg, ex, root)
+    qs, counts = dpo_data.sample_questions(cfg, ex, root)
     in_pool = expected & {q for q, _ in dev4000}
     assert counts == {"pool": 30, "excluded_evaluated": len(in_pool), "available": 30 - len(in_pool)}
     assert len(qs) == 30 - len(in_pool) and not {q.qid for q in qs} & expected
     # a seeded draw: same seed, same order; another seed, another order
-    assert [q.qid for q in D.sample_questions(cfg, ex, root)[0]] == [q.qid for q in qs]
+    assert [q.qid for q in dpo_data.sample_questions(cfg, ex, root)[0]] == [q.qid for q in qs]
     cfg.seed = 1
-    assert [q.qid for q in D.sample_questions(cfg, ex, root)[0]] != [q.qid for q in qs]
+    assert [q.qid for q in dpo_data.sample_questions(cfg, ex, root)[0]] != [q.qid for q in qs]
     # a split whose every question is evaluated is refused with the way out
     cfg.split = "corpus354"
     with pytest.raises(ConfigError, match="split.*dev4000"):
-        D.sample_questions(cfg, D.Exclusion(qids={q for q, _ in corpus354}), root)
+        dpo_data.sample_questions(cfg, dpo_data.Exclusion(qids={q for q, _ in corpus354}), root)
     with pytest.raises(ConfigError, match="exclude_results"):
-        D.evaluated_qids([], [str(tmp_path / "nowhere")], root)
+        dpo_data.evaluated_qids([], [str(tmp_path / "nowhere")], root)
 
 
 def test_shipped_profiles_are_the_default_exclusion(tmp_path):
@@ -186,7 +186,7 @@ def test_shipped_profiles_are_the_default_exclusion(tmp_path):
     from a data root are reported (nothing can have been evaluated from them there)."""
     root = data_root_with(tmp_path, [(f"d{i}", f"Q {i}?") for i in range(8)], [("d0", "Q 0?"), ("d1", "Q 1?")])
     (root / "2wiki" / "MIGRES_200_2wiki.jsonl").unlink()
-    ex = D.evaluated_qids(None, [], root)
+    ex = dpo_data.evaluated_qids(None, [], root)
     assert ex.qids == {"d0", "d1"} and ex.missing_splits == ["dev200"]
     assert {x["source"].split(":")[0] for x in ex.samples} >= {"profile cpu-smoke", "profile gpu-paper"}
 
@@ -199,7 +199,7 @@ def test_build_candidates_verdicts_pairs_and_stats(s):
     assert len(aug) == 5 * 2 * 6
     first = [r.params for r in aug[:6]]
     assert len({json.dumps(r.messages) for r in aug[:6]}) == 1
-    assert first == [SamplingParams(max_tokens=100, temperature=t, top_p=p, seed=0) for t, p in D.PAPER_DECODINGS]
+    assert first == [SamplingParams(max_tokens=100, temperature=t, top_p=p, seed=0) for t, p in dpo_data.PAPER_DECODINGS]
     # the judge: temperature 0, its JSON constrained to the ids shown
     judged = [r for r in s.llm.requests if "Rewritten versions:" in r.prompt]
     assert len(judged) == 4 * 2   # the SAME question's inputs are never judged
@@ -257,7 +257,7 @@ def test_build_candidates_verdicts_pairs_and_stats(s):
     assert stats["judge"] == "scripted-gen" and "estimated" in stats["lengths_counted_as"]
     assert stats["pool"] == 5 and stats["excluded_evaluated"] == 0 and stats["duplicate_candidates_merged"] == 10
     man = json.loads(data.manifest_path.read_text())
-    assert man["config"]["qids"] == [q.qid for q in D.sample_questions(s.cfg(), D.Exclusion(), s.root)[0]]
+    assert man["config"]["qids"] == [q.qid for q in dpo_data.sample_questions(s.cfg(), dpo_data.Exclusion(), s.root)[0]]
     assert man["config"]["judge"]["name"] == "scripted-gen" and "git" in man and "versions" in man
 
 
@@ -289,24 +289,24 @@ def test_separate_judge_is_recorded_and_words_unit(tmp_path):
 
 
 def test_config_from_profile_matches_the_profiles_kg_infused_runs():
-    cfg, ctx = D.config_from_profile("cpu-smoke", n_questions=3)
+    cfg, ctx = dpo_data.config_from_profile("cpu-smoke", n_questions=3)
     assert cfg.n_questions == 3 and cfg.seed == 0 and ctx.model == "qwen2.5-coder-0.5b-q4"
     assert cfg.kg_infused["max_tokens"] == 160 and "rounds" not in cfg.kg_infused
     assert cfg.kg_infused_config(2).answer_max_tokens == 32 and ctx.loaded_llm is None   # nothing loaded
     with pytest.raises(ConfigError, match="rounds"):
-        D.config_from_profile("cpu-smoke", rounds=[])
+        dpo_data.config_from_profile("cpu-smoke", rounds=[])
 
 
 def test_parse_verdict_forms():
     ids = [1, 2, 3]
-    assert D.parse_verdict('{"best_id": 1, "worst_id": 3}', ids) == ("ok", 1, 3)
-    assert D.parse_verdict('Sure! ```json\n{"best_id": "2", "worst_id": 3.0}\n```', ids) == ("ok", 2, 3)
-    assert D.parse_verdict('[{"best_id": 1, "worst_id": 2}]', ids) == ("ok", 1, 2)
-    assert D.parse_verdict('{"best_id": 2, "worst_id": 2}', ids)[0] == "tie"
-    assert D.parse_verdict('{"best_id": 4, "worst_id": 2}', ids)[0] == "invalid_verdict"
-    assert D.parse_verdict('{"best": 1, "worst": 2}', ids)[0] == "unparsable_verdict"
-    assert D.parse_verdict('{"best_id": true, "worst_id": 2}', ids)[0] == "unparsable_verdict"
-    assert D.parse_verdict("", ids)[0] == "unparsable_verdict"
+    assert dpo_data.parse_verdict('{"best_id": 1, "worst_id": 3}', ids) == ("ok", 1, 3)
+    assert dpo_data.parse_verdict('Sure! ```json\n{"best_id": "2", "worst_id": 3.0}\n```', ids) == ("ok", 2, 3)
+    assert dpo_data.parse_verdict('[{"best_id": 1, "worst_id": 2}]', ids) == ("ok", 1, 2)
+    assert dpo_data.parse_verdict('{"best_id": 2, "worst_id": 2}', ids)[0] == "tie"
+    assert dpo_data.parse_verdict('{"best_id": 4, "worst_id": 2}', ids)[0] == "invalid_verdict"
+    assert dpo_data.parse_verdict('{"best": 1, "worst": 2}', ids)[0] == "unparsable_verdict"
+    assert dpo_data.parse_verdict('{"best_id": true, "worst_id": 2}', ids)[0] == "unparsable_verdict"
+    assert dpo_data.parse_verdict("", ids)[0] == "unparsable_verdict"
 
 
 # ---- resume -------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_resume_with_other_settings_is_refused(s):
 
 def test_a_crash_mid_build_leaves_readable_files_and_resume_repairs(tmp_path):
     s = Setup(tmp_path)
-    order = [q.qid for q in D.sample_questions(s.cfg(), D.Exclusion(), s.root)[0]]
+    order = [q.qid for q in dpo_data.sample_questions(s.cfg(), dpo_data.Exclusion(), s.root)[0]]
     second = BEHAVIOURS[order[1]][0]
     s.new_llm(fail_on=second)
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -354,7 +354,7 @@ def test_a_crash_mid_build_leaves_readable_files_and_resume_repairs(tmp_path):
     # a kill in the middle of a write: the torn last line is skipped by the loader, removed on resume
     with open(pairs_path, "a", encoding="utf-8") as fh:
         fh.write('{"prompt": [{"role": "user", "content": "Improve')
-    assert len(D.load_dpo_dataset(pairs_path)) == len(read_jsonl_lenient(pairs_path))
+    assert len(dpo_data.load_dpo_dataset(pairs_path)) == len(read_jsonl_lenient(pairs_path))
     llm = s.new_llm()
     data = s.build()
     assert not [r for r in llm.requests if BEHAVIOURS[order[0]][0] in r.prompt]   # finished question not redone
@@ -397,9 +397,9 @@ def test_loader_refuses_a_file_that_is_not_pairs(tmp_path):
     bad = tmp_path / "pairs.jsonl"
     bad.write_text('{"text": "hello"}\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="prompt, chosen, rejected"):
-        D.load_dpo_dataset(bad)
+        dpo_data.load_dpo_dataset(bad)
     with pytest.raises(Exception, match="no DPO pairs file"):
-        D.load_dpo_dataset(tmp_path / "missing")
+        dpo_data.load_dpo_dataset(tmp_path / "missing")
 
 
 # ---- the real small model ------------------------------------------------------------------------
@@ -420,16 +420,16 @@ def test_real_model_builds_pairs_or_counts_drops(tmp_path_factory, shared_llm_ca
     except Exception as exc:  # the embedded model is an optional extra
         pytest.skip(f"embedded model unavailable: {exc}")
     ctx = RunContext(model="qwen2.5-coder-0.5b-q4", llm=llm)
-    cfg = D.make_dpo_config({"n_questions": 1, "rounds": [1], "max_tokens": 48, "judge_max_tokens": 32,
+    cfg = dpo_data.make_dpo_config({"n_questions": 1, "rounds": [1], "max_tokens": 48, "judge_max_tokens": 32,
                              "kg_infused": {"k_p": 2, "max_tokens": 32, "query_max_tokens": 20,
                                             "max_triples_per_entity": 10}})
     out = tmp_path_factory.mktemp("dpo")
-    data = D.build_dpo_data(cfg, ctx, out, progress=False)
-    evaluated = D.evaluated_qids(None, [], root).qids
+    data = dpo_data.build_dpo_data(cfg, ctx, out, progress=False)
+    evaluated = dpo_data.evaluated_qids(None, [], root).qids
     rec = read_jsonl(data.questions_path)
     assert len(rec) == 1 and rec[0]["qid"] not in evaluated and len(rec[0]["inputs"]) == 1
     inp = rec[0]["inputs"][0]
-    assert inp["status"] in ("pair", *D.DROP_REASONS)
+    assert inp["status"] in ("pair", *dpo_data.DROP_REASONS)
     assert data.summary["inputs"] == 1 and data.n_pairs + sum(data.drops.values()) == 1
     if inp["status"] != "stage_error":
         assert inp["note"] and inp["n_candidates"] == 6 and 1 <= inp["n_distinct"] + len(inp["empty_candidates"]) <= 6
@@ -466,7 +466,7 @@ def test_a_server_with_requests_in_flight_builds_the_same_files(tmp_path):
     try:
         a, b = one.build(), many.build()
         assert a.n_pairs == b.n_pairs > 0
-        for name in (D.PAIRS_FILE, D.QUESTIONS_FILE):
+        for name in (dpo_data.PAIRS_FILE, dpo_data.QUESTIONS_FILE):
             assert read_jsonl(a.out_dir / name) == read_jsonl(b.out_dir / name)
         assert len(many.llm.requests) == len(one.llm.requests)
     finally:

@@ -13,14 +13,14 @@ import pytest
 from kgrag_lib.data.metaqa import load_metaqa_kb
 from kgrag_lib.errors import ConfigError, MissingDataError
 from kgrag_lib.kg import KGStore
-from kgrag_lib.kg import sources as S
+from kgrag_lib.kg import sources
 from kgrag_lib.kg.sources import BuiltKG, EmptyKGError, build_2wiki_evidence_store, load_kg, shared_kg
 from kgrag_lib.methods.base import RunContext
 from kgrag_lib.paths import data_root
 from kgrag_lib.records import Triple
 
 REAL = data_root()
-HAVE_2WIKI = (REAL / S.TWOWIKI_QUESTIONS).exists() and (REAL / S.TWOWIKI_CORPUS).exists()
+HAVE_2WIKI = (REAL / sources.TWOWIKI_QUESTIONS).exists() and (REAL / sources.TWOWIKI_CORPUS).exists()
 
 KB = ["Kismet|directed_by|William Dieterle", "Kismet|starred_actors|Marlene Dietrich",
       "Blonde Venus|starred_actors|Marlene Dietrich", "Kismet|directed_by|William Dieterle",
@@ -45,8 +45,8 @@ TRANSDUCTIVE = ("wikidata5m_transductive_train.txt", "wikidata5m_transductive_va
 def write_2wiki(root: Path) -> Path:
     """The two 2wiki-evidence input files, two questions and two passages, under `root`."""
     (root / "2wiki").mkdir(parents=True)
-    (root / S.TWOWIKI_QUESTIONS).write_text(json.dumps(LAG), encoding="utf-8")
-    (root / S.TWOWIKI_CORPUS).write_text(json.dumps(CORPUS), encoding="utf-8")
+    (root / sources.TWOWIKI_QUESTIONS).write_text(json.dumps(LAG), encoding="utf-8")
+    (root / sources.TWOWIKI_CORPUS).write_text(json.dumps(CORPUS), encoding="utf-8")
     return root
 
 
@@ -93,18 +93,18 @@ def test_metaqa_default_and_path_specs_keep_the_file_triple_ids(kb_file, tmp_pat
     other = load_kg(f"metaqa:{kb_file}", data_root=tmp_path / "elsewhere", cache_dir=cache)
     assert same_triples(other.store, kg.store)
     built = [p for p in (cache / "kg").iterdir() if p.is_dir()]
-    assert [p.name.split("-")[0] for p in built] == ["metaqa"] and (built[0] / S.STATS_FILE).is_file()
+    assert [p.name.split("-")[0] for p in built] == ["metaqa"] and (built[0] / sources.STATS_FILE).is_file()
 
 
 def test_second_load_reuses_the_build(kb_file, tmp_path, monkeypatch):
     calls = []
-    plan = S.SOURCES["metaqa"].plan
+    plan = sources.SOURCES["metaqa"].plan
 
     def counting(arg, root):
         p = plan(arg, root)
-        return S.SourcePlan(p.name, p.inputs, lambda: calls.append(1) or p.build())
+        return sources.SourcePlan(p.name, p.inputs, lambda: calls.append(1) or p.build())
 
-    monkeypatch.setitem(S.SOURCES, "metaqa", S.Source(counting, S.SOURCES["metaqa"].forms))
+    monkeypatch.setitem(sources.SOURCES, "metaqa", sources.Source(counting, sources.SOURCES["metaqa"].forms))
     first = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
     again = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
     assert calls == [1] and again.stats == first.stats and same_triples(again.store, first.store)
@@ -134,13 +134,13 @@ def test_2wiki_evidence_from_small_real_format_files(tmp_path):
     kg = load_kg("2wiki-evidence-oracle", data_root=root, cache_dir=tmp_path / "cache")
     assert kg.name == "2wiki-evidence-oracle" and kg.stats == stats and same_triples(kg.store, store)
     assert kg.store.description(taxi) == CORPUS[0]["text"] and kg.store.provenance_of_triple(t) == store.provenance_of_triple(t)
-    assert len(list((tmp_path / "cache" / "kg").glob("2wiki-evidence-oracle-*/" + S.STATS_FILE))) == 1
+    assert len(list((tmp_path / "cache" / "kg").glob("2wiki-evidence-oracle-*/" + sources.STATS_FILE))) == 1
 
 
 def test_held_out_2wiki_evidence_leaves_out_the_evaluated_questions(tmp_path):
     """a1 is evaluated: its own evidence goes, except the director fact a2 shares with it."""
     root = write_2wiki(tmp_path / "data")
-    corpus354, dev200 = (root / f for f in S.TWOWIKI_EVALUATED)
+    corpus354, dev200 = (root / f for f in sources.TWOWIKI_EVALUATED)
     corpus354.write_text(json.dumps([LAG[0]]), encoding="utf-8")
     dev200.write_text(json.dumps({"_id": "elsewhere", "question": "?", "answer": "x"}) + "\n", encoding="utf-8")
     kg = load_kg("2wiki-evidence-heldout", data_root=root, cache_dir=tmp_path / "cache")
@@ -157,10 +157,10 @@ def test_held_out_2wiki_evidence_leaves_out_the_evaluated_questions(tmp_path):
 
 
 def test_verbalized_description_caps_the_facts():
-    facts = [("r", f"o{i}") for i in range(S.MAX_VERBALIZED_FACTS + 2)]
-    text = S.verbalized_description("E", facts)
+    facts = [("r", f"o{i}") for i in range(sources.MAX_VERBALIZED_FACTS + 2)]
+    text = sources.verbalized_description("E", facts)
     assert text.startswith("E: r o0; r o1;") and text.endswith("r o11; and 2 more facts.")
-    assert S.verbalized_description("E", []) == ""
+    assert sources.verbalized_description("E", []) == ""
 
 
 @pytest.mark.skipif(not HAVE_2WIKI, reason=f"real 2Wiki files not under the data root {REAL}")
@@ -189,7 +189,7 @@ def test_wikidata5m_folder_spec(tmp_path):
     assert kg.stats["kept"] == {"entities": 4, "relations": 2, "triples": 4}
     assert kg.stats["original"]["triples"] == 6 and kg.stats["paper_table5"]["Wikidata5M-KG"]["triples"] == 20987217
     assert kg.store.description(kg.store.entity_id("Roy Del Ruth")) == "Roy Del Ruth was a film director."
-    assert len(list((tmp_path / "cache" / "kg").glob("wikidata5m-*/" + S.STATS_FILE))) == 1
+    assert len(list((tmp_path / "cache" / "kg").glob("wikidata5m-*/" + sources.STATS_FILE))) == 1
 
 
 def test_wikidata5m_default_folder_and_transductive_split(tmp_path):
@@ -236,7 +236,7 @@ def test_empty_kb_is_refused_and_not_cached(tmp_path):
     empty.write_text("\n", encoding="utf-8")
     with pytest.raises(EmptyKGError, match=r"kg='metaqa:.*kb\.txt': the KG from .* has no triples"):
         load_kg(f"metaqa:{empty}", cache_dir=tmp_path / "cache")
-    assert not list((tmp_path / "cache" / "kg").glob("metaqa-*/" + S.STATS_FILE))
+    assert not list((tmp_path / "cache" / "kg").glob("metaqa-*/" + sources.STATS_FILE))
     KGStore.from_triples([]).save(tmp_path / "empty_store")
     with pytest.raises(EmptyKGError, match="has no triples"):
         load_kg(str(tmp_path / "empty_store"), cache_dir=tmp_path / "cache")
@@ -249,11 +249,11 @@ def test_sources_without_identity_keep_their_build_folders(kb_file, tmp_path):
 
     kg = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
     st = kb_file.stat()
-    h = hashlib.sha256(f"v{S.BUILDER_VERSION}\0".encode())
+    h = hashlib.sha256(f"v{sources.BUILDER_VERSION}\0".encode())
     h.update(f"{kb_file.resolve()}\0{st.st_size}\0{int(st.st_mtime)}\0".encode())
-    assert (tmp_path / "cache" / "kg" / f"metaqa-{h.hexdigest()[:16]}" / S.STATS_FILE).is_file()
+    assert (tmp_path / "cache" / "kg" / f"metaqa-{h.hexdigest()[:16]}" / sources.STATS_FILE).is_file()
     assert kg.extra == {} and not list((tmp_path / "cache" / "kg").glob("*.journal.jsonl"))
-    plan = S.SOURCES["metaqa"].plan(str(kb_file), tmp_path)
-    other = S.SourcePlan(plan.name, plan.inputs, plan.build, identity="model-x")
-    assert S.build_folder(other, tmp_path) != S.build_folder(plan, tmp_path)
-    assert not S.needs_llm("metaqa") and S.needs_llm("text:musique")
+    plan = sources.SOURCES["metaqa"].plan(str(kb_file), tmp_path)
+    other = sources.SourcePlan(plan.name, plan.inputs, plan.build, identity="model-x")
+    assert sources.build_folder(other, tmp_path) != sources.build_folder(plan, tmp_path)
+    assert not sources.needs_llm("metaqa") and sources.needs_llm("text:musique")

@@ -16,11 +16,11 @@ import pytest
 from fakes import BagOfWordsEmbedder
 from kgrag_lib.config import check_values
 from kgrag_lib.errors import ConfigError
-from kgrag_lib.eval import metrics as M
+from kgrag_lib.eval import metrics
 from kgrag_lib.kg import KGStore
 from kgrag_lib.llm import ScriptedLLM
 from kgrag_lib.methods import RunContext, available_methods
-from kgrag_lib.methods.metaqa import prompts as P
+from kgrag_lib.methods.metaqa import prompts
 from kgrag_lib.methods.metaqa.candidates import TripleSelector, candidate_triples, torch_threads
 from kgrag_lib.methods.metaqa.decompose import DecomposedQA
 from kgrag_lib.methods.metaqa.kaping import KapingQA
@@ -91,7 +91,7 @@ def test_parse_clean_decomposition():
 
 
 def test_parse_rendered_examples_round_trip():
-    for ex in P.DECOMPOSITION_EXAMPLES:
+    for ex in prompts.DECOMPOSITION_EXAMPLES:
         d = parse_decomposition(ex.render())
         assert d.subquestions == list(ex.subquestions)
         assert d.reasoning == ex.reasoning
@@ -234,9 +234,9 @@ def test_selector_picks_the_relevant_triples(kb, fake_embedder):
 # ---- pipelines with a scripted LLM ------------------------------------------------------------
 def role_of(messages) -> str:
     system = messages[0]["content"]
-    for key, name in ((P.DECOMPOSE_SYSTEM, "decompose"), (P.REFORMULATE_SYSTEM, "reformulate"),
-                      (P.SYNTHESIZE_SYSTEM, "synthesize"), (P.ANSWER_WITH_FACTS_SYSTEM, "answer_kg"),
-                      (P.ANSWER_SYSTEM, "answer")):
+    for key, name in ((prompts.DECOMPOSE_SYSTEM, "decompose"), (prompts.REFORMULATE_SYSTEM, "reformulate"),
+                      (prompts.SYNTHESIZE_SYSTEM, "synthesize"), (prompts.ANSWER_WITH_FACTS_SYSTEM, "answer_kg"),
+                      (prompts.ANSWER_SYSTEM, "answer")):
         if system == key:
             return name
     raise AssertionError(f"unexpected prompt: {system[:60]}")
@@ -281,8 +281,8 @@ def test_kg_rag_full_trace_and_parameters(kb, fake_embedder):
         by_role.setdefault(role_of(r.messages), []).append(r)
     dec = by_role["decompose"][0]
     assert (dec.params.max_tokens, dec.params.temperature, dec.params.min_p, dec.params.top_k) == (256, 0.3, 0.05, 40)
-    assert dec.params.stop == (P.END_MARKER,) and dec.params.seed == 7
-    assert sum(m_["role"] == "assistant" for m_ in dec.messages) == len(P.DECOMPOSITION_EXAMPLES)
+    assert dec.params.stop == (prompts.END_MARKER,) and dec.params.seed == 7
+    assert sum(m_["role"] == "assistant" for m_ in dec.messages) == len(prompts.DECOMPOSITION_EXAMPLES)
     ans = by_role["answer_kg"]
     assert all(a.params.repeat_penalty == 1.1 for a in ans)
     assert "(The Lovers, starred actors, Jeanne Moreau)" in ans[0].prompt
@@ -371,9 +371,9 @@ def test_kaping_and_zero_shot(kb, fake_embedder):
     ("", ["Louis Malle"], 0.0, 0.0, 0.0),
 ])
 def test_hit1_hand_checked(pred, golds, exact, hit, first):
-    assert M.hit1_exact(pred, golds) == exact
-    assert M.hit1(pred, golds) == hit
-    assert M.hit1_first(pred, golds) == first
+    assert metrics.hit1_exact(pred, golds) == exact
+    assert metrics.hit1(pred, golds) == hit
+    assert metrics.hit1_first(pred, golds) == first
 
 
 # ---- configs and registration ---------------------------------------------------------------
@@ -402,7 +402,7 @@ def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
     assert list((tmp_path / "cache" / "kg").glob("metaqa-*/stats.json"))
     assert list((tmp_path / "cache" / "embeddings").glob("metaqa-kb-triples-*.npy"))
     pred = m.answer(q("who directed The Lovers", "The Lovers", ["Louis Malle"]))
-    assert M.hit1(pred.prediction, pred.answers) == 1.0
+    assert metrics.hit1(pred.prediction, pred.answers) == 1.0
     # a new process (fresh context) loads the saved store instead of parsing kb.txt
     again = load_store(kb_path.resolve(), tmp_path / "cache")
     assert again.num_triples == m.selector.kb.store.num_triples == 16

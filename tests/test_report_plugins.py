@@ -11,16 +11,16 @@ import pytest
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.summary import summarize
 from kgrag_lib.grid import Cell, GridReport, GridRun
-from kgrag_lib.report.kg_infused import paper_numbers as P
+from kgrag_lib.report.kg_infused import paper_numbers
 from kgrag_lib.report.kg_infused import plugins as PL
 from kgrag_lib.report.kg_infused.tables import Setting
 
 
 # ------------------------------------------------------------------ the transcription
-@pytest.mark.parametrize("table", [P.TABLE2, P.TABLE21], ids=["table2", "table21"])
+@pytest.mark.parametrize("table", [paper_numbers.TABLE2, paper_numbers.TABLE21], ids=["table2", "table21"])
 def test_paper_avg_is_mean_of_acc_f1_em(table):
     for label, per in table.items():
-        for ds in P.DATASETS[:4]:
+        for ds in paper_numbers.DATASETS[:4]:
             v = per[ds]
             assert abs(v["avg"] - (v["acc"] + v["f1"] + v["em"]) / 3) <= 0.1 + 1e-9, (label, ds)
         assert set(per["strategyqa"]) == {"acc"}
@@ -28,17 +28,17 @@ def test_paper_avg_is_mean_of_acc_f1_em(table):
 
 def test_table2_matches_the_text_of_section_5_2():
     """§5.2: 2-round Avg gains of 5.1 to 16.9 on four datasets, HotpotQA down 0.8."""
-    base, two = P.TABLE2["Self-RAG (selfrag-llama2-7b)"], P.TABLE2["+ KG-Infused RAG (w/ 2-Round)"]
-    gains = {d: round(two[d]["avg"] - base[d]["avg"], 1) for d in P.DATASETS[:4]}
+    base, two = paper_numbers.TABLE2["Self-RAG (selfrag-llama2-7b)"], paper_numbers.TABLE2["+ KG-Infused RAG (w/ 2-Round)"]
+    gains = {d: round(two[d]["avg"] - base[d]["avg"], 1) for d in paper_numbers.DATASETS[:4]}
     gains["strategyqa"] = round(two["strategyqa"]["acc"] - base["strategyqa"]["acc"], 1)
     assert gains["hotpotqa"] == -0.8
     assert min(v for d, v in gains.items() if d != "hotpotqa") == 5.1 and max(gains.values()) == 16.9
-    assert list(P.TABLE21) == ["Self-Ask"] + [f"+ KG-Infused RAG (w/ {k}-Round)" for k in (1, 2, 3)]
-    assert P.TABLE21["Self-Ask"]["hotpotqa"]["avg"] > max(P.TABLE21[r]["hotpotqa"]["avg"] for r in list(P.TABLE21)[1:])
+    assert list(paper_numbers.TABLE21) == ["Self-Ask"] + [f"+ KG-Infused RAG (w/ {k}-Round)" for k in (1, 2, 3)]
+    assert paper_numbers.TABLE21["Self-Ask"]["hotpotqa"]["avg"] > max(paper_numbers.TABLE21[r]["hotpotqa"]["avg"] for r in list(paper_numbers.TABLE21)[1:])
 
 
 def test_plugin_claims_follow_the_papers_numbers():
-    by = {c[0]: c for c in P.PLUGIN_CLAIMS}
+    by = {c[0]: c for c in paper_numbers.PLUGIN_CLAIMS}
     assert len(by) == 2 * 5 + 3 * 5
     assert by["table2.self-rag-kg-infused.r2.bamboogle"][4] == ">"
     assert by["table2.self-rag-kg-infused.r2.hotpotqa"][4] == "~"            # -0.8: within a point

@@ -22,7 +22,7 @@ from kgrag_lib.llm.base import SamplingParams
 from kgrag_lib.llm.fake import ScriptedLLM
 from kgrag_lib.methods.base import RunContext
 from kgrag_lib.methods.tcr_qf import VARIANTS, make_method
-from kgrag_lib.methods.tcr_qf import prompts as P
+from kgrag_lib.methods.tcr_qf import prompts
 from kgrag_lib.methods.tcr_qf.search import relations_of, tog_search, topic_entities, entity_index
 from kgrag_lib.records import Passage, Question
 
@@ -428,11 +428,11 @@ def test_config_and_dataset_are_checked():
 
 
 def test_prompt_parsers():
-    assert P.final_answer("Reasoning Process:\n- x\nFinal Answer: **Christopher Nolan**.") == "Christopher Nolan"
-    assert P.final_answer("no answer here") is None
-    assert P.missing_questions("1. Who is X?\n- When did Y die?\nWho is X?\nNONE\nshort?", 5) == [
+    assert prompts.final_answer("Reasoning Process:\n- x\nFinal Answer: **Christopher Nolan**.") == "Christopher Nolan"
+    assert prompts.final_answer("no answer here") is None
+    assert prompts.missing_questions("1. Who is X?\n- When did Y die?\nWho is X?\nNONE\nshort?", 5) == [
         "Who is X?", "When did Y die?"]
-    assert P.missing_questions("NONE", 5) == []
+    assert prompts.missing_questions("NONE", 5) == []
 
 
 # ---- the real model ---------------------------------------------------------------------------------------------------

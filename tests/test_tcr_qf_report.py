@@ -33,8 +33,8 @@ from kgrag_lib.llm.fake import ScriptedLLM
 from kgrag_lib.methods.tcr_qf import VARIANTS
 from kgrag_lib.methods.tcr_qf import prompts as MP
 from kgrag_lib.paths import REPO_ROOT
-from kgrag_lib.report import tcr_qf as R
-from kgrag_lib.report.tcr_qf import paper_numbers as P
+from kgrag_lib.report import tcr_qf as tcr_qf_report
+from kgrag_lib.report.tcr_qf import paper_numbers
 from kgrag_lib.studies import NOTEBOOKS, notebook_settings, setup
 from kgrag_lib.studies import tcr_qf as TQ
 
@@ -44,35 +44,35 @@ PROFILES = ("cpu-smoke", "gpu-paper", "cpu-reference")
 
 # ------------------------------------------------------------------ the paper's numbers
 def test_tables_are_parsed_from_the_printed_lines_in_percent():
-    assert list(P.TABLE1) == ["GPT-4o-mini", "GPT-4o", "CoT", "Naive RAG", "TOG", "GraphRAG", "TCR-QF"]
-    assert all(set(per) == set(P.PAPER_DATASETS) for per in P.TABLE1.values())
-    assert P.TABLE1["TCR-QF"]["2wiki"] == {"em": 59.8, "f1": 68.0}
-    assert P.TABLE1["GraphRAG"]["musique-full"] == {"em": 18.9, "f1": 32.6}
-    assert P.TABLE1["GPT-4o-mini"]["concurrentqa"] == {"em": 11.2, "f1": 17.8}
-    assert list(P.TABLE2) == ["ToG(w/o TCR&QF)", "TCR(w/o QF)", "QF(w/o TCR)", "TCR-AF", "TCR-QF"]
-    assert P.TABLE2["QF(w/o TCR)"]["hotpotqa"] == {"em": 51.5, "f1": 65.6}
-    assert [r["round"] for r in P.TABLE3] == list(range(11))
-    assert P.TABLE3[0] == {"round": 0, "nodes": 74571, "edges": 69866, "em": 48.1, "f1": 56.2}
-    assert P.TABLE3_DELTA == {"nodes": 4090, "edges": 10606, "em": 11.7, "f1": 11.8}
+    assert list(paper_numbers.TABLE1) == ["GPT-4o-mini", "GPT-4o", "CoT", "Naive RAG", "TOG", "GraphRAG", "TCR-QF"]
+    assert all(set(per) == set(paper_numbers.PAPER_DATASETS) for per in paper_numbers.TABLE1.values())
+    assert paper_numbers.TABLE1["TCR-QF"]["2wiki"] == {"em": 59.8, "f1": 68.0}
+    assert paper_numbers.TABLE1["GraphRAG"]["musique-full"] == {"em": 18.9, "f1": 32.6}
+    assert paper_numbers.TABLE1["GPT-4o-mini"]["concurrentqa"] == {"em": 11.2, "f1": 17.8}
+    assert list(paper_numbers.TABLE2) == ["ToG(w/o TCR&QF)", "TCR(w/o QF)", "QF(w/o TCR)", "TCR-AF", "TCR-QF"]
+    assert paper_numbers.TABLE2["QF(w/o TCR)"]["hotpotqa"] == {"em": 51.5, "f1": 65.6}
+    assert [r["round"] for r in paper_numbers.TABLE3] == list(range(11))
+    assert paper_numbers.TABLE3[0] == {"round": 0, "nodes": 74571, "edges": 69866, "em": 48.1, "f1": 56.2}
+    assert paper_numbers.TABLE3_DELTA == {"nodes": 4090, "edges": 10606, "em": 11.7, "f1": 11.8}
     # every method row names a printed row; the paper's GPT-4o row is the only one without ours
-    assert set(P.TABLE1_ROW.values()) | set(P.PAPER_ONLY_ROWS) == set(P.TABLE1)
-    assert set(P.TABLE2_ROW.values()) == set(P.TABLE2) and set(P.TABLE2_ROW) <= set(VARIANTS)
-    assert set(P.TABLE1_ROW) <= set(VARIANTS) and set(TQ.TABLE1_SYSTEMS) == set(P.TABLE1_ROW)
+    assert set(paper_numbers.TABLE1_ROW.values()) | set(paper_numbers.PAPER_ONLY_ROWS) == set(paper_numbers.TABLE1)
+    assert set(paper_numbers.TABLE2_ROW.values()) == set(paper_numbers.TABLE2) and set(paper_numbers.TABLE2_ROW) <= set(VARIANTS)
+    assert set(paper_numbers.TABLE1_ROW) <= set(VARIANTS) and set(TQ.TABLE1_SYSTEMS) == set(paper_numbers.TABLE1_ROW)
 
 
 def test_table_lines_are_verbatim_in_the_paper():
-    paper = REPO_ROOT.parent / "shared" / P.SOURCE_FILE
+    paper = REPO_ROOT.parent / "shared" / paper_numbers.SOURCE_FILE
     if not paper.is_file():
         pytest.skip(f"{paper} is not here")
     text = paper.read_text(encoding="utf-8").splitlines()
-    for lines, first in ((P.TABLE1_LINES, P.TABLE1_FIRST_LINE), (P.TABLE2_LINES, P.TABLE2_FIRST_LINE),
-                         (P.TABLE3_LINES, P.TABLE3_FIRST_LINE)):
+    for lines, first in ((paper_numbers.TABLE1_LINES, paper_numbers.TABLE1_FIRST_LINE), (paper_numbers.TABLE2_LINES, paper_numbers.TABLE2_FIRST_LINE),
+                         (paper_numbers.TABLE3_LINES, paper_numbers.TABLE3_FIRST_LINE)):
         assert [t.rstrip() for t in text[first - 1:first - 1 + len(lines)]] == list(lines)
 
 
 def test_the_texts_numbers_recomputed_from_the_tables():
-    t1, t2, t3 = P.TABLE1, P.TABLE2, P.TABLE3
-    T = P.TEXT_NUMBERS
+    t1, t2, t3 = paper_numbers.TABLE1, paper_numbers.TABLE2, paper_numbers.TABLE3
+    T = paper_numbers.TEXT_NUMBERS
 
     def gain(a, b):
         return round(a - b, 1), round(100 * (a - b) / b, 1)
@@ -95,10 +95,10 @@ def test_the_texts_numbers_recomputed_from_the_tables():
     assert rel(T["hotpotqa_qf_em_text"], tog["hotpotqa"]["em"]) == T["hotpotqa_qf_over_tog_em_rel_pct"]
     assert t2["QF(w/o TCR)"]["hotpotqa"]["em"] != T["hotpotqa_qf_em_text"]
     assert t2["TCR-AF"]["hotpotqa"]["em"] != T["hotpotqa_tcr_af_em_text"]
-    assert "0.522" in P.TEXT_NUMBERS_SOURCE and "0.531" in P.TEXT_NUMBERS_SOURCE and "11.15%" in P.TEXT_NUMBERS_SOURCE
+    assert "0.522" in paper_numbers.TEXT_NUMBERS_SOURCE and "0.531" in paper_numbers.TEXT_NUMBERS_SOURCE and "11.15%" in paper_numbers.TEXT_NUMBERS_SOURCE
     # Table 3: Δ = round 10 - round 0; round 0 is TCR before feedback, round 10 the final TCR-QF
     for key in ("nodes", "edges", "em", "f1"):
-        assert round(t3[-1][key] - t3[0][key], 1) == P.TABLE3_DELTA[key]
+        assert round(t3[-1][key] - t3[0][key], 1) == paper_numbers.TABLE3_DELTA[key]
     assert t3[0]["em"] == t2["TCR(w/o QF)"]["2wiki"]["em"] and t3[-1]["em"] == t2["TCR-QF"]["2wiki"]["em"]
     assert t3[-1]["f1"] == t1["TCR-QF"]["2wiki"]["f1"]
     assert round(100 * (t3[-1]["em"] - t3[0]["em"]) / t3[0]["em"], 1) == T["table3_em_rel_pct"]
@@ -106,21 +106,21 @@ def test_the_texts_numbers_recomputed_from_the_tables():
 
 
 def test_claims_hold_on_the_papers_numbers_and_name_our_systems():
-    for cid, table, dataset, a, rel, b, metric, quote in P.CLAIMS:
+    for cid, table, dataset, a, rel, b, metric, quote in paper_numbers.CLAIMS:
         assert rel == ">" and metric == "em" and a in VARIANTS and b in VARIANTS and quote.startswith("§4")
         if table == "Table 1":
-            theirs = P.TABLE1
-            ra, rb = P.TABLE1_ROW[a], P.TABLE1_ROW[b]
+            theirs = paper_numbers.TABLE1
+            ra, rb = paper_numbers.TABLE1_ROW[a], paper_numbers.TABLE1_ROW[b]
         else:
-            theirs, ra, rb = P.TABLE2, P.TABLE2_ROW[a], P.TABLE2_ROW[b]
-        for m in P.METRICS:
+            theirs, ra, rb = paper_numbers.TABLE2, paper_numbers.TABLE2_ROW[a], paper_numbers.TABLE2_ROW[b]
+        for m in paper_numbers.METRICS:
             assert theirs[ra][dataset][m] > theirs[rb][dataset][m], cid
-        assert cid.rsplit(".", 1)[0].split(".")[0] in {f.split(".")[0] for f in P.CLAIM_FAMILIES}
-    assert len({c[0] for c in P.CLAIMS}) == len(P.CLAIMS) == 3 * 5 + 2 * 2 + 2 + 2 * 2
-    assert {".".join(c[0].split(".")[:2]) for c in P.CLAIMS} == set(P.CLAIM_FAMILIES)
+        assert cid.rsplit(".", 1)[0].split(".")[0] in {f.split(".")[0] for f in paper_numbers.CLAIM_FAMILIES}
+    assert len({c[0] for c in paper_numbers.CLAIMS}) == len(paper_numbers.CLAIMS) == 3 * 5 + 2 * 2 + 2 + 2 * 2
+    assert {".".join(c[0].split(".")[:2]) for c in paper_numbers.CLAIMS} == set(paper_numbers.CLAIM_FAMILIES)
     # the claim holds on the two datasets we lack too
     for d in ("musique-full", "concurrentqa"):
-        assert all(P.TABLE1["TCR-QF"][d]["em"] > P.TABLE1[P.TABLE1_ROW[b]][d]["em"] for b in P.BASELINES)
+        assert all(paper_numbers.TABLE1["TCR-QF"][d]["em"] > paper_numbers.TABLE1[paper_numbers.TABLE1_ROW[b]][d]["em"] for b in paper_numbers.BASELINES)
 
 
 def test_study_report_lists_the_tcr_qf_deviations():
@@ -128,10 +128,10 @@ def test_study_report_lists_the_tcr_qf_deviations():
     from kgrag_lib.report.study import paper_deviations, report_markdown, StudyResults
 
     devs = paper_deviations()
-    assert all(d in devs for d in (*tcr_qf.DEVIATIONS, *P.DEVIATIONS))
-    assert all(d.startswith("TCR-QF: ") for d in P.DEVIATIONS)
+    assert all(d in devs for d in (*tcr_qf.DEVIATIONS, *paper_numbers.DEVIATIONS))
+    assert all(d.startswith("TCR-QF: ") for d in paper_numbers.DEVIATIONS)
     text = report_markdown(StudyResults(Path("/nonexistent")), "p")
-    assert P.DEVIATIONS[0] in text and tcr_qf.DEVIATIONS[0] in text
+    assert paper_numbers.DEVIATIONS[0] in text and tcr_qf.DEVIATIONS[0] in text
 
 
 # ------------------------------------------------------------------ settings and notebooks
@@ -232,7 +232,7 @@ def test_parameters_cell_lists_exactly_the_settings_and_setup_passes_them(name):
 @pytest.mark.parametrize("name", TCR_NOTEBOOKS)
 def test_notebooks_only_use_names_the_modules_have(name):
     _, code = _cells(REPO_ROOT / "notebooks" / f"{name}.ipynb")
-    modules = {"R": R, "P": P, "TQ": TQ}
+    modules = {"tcr_qf_report": tcr_qf_report, "paper_numbers": paper_numbers, "TQ": TQ}
     for src in code:
         for node in ast.walk(ast.parse(src)):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
@@ -260,12 +260,12 @@ def hand_grid(tmp_path, right: dict[str, int], dataset: str = "2wiki", n: int = 
 def test_table1_layout_with_the_papers_rows_costs_and_intervals(tmp_path):
     right = {"tcr-llm": 4, "tcr-naive-rag": 10, "tog": 12, "graphrag-local": 20, "tcr-qf": 30}
     report = hand_grid(tmp_path, right, calls={"tog": 14.0, "tcr-qf": 41.5})
-    rows = R.result_rows(report, model="m")
+    rows = tcr_qf_report.result_rows(report, model="m")
     by = {r["method"]: r for r in rows}
     assert by["tcr-qf"]["em"] == 75.0 and by["tcr-qf"]["n"] == 40 and len(by["tcr-qf"]["em_ci95"]) == 2
     assert by["tog"]["llm_requests_per_q"] == 14.0 and by["tog"]["llm_seconds_per_q"] == 2.5   # fresh + cached s
     assert by["tcr-qf"]["answers_per_q"] == 2 and by["tcr-qf"]["triples_added_per_q"] == 1 and by["tog"]["model"] == "m"
-    table = R.table1(rows)
+    table = tcr_qf_report.table1(rows)
     assert list(table.index) == ["LLM only", "GPT-4o (paper only)", "Naive RAG", "ToG (w/o TCR & QF)",
                                  "GraphRAG-style local search", "TCR-QF"]
     assert table.loc["TCR-QF", ("2WikiMultiHopQA", "EM", "ours")] == 75.0
@@ -281,49 +281,49 @@ def test_table1_layout_with_the_papers_rows_costs_and_intervals(tmp_path):
     assert table.loc["TCR-QF", ("2WikiMultiHopQA", "Acc (gold in answer)", "ours")] == 75.0
     assert ("2WikiMultiHopQA", "Acc (gold in answer)", "paper") not in table.columns   # the paper has no Acc
     assert ("MuSiQue-Full (not in our data)", "EM", "ours") not in table.columns
-    both = R.table1(rows, ["2wiki", "hotpotqa"], paper_only=False)
+    both = tcr_qf_report.table1(rows, ["2wiki", "hotpotqa"], paper_only=False)
     assert pd.isna(both.loc["TCR-QF", ("HotpotQA", "EM", "ours")])
     assert both.loc["TCR-QF", ("HotpotQA", "EM", "paper")] == 55.8
     assert "GPT-4o (paper only)" not in both.index
-    ci = R.intervals(rows).set_index("system")
+    ci = tcr_qf_report.intervals(rows).set_index("system")
     assert ci.loc["TCR-QF", "EM (95% CI)"].startswith("75.0 [") and ci.loc["TCR-QF", "LLM calls / q"] == 41.5
-    note = R.cost_note(rows)
+    note = tcr_qf_report.cost_note(rows)
     assert note.startswith("2WikiMultiHopQA, per question: TCR-QF 41.5 calls, 2.5 s; ToG (w/o TCR & QF) 14.0 calls")
-    assert R.plot_table(table, "EM").axes[0].get_title() == "2WikiMultiHopQA (EM)"
-    assert len(R.plot_table(table, "F1").axes) == 1                             # paper-only datasets not drawn
-    assert R.paper_table(1).loc["TOG", ("ConcurrentQA", "EM")] == 27.8 and R.paper_table(2).shape == (5, 4)
-    assert "512 tokens" in R.caption("T", "m", {"2wiki": 40}) and "ToG width 2" in R.caption(
+    assert tcr_qf_report.plot_table(table, "EM").axes[0].get_title() == "2WikiMultiHopQA (EM)"
+    assert len(tcr_qf_report.plot_table(table, "F1").axes) == 1                             # paper-only datasets not drawn
+    assert tcr_qf_report.paper_table(1).loc["TOG", ("ConcurrentQA", "EM")] == 27.8 and tcr_qf_report.paper_table(2).shape == (5, 4)
+    assert "512 tokens" in tcr_qf_report.caption("T", "m", {"2wiki": 40}) and "ToG width 2" in tcr_qf_report.caption(
         "T", "m", {}, cfg={"width": 2, "depth": 2})
-    ans = R.answers_frame(report, [type("Q", (), {"qid": "q0", "question": "?", "answers": ["Ann Lee"],
+    ans = tcr_qf_report.answers_frame(report, [type("Q", (), {"qid": "q0", "question": "?", "answers": ["Ann Lee"],
                                                   "dataset": "2wiki"})()])
     assert ans.loc[0, "TCR-QF"] == "✓ Ann Lee"
 
 
 def test_table2_layout(tmp_path):
     right = {"tog": 5, "tog-tcr": 20, "tog-qf": 20, "tcr-qf": 30, "tcr-af": 40}
-    rows = R.result_rows(hand_grid(tmp_path / "w", right)) + R.result_rows(hand_grid(tmp_path / "h", right, "hotpotqa"))
-    table = R.table2(rows)
+    rows = tcr_qf_report.result_rows(hand_grid(tmp_path / "w", right)) + tcr_qf_report.result_rows(hand_grid(tmp_path / "h", right, "hotpotqa"))
+    table = tcr_qf_report.table2(rows)
     assert list(table.index) == ["ToG (w/o TCR & QF)", "TCR (w/o QF)", "QF (w/o TCR)", "TCR-AF", "TCR-QF"]
     assert table.loc["QF (w/o TCR)", ("HotpotQA", "EM", "paper")] == 51.5
     assert table.loc["TCR-AF", ("2WikiMultiHopQA", "EM", "ours")] == 100.0
     assert table.loc["TCR (w/o QF)", ("HotpotQA", "F1", "paper")] == 64.2
-    musique = R.table2(R.result_rows(hand_grid(tmp_path / "m", {"tog": 1}, "musique")))
+    musique = tcr_qf_report.table2(tcr_qf_report.result_rows(hand_grid(tmp_path / "m", {"tog": 1}, "musique")))
     assert pd.isna(musique.loc["ToG (w/o TCR & QF)", ("MuSiQue-Ans", "EM", "paper")])   # Table 2 has no MuSiQue
 
 
 def test_claims_on_paired_questions_and_their_family_verdicts(tmp_path):
     table1 = hand_grid(tmp_path / "1", {"tcr-llm": 4, "tcr-naive-rag": 10, "tog": 12, "graphrag-local": 30,
                                         "tcr-qf": 30})
-    claims = R.check_claims({"2wiki": table1}, P.TABLE1_CLAIMS).set_index("claim")
+    claims = tcr_qf_report.check_claims({"2wiki": table1}, paper_numbers.TABLE1_CLAIMS).set_index("claim")
     c = claims.loc["c1.tcr_qf_over_baselines.2wiki.tog"]
     assert c["statement"] == "TCR-QF > ToG (w/o TCR & QF)" and c["n_pairs"] == 40 and c["diff"] == pytest.approx(45.0)
     assert c["verdict"] == "confirmed" and c["test"] == "mcnemar (exact)" and c["table"] == "Table 1"
     assert claims.loc["c1.tcr_qf_over_baselines.2wiki.graphrag-local", "verdict"] == "not separable at this n"
     assert claims.loc["c1.tcr_qf_over_baselines.2wiki.tcr-cot", "verdict"] == "not run"        # not in the grid
     assert claims.loc["c1.tcr_qf_over_baselines.hotpotqa.tog", "verdict"] == "not run"
-    f1 = R.check_claims({"2wiki": table1}, R.with_metric(P.TABLE1_CLAIMS, "f1")).set_index("claim")
+    f1 = tcr_qf_report.check_claims({"2wiki": table1}, tcr_qf_report.with_metric(paper_numbers.TABLE1_CLAIMS, "f1")).set_index("claim")
     assert f1.loc["c1.tcr_qf_over_baselines.2wiki.tog@f1", "test"] == "sign-flip permutation"
-    fam = R.claim_verdicts(pd.concat([claims.reset_index(), f1.reset_index()]))
+    fam = tcr_qf_report.claim_verdicts(pd.concat([claims.reset_index(), f1.reset_index()]))
     fam = fam.set_index(["family", "dataset", "metric"])
     assert fam.loc[("c1.tcr_qf_over_baselines", "2wiki", "em"), "verdict"] == "not separable at this n"
     assert fam.loc[("c1.tcr_qf_over_baselines", "2wiki", "em"), "comparisons"] == \
@@ -332,13 +332,13 @@ def test_claims_on_paired_questions_and_their_family_verdicts(tmp_path):
     assert fam.loc[("c1.tcr_qf_over_baselines", "2wiki", "em"), "claim"].startswith("TCR-QF beats every baseline")
     # Table 2: TCR and QF help, AF beats QF here (refuted), synergy holds against TCR, not against QF's tie
     table2 = hand_grid(tmp_path / "2", {"tog": 5, "tog-tcr": 20, "tog-qf": 30, "tcr-qf": 30, "tcr-af": 40})
-    out = R.claim_verdicts(R.check_claims({"2wiki": table2}, P.TABLE2_CLAIMS)).set_index(["family", "dataset"])
+    out = tcr_qf_report.claim_verdicts(tcr_qf_report.check_claims({"2wiki": table2}, paper_numbers.TABLE2_CLAIMS)).set_index(["family", "dataset"])
     assert out.loc[("c2.tcr_helps", "2wiki"), "verdict"] == "confirmed"
     assert out.loc[("c2.qf_helps", "2wiki"), "verdict"] == "confirmed"
     assert out.loc[("c3.qf_over_af", "2wiki"), "verdict"] == "refuted"
     assert out.loc[("c4.synergy", "2wiki"), "verdict"] == "not separable at this n"
     assert out.loc[("c2.tcr_helps", "hotpotqa"), "verdict"] == "not run"
-    assert R.claim_verdicts(pd.DataFrame()).empty
+    assert tcr_qf_report.claim_verdicts(pd.DataFrame()).empty
 
 
 # ------------------------------------------------------------------ rounds and Table 3 on a hand-made predictions file
@@ -369,27 +369,27 @@ PREDICTIONS = [
 
 def test_answers_by_round_carry_the_last_answer_forward():
     q1, q2, q3, q5 = PREDICTIONS
-    assert [R.answer_at(q2, r) for r in range(4)] == ["Paris", "London", "London", "London"]
-    assert [R.answer_at(q3, r) for r in range(3)] == ["Babbage"] * 3
-    assert [R.answer_at(q5, r) for r in range(3)] == ["London", "", ""]       # a failed question: its empty answer
-    assert R.last_round(PREDICTIONS) == 2 and R.last_round([]) == 0
-    assert R.origin_round("2hop__1#3:0") == 3 and R.origin_round("a#b#1:answer") == 1
+    assert [tcr_qf_report.answer_at(q2, r) for r in range(4)] == ["Paris", "London", "London", "London"]
+    assert [tcr_qf_report.answer_at(q3, r) for r in range(3)] == ["Babbage"] * 3
+    assert [tcr_qf_report.answer_at(q5, r) for r in range(3)] == ["London", "", ""]       # a failed question: its empty answer
+    assert tcr_qf_report.last_round(PREDICTIONS) == 2 and tcr_qf_report.last_round([]) == 0
+    assert tcr_qf_report.origin_round("2hop__1#3:0") == 3 and tcr_qf_report.origin_round("a#b#1:answer") == 1
     with pytest.raises(ValueError, match="origin"):
-        R.origin_round("q1")
-    s = R.round_scores(PREDICTIONS).set_index("round")
+        tcr_qf_report.origin_round("q1")
+    s = tcr_qf_report.round_scores(PREDICTIONS).set_index("round")
     assert list(s["em"]) == [0.0, 50.0, 50.0] and list(s["answering"]) == [4, 2, 1]
     assert list(s["f1"].round(2)) == [16.67, 66.67, 66.67]                    # Babbage vs Charles Babbage: 2/3
     assert list(s["triples_added_before"]) == [0, 3, 4]
-    assert len(R.round_scores(PREDICTIONS, 4)) == 5 and R.round_scores(PREDICTIONS, 4)["em"].iloc[-1] == 50.0
-    assert R.stopped_counts(PREDICTIONS) == {"I_max reached": 1, "nothing missing": 2, "failed": 1}
-    qr = R.question_rounds(PREDICTIONS).set_index("qid")
+    assert len(tcr_qf_report.round_scores(PREDICTIONS, 4)) == 5 and tcr_qf_report.round_scores(PREDICTIONS, 4)["em"].iloc[-1] == 50.0
+    assert tcr_qf_report.stopped_counts(PREDICTIONS) == {"I_max reached": 1, "nothing missing": 2, "failed": 1}
+    qr = tcr_qf_report.question_rounds(PREDICTIONS).set_index("qid")
     assert qr.loc["q1", "answers"] == 3 and qr.loc["q1", "triples added"] == 2
     assert qr.loc["q1", "round 0"] == "✗ London" and qr.loc["q1", "final"] == "✓ Mary Somerville"
     assert qr.loc["q5", "final"] == "✗ (empty)" and qr.loc["q5", "stopped"] == "failed"
 
 
 def test_table3_growth_counts_triples_and_new_entities_of_earlier_rounds():
-    g = R.kg_growth(PREDICTIONS, 10, 8, INITIAL).set_index("round")
+    g = tcr_qf_report.kg_growth(PREDICTIONS, 10, 8, INITIAL).set_index("round")
     # round 1: the round-0 feedback of q1 (Mary), q2 (Lord Byron; its head is Ada, in the KG in another case)
     # and q5 (Charles Dickens, answer-driven); round 2 adds q1's round-1 triple (Burntisland)
     assert list(g["edges"]) == [8, 11, 12] and list(g["nodes"]) == [10, 13, 14]
@@ -400,21 +400,21 @@ def test_table3_growth_counts_triples_and_new_entities_of_earlier_rounds():
     # the same triple twice (another question, another case) is one edge, counted at its first round
     twice = PREDICTIONS + [{"qid": "q6", "answers": ["x"], "prediction": "x", "trace": {
         "rounds": [{"answer": "x"}], "kg_added": [_triple("mary somerville", "born in", "BURNTISLAND", "q6#0:0")]}}]
-    g2 = R.kg_growth(twice, 10, 8, INITIAL).set_index("round")
+    g2 = tcr_qf_report.kg_growth(twice, 10, 8, INITIAL).set_index("round")
     assert list(g2["edges"]) == [8, 12, 12] and list(g2["nodes"]) == [10, 14, 14]
     # fewer rounds shown: later triples are left out
-    assert list(R.kg_growth(PREDICTIONS, 10, 8, INITIAL, max_round=1)["edges"]) == [8, 11]
-    assert R.final_kg_size(PREDICTIONS) == {"nodes": 14, "edges": 12}        # q5 failed without a size: q3's
-    t3 = R.table3(R.kg_growth(PREDICTIONS, 10, 8, INITIAL))
+    assert list(tcr_qf_report.kg_growth(PREDICTIONS, 10, 8, INITIAL, max_round=1)["edges"]) == [8, 11]
+    assert tcr_qf_report.final_kg_size(PREDICTIONS) == {"nodes": 14, "edges": 12}        # q5 failed without a size: q3's
+    t3 = tcr_qf_report.table3(tcr_qf_report.kg_growth(PREDICTIONS, 10, 8, INITIAL))
     assert list(t3.index) == [str(r) for r in range(11)] + ["Δ"]
     assert t3.loc["2", ("Edges", "ours")] == 12 and t3.loc["2", ("Edges", "paper")] == 76615
     assert pd.isna(t3.loc["5", ("EM", "ours")]) and t3.loc["5", ("EM", "paper")] == 59.3
     assert t3.loc["Δ", ("Nodes", "ours")] == 4 and t3.loc["Δ", ("Nodes", "paper")] == 4090
     assert t3.loc["Δ", ("EM", "ours")] == 50.0 and t3.loc["Δ", ("F1", "paper")] == 11.8
-    mine = R.table3(R.kg_growth(PREDICTIONS, 10, 8, INITIAL), paper=False)
+    mine = tcr_qf_report.table3(tcr_qf_report.kg_growth(PREDICTIONS, 10, 8, INITIAL), paper=False)
     assert list(mine.index) == ["0", "1", "2", "Δ"] and ("EM", "paper") not in mine.columns
-    assert R.paper_growth()["delta_edges"].iloc[-1] == 10606
-    fig = R.plot_kg_growth(R.kg_growth(PREDICTIONS, 10, 8, INITIAL), title="t")
+    assert tcr_qf_report.paper_growth()["delta_edges"].iloc[-1] == 10606
+    fig = tcr_qf_report.plot_kg_growth(tcr_qf_report.kg_growth(PREDICTIONS, 10, 8, INITIAL), title="t")
     assert len(fig.axes) == 3 and fig.axes[2].get_ylabel() == "score (%)"
 
 
@@ -425,17 +425,17 @@ def test_fig3_frame_over_a_grid(tmp_path):
     for method, rows in (("tcr-qf", PREDICTIONS), ("tog", once)):
         cells.append(Cell(GridRun.of(method), "2wiki", tmp_path / method, summarize(rows), rows, sent=0))
     report = GridReport(cells, sent=0)
-    frame = R.rounds_frame(report)
+    frame = tcr_qf_report.rounds_frame(report)
     assert set(frame["label"]) == {"TCR-QF", "ToG (w/o TCR & QF)"} and frame["round"].max() == 2
     tog = frame[frame["method"] == "tog"].set_index("round")
     assert list(tog["em"]) == [0.0, 0.0, 0.0] and list(tog["f1"].round(2)) == [16.67] * 3   # one answer: flat
-    pivot = R.rounds_pivot(frame)
+    pivot = tcr_qf_report.rounds_pivot(frame)
     assert list(pivot.columns) == ["round 0", "round 1", "round 2"]
     assert pivot.loc[("2wiki", "TCR-QF"), "round 1"] == 50.0
-    assert R.rounds_pivot(pd.DataFrame()).empty
-    stopped = R.stopped_table({"2wiki": report}).set_index("system")
+    assert tcr_qf_report.rounds_pivot(pd.DataFrame()).empty
+    stopped = tcr_qf_report.stopped_table({"2wiki": report}).set_index("system")
     assert stopped.loc["TCR-QF", "nothing missing"] == 2 and stopped.loc["ToG (w/o TCR & QF)", "no feedback"] == 3
-    fig = R.plot_rounds(frame, title="t")
+    fig = tcr_qf_report.plot_rounds(frame, title="t")
     assert fig.axes[0].get_title() == "2WikiMultiHopQA (n=4)" and len(fig.axes[0].lines) == 2
 
 
@@ -449,17 +449,17 @@ STATS = {"kg": "tcr", "corpus": "pooled paragraphs of 2 sampled 2wiki questions 
 
 
 def test_kg_tables_and_cost():
-    t = R.kg_table({"2wiki": STATS})
+    t = tcr_qf_report.kg_table({"2wiki": STATS})
     assert t.loc["2WikiMultiHopQA", "unparsable record rate"] == 0.1 and t.loc["2WikiMultiHopQA", "nodes"] == 30
     assert t.loc["2WikiMultiHopQA", "LLM calls / chunk"] == 1.0 and t.loc["2WikiMultiHopQA", "nodes / question"] == 15.0
     assert t.loc["2WikiMultiHopQA", "wall s / chunk (build)"] == 60.0
-    cost = R.kg_cost({"2wiki": STATS}).loc["2WikiMultiHopQA"]
+    cost = tcr_qf_report.kg_cost({"2wiki": STATS}).loc["2WikiMultiHopQA"]
     assert cost["wall s / question"] == 150.0 and cost["hours for 100 questions"] == pytest.approx(4.17)
     assert cost["hours for 1,200 questions"] == 50.0
-    assert R.paper_kg_scale()["nodes / question"] == 62.1
-    reasons = R.rejection_reasons({"2wiki": STATS, "hotpotqa": {**STATS, "rejected_by_reason": {"no name": 1}}})
+    assert tcr_qf_report.paper_kg_scale()["nodes / question"] == 62.1
+    reasons = tcr_qf_report.rejection_reasons({"2wiki": STATS, "hotpotqa": {**STATS, "rejected_by_reason": {"no name": 1}}})
     assert reasons.loc["unregistered EID", "2WikiMultiHopQA"] == 3 and reasons.loc["unregistered EID", "HotpotQA"] == 0
-    rows = R.kg_rows({"2wiki": STATS}, profile="p")
+    rows = tcr_qf_report.kg_rows({"2wiki": STATS}, profile="p")
     assert rows[0]["label"] == "KG statistics: 2wiki" and json.loads(rows[0]["rejected_by_reason"])["no quote"] == 2
     assert rows[0]["profile"] == "p" and rows[0]["unparsable_record_rate"] == 0.1
     records = [{"chunk": "doc:a/chunk:0", "failure": "no valid entity record in the output", "output": "I cannot",
@@ -467,11 +467,11 @@ def test_kg_tables_and_cost():
                {"chunk": "doc:b/chunk:0", "failure": "", "rejected": [
                    {"record": "[relation | E1 | x | E9 | \"q\"]",
                     "reason": "unregistered EID: E9 is not a listed entity"}]}]
-    frame = R.rejected_frame(records, 5)
+    frame = tcr_qf_report.rejected_frame(records, 5)
     assert list(frame["reason"]) == ["failed output: no valid entity record in the output",
                                      "unregistered EID: E9 is not a listed entity"]
-    assert R.rejected_frame(records, 1).shape == (1, 3) and R.rejected_frame([], 3).empty
-    assert R.kg_table({}).empty and R.kg_cost({}).empty
+    assert tcr_qf_report.rejected_frame(records, 1).shape == (1, 3) and tcr_qf_report.rejected_frame([], 3).empty
+    assert tcr_qf_report.kg_table({}).empty and tcr_qf_report.kg_cost({}).empty
 
 
 # ------------------------------------------------------------------ the notebooks' path with a scripted LLM
@@ -554,8 +554,8 @@ def test_the_notebooks_path_from_kg_to_growth(notebook):
     st = built.stats
     assert (st["chunks"], st["nodes"], st["edges"], st["unregistered_eid_relations"]) == (2, 4, 3, 1)
     assert TQ.initial_entities(built) == {"ada lovelace", "london", "charles babbage", "analytical engine"}
-    assert R.kg_table({"2wiki": st}).loc["2WikiMultiHopQA", "chunks"] == 2
-    assert "unregistered EID" in set(R.rejected_frame(R.journal(built))["reason"].str.split(":").str[0])
+    assert tcr_qf_report.kg_table({"2wiki": st}).loc["2WikiMultiHopQA", "chunks"] == 2
+    assert "unregistered EID" in set(tcr_qf_report.rejected_frame(tcr_qf_report.journal(built))["reason"].str.split(":").str[0])
 
     nb = notebook("41_tcr_qf_main", systems=["tcr-llm", "tog", "tcr-qf"])
     report = nb.grid(TQ.grid_runs(nb.settings.systems), datasets=["2wiki"], progress=False,
@@ -563,13 +563,13 @@ def test_the_notebooks_path_from_kg_to_growth(notebook):
     manifest = json.loads((report.cells[0].out / "manifest.json").read_text())
     assert manifest["config"]["method_config"]["kg"] == "tcr:2wiki:dev200:n=2:seed={seed}"
     assert manifest["config"]["run"]["split"] == "dev200"
-    rows = R.result_rows(report)
+    rows = tcr_qf_report.result_rows(report)
     by = {r["method"]: r for r in rows}
     assert by["tcr-llm"]["em"] == 50.0 and by["tcr-qf"]["em"] == 100.0       # QF found the tutor
     assert by["tog"]["em"] == 50.0 and by["tog"]["llm_requests_per_q"] > by["tcr-llm"]["llm_requests_per_q"] == 1
-    table = R.table1(rows, ["2wiki"])
+    table = tcr_qf_report.table1(rows, ["2wiki"])
     assert table.loc["TCR-QF", ("2WikiMultiHopQA", "EM", "ours")] == 100.0
-    claims = R.check_claims({"2wiki": report}, P.TABLE1_CLAIMS).set_index("claim")
+    claims = tcr_qf_report.check_claims({"2wiki": report}, paper_numbers.TABLE1_CLAIMS).set_index("claim")
     assert claims.loc["c1.tcr_qf_over_baselines.2wiki.tog", "n_pairs"] == 2
     assert set(claims["verdict"]) == {"not separable at this n", "not run"}
     tcr = next(c for c in report.cells if c.run.method == "tcr-qf")
@@ -579,12 +579,12 @@ def test_the_notebooks_path_from_kg_to_growth(notebook):
     again = nb.grid(TQ.grid_runs([nb.settings.variant]), datasets=["2wiki"], progress=False,
                     **nb.settings.overrides("2wiki"))
     assert again.sent == 0                                   # notebook 41's TCR-QF answers, from the LLM cache
-    growth = R.kg_growth(again.cells[0].rows, st["nodes"], st["edges"], TQ.initial_entities(built),
+    growth = tcr_qf_report.kg_growth(again.cells[0].rows, st["nodes"], st["edges"], TQ.initial_entities(built),
                          nb.settings.rounds).set_index("round")
     assert list(growth["edges"]) == [3, 4, 4] and list(growth["nodes"]) == [4, 5, 5]   # + Mary Somerville, tutored
     assert list(growth["em"]) == [50.0, 100.0, 100.0]        # the tutor question is right from round 1 on
-    assert R.final_kg_size(again.cells[0].rows) == {"nodes": 5, "edges": 4}
-    assert R.stopped_counts(tcr.rows) == {"nothing missing": 2}
+    assert tcr_qf_report.final_kg_size(again.cells[0].rows) == {"nodes": 5, "edges": 4}
+    assert tcr_qf_report.stopped_counts(tcr.rows) == {"nothing missing": 2}
 
 
 def test_a_sentence_holding_the_answer_scores_acc_but_not_em(tmp_path):
@@ -594,6 +594,6 @@ def test_a_sentence_holding_the_answer_scores_acc_but_not_em(tmp_path):
         for r in cell.rows:
             r["prediction"] = "Based on the context, the director is Ann Lee."
         cell.metrics.update(summarize(cell.rows))
-    row = R.result_rows(report)[0]
+    row = tcr_qf_report.result_rows(report)[0]
     assert row["em"] == 0.0 and row["acc"] == 100.0 and 0 < row["f1"] < 100 and len(row["acc_ci95"]) == 2
-    assert R.table1([row]).loc["TCR-QF", ("2WikiMultiHopQA", "Acc (gold in answer)", "ours")] == 100.0
+    assert tcr_qf_report.table1([row]).loc["TCR-QF", ("2WikiMultiHopQA", "Acc (gold in answer)", "ours")] == 100.0

@@ -47,13 +47,13 @@ from ..jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
 from ..llm.base import PromptTooLongError, SamplingParams
 from ..llm.parsing import LLMParseError, parse_json
 from ..methods.base import RunContext
-from ..methods.kg_infused import stages as S
+from ..methods.kg_infused import stages
 from ..methods.kg_infused.pipeline import KGInfusedConfig, KGInfusedRAG
 from ..progress import progress as progress_bar
 from ..provenance import manifest as provenance_manifest
 from ..records import Question
 from ..runner import check_resume, folder_lock
-from . import judge_prompts as J
+from . import judge_prompts
 
 DATASET = "2wiki"
 PAIRS_FILE = "pairs.jsonl"
@@ -339,7 +339,7 @@ def augmentation_inputs(method: KGInfusedRAG, question: Question) -> StageInputs
     q2 = trace["expanded_query"]
     note = method.write_note(q, got.passages)
     store = method.kg.store
-    return StageInputs(S.augment_request(q, note, summary or ""), note, summary, q2, [p.pid for p in got.passages],
+    return StageInputs(stages.augment_request(q, note, summary or ""), note, summary, q2, [p.pid for p in got.passages],
                        [store.entity_name(e) for e in act.entity_ids],
                        [store.triple(t).verbalize() for t in act.triple_ids])
 
@@ -392,9 +392,9 @@ def build_input(method: KGInfusedRAG, judge: Any, question: Question, rounds: in
         random.Random(f"{cfg.seed}|{question.qid}|{rounds}").shuffle(order)
     shown = [distinct[i] for i in order]
     ids = list(range(1, len(shown) + 1))
-    msgs = J.judge_request(question.question, inp.note, inp.summary, ids, [c["text"] for c in shown])
+    msgs = judge_prompts.judge_request(question.question, inp.note, inp.summary, ids, [c["text"] for c in shown])
     params = SamplingParams(max_tokens=cfg.judge_max_tokens, temperature=0.0, seed=cfg.seed,
-                            json_schema=J.verdict_schema(ids))
+                            json_schema=judge_prompts.verdict_schema(ids))
     try:
         raw = judge.generate(msgs, params)
     except PromptTooLongError as exc:

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from ...kg.traverse import Frontier, GraphView, sample_out_triples
 from ...llm.base import Generator
 from ...records import Triple
-from . import prompts as P
+from . import prompts
 
 STOP_MAX_ROUNDS = "max_rounds"
 STOP_NO_NEW_ENTITIES = "no_new_entities"
@@ -182,15 +182,15 @@ def spread_activation(
             break
         if i == 1:
             stage = "triple_selection"
-            text = P.TRIPLE_SELECTION.format(question=question, triples=P.format_grouped_triples(groups))
+            text = prompts.TRIPLE_SELECTION.format(question=question, triples=prompts.format_grouped_triples(groups))
         else:
             stage = "triple_update"
-            text = P.TRIPLE_UPDATE.format(
+            text = prompts.TRIPLE_UPDATE.format(
                 question=question,
-                previous=P.format_triple_lines(kg.verbalize(selected)),
-                new=P.format_grouped_triples(groups),
+                previous=prompts.format_triple_lines(kg.verbalize(selected)),
+                new=prompts.format_grouped_triples(groups),
             )
-        output = llm.generate(P.user(text), params)
+        output = llm.generate(prompts.user(text), params)
         picked, unmatched = match_selected(output, candidates)
         new = [t for t in picked if t not in sel_set]
         for t in new:  # eq. 5, triple half

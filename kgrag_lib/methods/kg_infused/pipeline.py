@@ -24,7 +24,7 @@ from ...config import check_values, make_config, opt
 from ...errors import ConfigError
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
-from . import stages as S
+from . import stages
 from .activation import ActivationResult, ActivationSettings, spread_activation
 from .corpus import CorpusIndex, load_corpus_index, resolve_corpus_name
 from .kg_sources import KGSource, load_kg_source
@@ -135,7 +135,7 @@ class KGInfusedRAG(Method):
 
     # ---- stages ---------------------------------------------------------------------
     def embed(self, text: str):
-        return S.embed_query(self.ctx.embedder, text)
+        return stages.embed_query(self.ctx.embedder, text)
 
     def seed_entities(self, question: str, qvec=None) -> list[tuple[int, float]]:
         """E^0: the top-k_e entities by description similarity (eqs. 3-4)."""
@@ -148,32 +148,32 @@ class KGInfusedRAG(Method):
     def summarize(self, question: str, activation: ActivationResult) -> str:
         """§3.4: the accumulated subgraph G_act as a paragraph."""
         lines = [self.kg.store.triple(t).verbalize() for t in activation.triple_ids]
-        return S.summarize_subgraph(self.llm, self.params(), question, lines)
+        return stages.summarize_subgraph(self.llm, self.params(), question, lines)
 
     def expand_query(self, question: str, summary: str | None) -> str:
         """q': KG-based (with a summary) or vanilla (without); "" when the model wrote none."""
         if summary is None:
-            return S.expand_query_vanilla(self.llm, self.params("query"), question)
-        return S.expand_query_kg(self.llm, self.params("query"), question, summary)
+            return stages.expand_query_vanilla(self.llm, self.params("query"), question)
+        return stages.expand_query_kg(self.llm, self.params("query"), question, summary)
 
-    def retrieve(self, corpus: CorpusIndex, question: str, expanded: str | None = None, qvec=None) -> S.Retrieved:
+    def retrieve(self, corpus: CorpusIndex, question: str, expanded: str | None = None, qvec=None) -> stages.Retrieved:
         """Top k_p passages by q, or k_p/2 by q plus k_p/2 new ones by q' (Appendix C.2)."""
         qvec = self.embed(question) if qvec is None else qvec
         if expanded is None:
-            return S.retrieve_single(corpus.passages, corpus.index, qvec, self.cfg.k_p)
-        return S.retrieve_dual(corpus.passages, corpus.index, qvec, self.embed(expanded), self.cfg.k_p)
+            return stages.retrieve_single(corpus.passages, corpus.index, qvec, self.cfg.k_p)
+        return stages.retrieve_dual(corpus.passages, corpus.index, qvec, self.embed(expanded), self.cfg.k_p)
 
     def write_note(self, question: str, passages) -> str:
         """§3.6 eq. 9: the query-focused passage note."""
-        return S.write_note(self.llm, self.params(), question, passages)
+        return stages.write_note(self.llm, self.params(), question, passages)
 
     def augment(self, question: str, note: str, summary: str) -> str:
         """§3.6 eq. 10: the note enhanced with the subgraph summary."""
-        return S.augment_note(self.llm, self.params(), question, note, summary)
+        return stages.augment_note(self.llm, self.params(), question, note, summary)
 
     def generate_answer(self, question: str, context: str | None, yes_no: bool = False) -> tuple[str, str]:
         """§3.6 eq. 11 (or NoR without context): (raw output, cleaned answer)."""
-        return S.answer_question(self.llm, self.params("answer"), question, context, yes_no)
+        return stages.answer_question(self.llm, self.params("answer"), question, context, yes_no)
 
     # ---- stage groups every KG variant and plug-in shares ------------------------------
     def kg_facts(self, question: str, trace: dict[str, Any], qvec=None) -> tuple[str, ActivationResult]:
@@ -190,7 +190,7 @@ class KGInfusedRAG(Method):
         return summary, act
 
     def retrieve_expanded(self, corpus: CorpusIndex, question: str, summary: str | None, trace: dict[str, Any],
-                          qvec=None) -> S.Retrieved:
+                          qvec=None) -> stages.Retrieved:
         """q' (KG-based with a summary, vanilla without) and the dual retrieval of Appendix C.2,
         recorded in `trace`. Without a q' the paper's code retrieves by the query for both halves;
         we do too, and say so."""

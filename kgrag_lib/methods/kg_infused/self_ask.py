@@ -30,8 +30,8 @@ from ...errors import ConfigError
 from ...llm.parsing import clean_answer, strip_think
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
-from . import prompts as P
-from . import self_ask_prompts as SA
+from . import prompts
+from . import self_ask_prompts
 from .corpus import CorpusIndex
 from .kg_sources import KGSource
 from .pipeline import DATASETS, FAMILY, KGInfusedConfig, KGInfusedRAG
@@ -137,15 +137,15 @@ class SelfAsk(Method):
     def next_step(self, question: str, steps: list[tuple[str, str]]) -> tuple[str, Step]:
         """Table 18: the model continues the reasoning with one follow-up (generation stops at
         'Intermediate answer:', which the retriever's answer fills) or the final answer."""
-        params = self._params(self.cfg.step_max_tokens, (SA.INTERMEDIATE, "\nQuestion:"))
-        raw = self.llm.generate(P.user(SA.self_ask_prompt(question, steps)), params)
+        params = self._params(self.cfg.step_max_tokens, (self_ask_prompts.INTERMEDIATE, "\nQuestion:"))
+        raw = self.llm.generate(prompts.user(self_ask_prompts.self_ask_prompt(question, steps)), params)
         return raw, parse_step(raw)
 
     def final_answer(self, question: str, steps: list[tuple[str, str]]) -> str:
         """The answer forced after `max_steps` follow-ups (or a repeated one): the prompt ends
         with 'So the final answer is:'. Returns the raw output."""
-        params = self._params(self.cfg.answer_max_tokens, ("\n" + SA.FOLLOW_UP, SA.INTERMEDIATE, "\nQuestion:"))
-        return self.llm.generate(P.user(SA.self_ask_prompt(question, steps, force_final=True)), params)
+        params = self._params(self.cfg.answer_max_tokens, ("\n" + self_ask_prompts.FOLLOW_UP, self_ask_prompts.INTERMEDIATE, "\nQuestion:"))
+        return self.llm.generate(prompts.user(self_ask_prompts.self_ask_prompt(question, steps, force_final=True)), params)
 
     def answer_follow_up(self, corpus: CorpusIndex, follow_up: str) -> dict[str, Any]:
         """Retrieve for one follow-up and answer it (App. F.1). self-ask: top k_p passages by
@@ -167,7 +167,7 @@ class SelfAsk(Method):
             if self.uses_kg:
                 context = rec["augmented_note"] = rag.augment(follow_up, context, summary or "")
         else:
-            context = P.format_passages(got.passages)
+            context = prompts.format_passages(got.passages)
         raw, ans = rag.generate_answer(follow_up, context, False)
         rec["answer_raw"] = raw
         if not ans:
@@ -198,7 +198,7 @@ class SelfAsk(Method):
             if step.kind == "none":
                 trace["step_raw"] = raw
                 return self._failed(question, trace, steps, raw,
-                                    f"step {i + 1}: the model wrote neither '{SA.FOLLOW_UP}' nor '{SA.FINAL}' "
+                                    f"step {i + 1}: the model wrote neither '{self_ask_prompts.FOLLOW_UP}' nor '{self_ask_prompts.FINAL}' "
                                     f"(output: {raw.strip()[:120]!r})")
             if _norm(step.text) in asked:
                 trace["issues"].append(f"step {i + 1}: follow-up repeated ({step.text!r}); final answer asked for")
@@ -221,7 +221,7 @@ class SelfAsk(Method):
         ans = clean_answer(text, yes_no=yes_no) if text else ""
         trace["answer_raw"] = raw
         trace["final_answer"] = ans
-        trace["transcript"] = SA.transcript(question.question, steps) + f"{SA.FINAL} {ans}".rstrip()
+        trace["transcript"] = self_ask_prompts.transcript(question.question, steps) + f"{self_ask_prompts.FINAL} {ans}".rstrip()
         error = "" if ans else f"empty final answer from the model ({raw.strip()[:120]!r})"
         return Prediction(question.qid, question.question, ans, list(question.answers), self.name, trace=trace,
                           failed=not ans, error=error)
@@ -230,7 +230,7 @@ class SelfAsk(Method):
                 error: str) -> Prediction:
         trace["stop_reason"] = "unparsable_step"
         trace["answer_raw"] = raw
-        trace["transcript"] = SA.transcript(question.question, steps)
+        trace["transcript"] = self_ask_prompts.transcript(question.question, steps)
         return Prediction(question.qid, question.question, "", list(question.answers), self.name, trace=trace,
                           failed=True, error=error)
 

@@ -16,7 +16,7 @@ import numpy as np
 from ...llm.base import Generator
 from ...llm.parsing import clean_answer
 from ...records import Passage
-from . import prompts as P
+from . import prompts
 
 
 class SearchIndex(Protocol):
@@ -116,45 +116,45 @@ def answer_question(llm: Generator, params: Any, question: str, context: str | N
                     yes_no: bool = False) -> tuple[str, str]:
     """Tables 8/9: the final answer, from the question alone (NoR) or from a (fact-enhanced)
     passage note. Returns (raw output, cleaned answer)."""
-    style = P.answer_style(yes_no)
+    style = prompts.answer_style(yes_no)
     if context is None:
-        text = P.NO_RETRIEVAL.format(style=style, question=question)
+        text = prompts.NO_RETRIEVAL.format(style=style, question=question)
     else:
-        text = P.WITH_RETRIEVAL.format(style=style, passages=context, question=question)
-    raw = llm.generate(P.user(text), params)
+        text = prompts.WITH_RETRIEVAL.format(style=style, passages=context, question=question)
+    raw = llm.generate(prompts.user(text), params)
     return raw, clean_answer(raw, yes_no=yes_no)
 
 
 def write_note(llm: Generator, params: Any, question: str, passages: Sequence[Passage]) -> str:
     """Table 11 / eq. 9: a query-focused note over the retrieved passages."""
-    text = P.PASSAGE_NOTE.format(question=question, passages=P.format_passages(passages))
-    return clean_text(llm.generate(P.user(text), params))
+    text = prompts.PASSAGE_NOTE.format(question=question, passages=prompts.format_passages(passages))
+    return clean_text(llm.generate(prompts.user(text), params))
 
 
 def expand_query_vanilla(llm: Generator, params: Any, question: str) -> str:
     """Table 10: q' from the question alone (Vanilla QE)."""
-    return clean_query(llm.generate(P.user(P.VANILLA_QE.format(question=question)), params))
+    return clean_query(llm.generate(prompts.user(prompts.VANILLA_QE.format(question=question)), params))
 
 
 def summarize_subgraph(llm: Generator, params: Any, question: str, triple_lines: Sequence[str]) -> str:
     """Table 14: the accumulated subgraph G_act as a paragraph S_G (sent even when G_act is
     empty, as the paper's code does: later stages then see a summary of no facts)."""
-    text = P.SUBGRAPH_SUMMARY.format(question=question, triples=P.format_triple_lines(triple_lines))
-    return clean_text(llm.generate(P.user(text), params))
+    text = prompts.SUBGRAPH_SUMMARY.format(question=question, triples=prompts.format_triple_lines(triple_lines))
+    return clean_text(llm.generate(prompts.user(text), params))
 
 
 def expand_query_kg(llm: Generator, params: Any, question: str, summary: str) -> str:
     """Table 15 / eq. 7: q' from the question and the subgraph summary."""
-    text = P.KG_QE.format(question=question, summary=summary or P.NO_FACTS)
-    return clean_query(llm.generate(P.user(text), params))
+    text = prompts.KG_QE.format(question=question, summary=summary or prompts.NO_FACTS)
+    return clean_query(llm.generate(prompts.user(text), params))
 
 
-def augment_request(question: str, note: str, summary: str) -> P.Messages:
+def augment_request(question: str, note: str, summary: str) -> prompts.Messages:
     """The messages of the eq. 10 request: also the prompt x of the DPO pairs (§3.7), so
     the training data and evaluation runs share one rendering."""
-    text = P.KNOWLEDGE_AUGMENTATION.format(question=question, passage=note or P.NO_FACTS,
-                                           summary=summary or P.NO_FACTS)
-    return P.user(text)
+    text = prompts.KNOWLEDGE_AUGMENTATION.format(question=question, passage=note or prompts.NO_FACTS,
+                                           summary=summary or prompts.NO_FACTS)
+    return prompts.user(text)
 
 
 def augment_note(llm: Generator, params: Any, question: str, note: str, summary: str) -> str:

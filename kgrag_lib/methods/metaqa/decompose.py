@@ -19,12 +19,12 @@ class DecomposedQA(Method):
     """Decompose -> for each sub-question: reformulate, (select triples), answer -> synthesize."""
 
     def __init__(self, name: str, llm: Any, cfg: Any, seed: int = 0, selector: TripleSelector | None = None):
-        from . import prompts as P
+        from . import prompts
 
         check_values(cfg, where=name)
         self.name, self.llm, self.cfg, self.selector = name, llm, cfg, selector
         self.config = cfg
-        self.p_decompose = cfg.sampling(seed, max_tokens=cfg.decompose_max_tokens, stop=(P.END_MARKER,))
+        self.p_decompose = cfg.sampling(seed, max_tokens=cfg.decompose_max_tokens, stop=(prompts.END_MARKER,))
         self.p_answer = cfg.sampling(seed, repeat_penalty=cfg.repeat_penalty)
         self.p_reformulate = cfg.sampling(seed, max_tokens=cfg.reformulate_max_tokens, stop=("?",))
         self.p_synthesize = cfg.sampling(seed, max_tokens=cfg.synthesis_max_tokens)

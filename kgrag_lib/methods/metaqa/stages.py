@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...llm import parsing
-from . import prompts as P
+from . import prompts
 
 _SUBQ_HEADER = re.compile(r"^\s*[*#]*\s*sub[\s-]?questions?\s*[*]*\s*:?\s*[*]*\s*(.*)$", re.I)
 _REASON_LABEL = re.compile(r"^\s*[*#]*\s*(reasoning|chain[\s-]of[\s-]thought|thought|cot)\s*[*]*\s*:\s*[*]*\s*", re.I)
@@ -50,7 +50,7 @@ def parse_decomposition(text: str, max_subquestions: int = 4) -> Decomposition:
     """
     raw = text or ""
     body = parsing.strip_think(raw)
-    cut = body.find(P.END_MARKER)
+    cut = body.find(prompts.END_MARKER)
     if cut != -1:
         body = body[:cut]
     lines = [ln.rstrip() for ln in body.splitlines()]
@@ -117,7 +117,7 @@ def clean_reformulation(text: str, original: str) -> tuple[str, str | None]:
 
 def answer(llm: Any, question: str, params: Any, facts: list[str] | None = None) -> tuple[str, str]:
     """(raw output, cleaned answer) of the zero-shot or fact-grounded answer prompt."""
-    msgs = P.answer_messages(question) if facts is None else P.answer_with_facts_messages(question, facts)
+    msgs = prompts.answer_messages(question) if facts is None else prompts.answer_with_facts_messages(question, facts)
     raw = llm.generate(msgs, params)
     return raw, parsing.clean_answer(raw, keep_lines=True)
 
@@ -139,19 +139,19 @@ def answer_once(llm: Any, question: Any, method: str, params: Any, trace: dict[s
 
 
 def decompose(llm: Any, question: str, params: Any, max_subquestions: int) -> Decomposition:
-    raw = llm.generate(P.decompose_messages(question), params)
+    raw = llm.generate(prompts.decompose_messages(question), params)
     return parse_decomposition(raw, max_subquestions)
 
 
 def reformulate(llm: Any, subquestion: str, history: list[tuple[str, str]], params: Any) -> tuple[str, str, str | None]:
     """(raw, rewritten question, issue or None)."""
-    raw = llm.generate(P.reformulate_messages(subquestion, history), params)
+    raw = llm.generate(prompts.reformulate_messages(subquestion, history), params)
     q, issue = clean_reformulation(raw, subquestion)
     return raw, q, issue
 
 
 def synthesize(llm: Any, question: str, reasoning: str, steps: list[tuple[str, str]], params: Any) -> tuple[str, str]:
-    raw = llm.generate(P.synthesize_messages(question, reasoning, steps), params)
+    raw = llm.generate(prompts.synthesize_messages(question, reasoning, steps), params)
     return raw, parsing.clean_answer(raw, keep_lines=True)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import prompts as P
+from . import prompts
 from .retrievers import Retrieved, Retriever
 from .stages import Reader
 
@@ -42,7 +42,7 @@ class Gathered:
 
 
 def render(r: Retrieved) -> str:
-    return P.format_context([d.text for d in r.documents], r.relations)
+    return prompts.format_context([d.text for d in r.documents], r.relations)
 
 
 def single_step(retriever: Retriever, question: str) -> Gathered:
@@ -70,7 +70,7 @@ def cot_loop(retriever: Retriever, reader: Reader, question: str, max_steps: int
             break
         r = out.add(retriever.retrieve(step.follow_up))
         steps.append({"retrieval": r.trace})
-        context = P.known_and_new(step.summary, render(r))
+        context = prompts.known_and_new(step.summary, render(r))
     out.context, out.trace["steps"] = context, steps
     return out
 
@@ -87,9 +87,9 @@ def decomposition_loop(retriever: Retriever, reader: Reader, question: str, max_
         query = "\n\n".join([sub, *memory])
         r = out.add(retriever.retrieve(query))
         raw, answer = reader.answer(sub, render(r))
-        memory.append(P.subanswer_line(sub, answer))
+        memory.append(prompts.subanswer_line(sub, answer))
         parts.append({"question": sub, "retrieval": r.trace, "answer": answer, "answer_raw": raw})
     r = out.add(retriever.retrieve(question))
-    out.context = P.with_subanswers(render(r), memory)
+    out.context = prompts.with_subanswers(render(r), memory)
     out.trace.update(subquestions=parts, final_retrieval=r.trace)
     return out

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...llm.base import Generator, SamplingParams
 from ...llm.parsing import clean_answer, parse_json
-from . import prompts as P
+from . import prompts
 
 
 @dataclass
@@ -66,13 +66,13 @@ class Reader:
 
     def answer(self, question: str, context: str) -> tuple[str, str]:
         """Listings 1 / 6: (raw output, short answer) from the context."""
-        raw = self.llm.generate(P.user(P.ANSWER.format(context=context, question=question)), self.answer_params)
+        raw = self.llm.generate(prompts.user(prompts.ANSWER.format(context=context, question=question)), self.answer_params)
         return raw, clean_answer(raw)
 
     def reason(self, question: str, context: str) -> Reasoning:
         """Listings 2 / 7: summary, answerable?, answer or follow-up question."""
-        raw = self.llm.generate(P.user(P.REASONING.format(context=context, question=question)),
-                                self.params.replace(json_schema=P.REASONING_SCHEMA))
+        raw = self.llm.generate(prompts.user(prompts.REASONING.format(context=context, question=question)),
+                                self.params.replace(json_schema=prompts.REASONING_SCHEMA))
         out = parse_reasoning(raw)
         if out.error:
             out.error = f"{out.error}; output: {raw[:200]!r}"
@@ -80,7 +80,7 @@ class Reader:
 
     def decompose(self, question: str, limit: int) -> tuple[list[str], str]:
         """Listing 3: the sub-questions, and an error ("" when usable)."""
-        raw = self.llm.generate(P.user(P.DECOMPOSE.format(question=question)),
-                                self.params.replace(json_schema=P.DECOMPOSE_SCHEMA))
+        raw = self.llm.generate(prompts.user(prompts.DECOMPOSE.format(question=question)),
+                                self.params.replace(json_schema=prompts.DECOMPOSE_SCHEMA))
         subs, error = parse_subquestions(raw, limit)
         return subs, f"{error}; output: {raw[:200]!r}" if error else ""

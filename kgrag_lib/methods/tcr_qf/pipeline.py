@@ -47,7 +47,7 @@ from ...llm.base import Meter, PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
 from ..common import coverage_issue, resolve_spec
-from . import prompts as P
+from . import prompts
 from .search import EntityIndex, dense_top, entity_index, local_search, tog_search, topic_entities
 
 FAMILY = "tcr-qf"
@@ -262,7 +262,7 @@ class TcrQF(Method):
 
     def _answer(self, messages: Any, max_tokens: int, issues: list[str]) -> tuple[str, str]:
         raw = self.ctx.llm.generate(messages, self._params(max_tokens))
-        ans = P.final_answer(raw)
+        ans = prompts.final_answer(raw)
         if ans is None:
             lines = [l.strip() for l in (raw or "").splitlines() if l.strip()]
             ans = lines[-1] if lines else ""
@@ -275,7 +275,7 @@ class TcrQF(Method):
         if v.retrieval == "dense":
             rows = dense_top(p.chunk_vecs, qvec, cfg.top_k)
             trace["chunks"] = [p.chunk_ids[i] for i in rows]
-            return P.format_context([], [], [p.kg.chunks[p.chunk_ids[i]].as_text() for i in rows])
+            return prompts.format_context([], [], [p.kg.chunks[p.chunk_ids[i]].as_text() for i in rows])
         if v.retrieval == "local":
             context, trace["local"] = local_search(p.kg, p.entities, qvec, self.count_tokens,
                                                    top_entities=cfg.local_entities, top_relations=cfg.local_relations,
@@ -293,7 +293,7 @@ class TcrQF(Method):
             vecs = self.embed([template(t) for t in res.triples])
             sentences = restore_context(p.kg, p.sentences, res.triples, vecs)
             trace["restored"] = sentences
-        return P.format_context(res.triples, sentences)
+        return prompts.format_context(res.triples, sentences)
 
     def _feedback(self, p: _Parts, q: Question, raw: str, ans: str, context: str, it: int,
                   round_trace: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -313,9 +313,9 @@ class TcrQF(Method):
         cfg = self.cfg
         params = self._params(cfg.extract_max_tokens).replace(grammar=GRAMMAR)
         if self.variant.feedback == "query":
-            out = self.ctx.llm.generate(P.missing_messages(q.question, ans, context, cfg.max_missing),
+            out = self.ctx.llm.generate(prompts.missing_messages(q.question, ans, context, cfg.max_missing),
                                         self._params(cfg.max_tokens))
-            needs = P.missing_questions(out, cfg.max_missing)
+            needs = prompts.missing_questions(out, cfg.max_missing)
             round_trace["missing"] = needs
             if not needs:
                 return None
@@ -354,8 +354,8 @@ class TcrQF(Method):
                                  "seed": self.seed, "issues": [], "rounds": [], "kg_added": []}
         try:
             if v.retrieval in ("none", "cot"):
-                msgs = P.direct_messages(question.question) if v.retrieval == "none" else \
-                    P.cot_messages(question.question)
+                msgs = prompts.direct_messages(question.question) if v.retrieval == "none" else \
+                    prompts.cot_messages(question.question)
                 budget = cfg.answer_max_tokens if v.retrieval == "none" else cfg.max_tokens
                 raw, ans = self._answer(msgs, budget, trace["issues"])
                 trace["answer_raw"] = raw
@@ -374,7 +374,7 @@ class TcrQF(Method):
                 rt: dict[str, Any] = {"round": it, "nodes": p.kg.num_nodes, "edges": p.kg.num_edges}
                 context = self._retrieve(p, question.question, qvec, rt)
                 trace["issues"].extend(rt.pop("issues", []))
-                raw, ans = self._answer(P.reasoning_messages(question.question, context), cfg.max_tokens,
+                raw, ans = self._answer(prompts.reasoning_messages(question.question, context), cfg.max_tokens,
                                         trace["issues"])
                 rt.update(answer=ans, answer_raw=raw, context=context)
                 trace["rounds"].append(rt)
@@ -477,7 +477,7 @@ class TcrQF(Method):
         st.rt = {"round": it, "nodes": p.kg.num_nodes, "edges": p.kg.num_edges}
         st.context = self._retrieve(p, q.question, st.qvec, st.rt)
         st.trace["issues"].extend(st.rt.pop("issues", []))
-        st.raw, st.ans = self._answer(P.reasoning_messages(q.question, st.context), self.cfg.max_tokens,
+        st.raw, st.ans = self._answer(prompts.reasoning_messages(q.question, st.context), self.cfg.max_tokens,
                                       st.trace["issues"])
         st.rt.update(answer=st.ans, answer_raw=st.raw, context=st.context)
         st.trace["rounds"].append(st.rt)

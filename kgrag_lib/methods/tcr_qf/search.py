@@ -27,7 +27,7 @@ import numpy as np
 from ...kg.tcr_kg import TcrKG
 from ...kg.extraction import normalize
 from ...llm.base import SamplingParams
-from . import prompts as P
+from . import prompts
 
 REVERSE = " (reverse)"
 
@@ -142,8 +142,8 @@ def tog_search(kg: TcrKG, llm: Any, question: str, topic: list[str], *, width: i
             if len(names) <= width:
                 chosen = {r: 1.0 for r in names}
             else:
-                schema = P.choice_schema("relations", "relation", names, width)
-                chosen, issue = _scores(llm, P.relation_messages(question, entity, names, width),
+                schema = prompts.choice_schema("relations", "relation", names, width)
+                chosen, issue = _scores(llm, prompts.relation_messages(question, entity, names, width),
                                         explore.replace(json_schema=schema), "relations", "relation", names)
                 if issue:
                     res.issues.append(issue)
@@ -158,8 +158,8 @@ def tog_search(kg: TcrKG, llm: Any, question: str, topic: list[str], *, width: i
                 if len(targets) == 1:
                     es = {targets[0]: 1.0}
                 else:
-                    schema = P.choice_schema("entities", "entity", targets, len(targets))
-                    es, issue = _scores(llm, P.entity_messages(question, entity, rel, targets),
+                    schema = prompts.choice_schema("entities", "entity", targets, len(targets))
+                    es, issue = _scores(llm, prompts.entity_messages(question, entity, rel, targets),
                                         explore.replace(json_schema=schema), "entities", "entity", targets)
                     if issue:
                         res.issues.append(issue)
@@ -188,7 +188,7 @@ def tog_search(kg: TcrKG, llm: Any, question: str, topic: list[str], *, width: i
         if not beam:
             res.stopped = f"depth {level}: every candidate scored 0"
             break
-        raw = llm.generate(P.enough_messages(question, res.triples), reason.replace(json_schema=P.ENOUGH_SCHEMA))
+        raw = llm.generate(prompts.enough_messages(question, res.triples), reason.replace(json_schema=prompts.ENOUGH_SCHEMA))
         enough = re.search(r'"enough"\s*:\s*true', raw or "") is not None
         step["enough"] = enough
         if enough:
