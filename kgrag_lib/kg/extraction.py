@@ -102,6 +102,18 @@ class ExtractionJournal:
         self._log.close()
 
 
+def metered(llm: Any, extract: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`extract()`'s journal record with the LLM usage it cost (`record["usage"]`: requests,
+    backend calls, tokens; cache hits count the tokens they once took), from its own meter, so
+    chunks extracted side by side are each charged only their own requests."""
+    with llm.meter() as meter:
+        record = extract()
+    used = meter.usage
+    record["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
+                       "completion_tokens": used.total_completion_tokens}
+    return record
+
+
 def extract_journaled(chunks: Sequence[Chunk], journal: Path, extract: Callable[[Chunk], dict[str, Any]], *,
                       desc: str = "extracting chunks", show_progress: bool = True, workers: int = 1
                       ) -> tuple[list[dict[str, Any]], int]:

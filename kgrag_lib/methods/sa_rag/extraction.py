@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ...errors import ConfigError
-from ...kg.extraction import Chunk, chunk_passages, extract_journaled, normalize
+from ...kg.extraction import Chunk, chunk_passages, extract_journaled, metered, normalize
 from ...kg.sources import SourcePlan, provide, text_tables
 from ...kg.store import KGStore
 from ...kg.text_kg import TextKG, assemble, index_stats
@@ -199,12 +199,7 @@ def _structured(llm: "LLM", messages: "Messages", params: "SamplingParams",
 
 def extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig = ExtractionConfig()) -> dict[str, Any]:
     """One chunk's journal record: its entities and relations as parsed, failures, repairs, usage."""
-    with llm.meter() as meter:
-        record = _extract_chunk(llm, chunk, config)
-    used = meter.usage
-    record["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
-                       "completion_tokens": used.total_completion_tokens}
-    return record
+    return metered(llm, lambda: _extract_chunk(llm, chunk, config))
 
 
 def _extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig) -> dict[str, Any]:

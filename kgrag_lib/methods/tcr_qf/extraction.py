@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ...errors import ConfigError
-from ...kg.extraction import Chunk, extract_journaled, load_tokenizer, token_chunks
+from ...kg.extraction import Chunk, extract_journaled, load_tokenizer, metered, token_chunks
 from ...kg.sources import SourcePlan, provide, tcr_tables
 from ...kg.store import KGStore
 from ...kg.tcr_kg import TcrKG, assemble, build_stats
@@ -46,12 +46,7 @@ class BuildConfig:
 
 def extract_chunk(llm: "LLM", chunk: Chunk, max_tokens: int) -> dict[str, Any]:
     """One chunk's journal record: the parsed records (with rejections), failure, usage."""
-    with llm.meter() as meter:
-        rec = _extract_chunk(llm, chunk, max_tokens)
-    used = meter.usage
-    rec["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
-                    "completion_tokens": used.total_completion_tokens}
-    return rec
+    return metered(llm, lambda: _extract_chunk(llm, chunk, max_tokens))
 
 
 def _extract_chunk(llm: "LLM", chunk: Chunk, max_tokens: int) -> dict[str, Any]:
