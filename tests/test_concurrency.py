@@ -339,21 +339,3 @@ def test_kill_drill_with_questions_in_flight(tmp_path):
     assert llm.usage.calls == rows() - before            # nothing already paid for was sent again
     assert rows() == sum(range(1, n + 1)) + 1             # every distinct request exactly once
 
-
-def test_torch_thread_count_is_set_once_for_blocks_in_flight_and_restored():
-    import torch
-
-    from kgrag_lib.methods.metaqa.candidates import torch_threads
-
-    before = torch.get_num_threads()
-    seen = []
-
-    def block(n):
-        with torch_threads(n):
-            seen.append((n, torch.get_num_threads()))
-            time.sleep(0.01)
-            seen.append((n, torch.get_num_threads()))
-
-    parallel_map(block, [1] * 6 + [2] * 3 + [1] * 3, 6)
-    assert all(n == got for n, got in seen)          # never changed under a running block
-    assert torch.get_num_threads() == before

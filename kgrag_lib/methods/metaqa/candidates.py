@@ -8,7 +8,6 @@ memory-mapped: nothing is embedded per question except the question itself.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -41,47 +40,25 @@ class torch_threads:
     One short query is too small to split across cores: on 1,000 3-hop MetaQA questions on an
     idle 2-core machine, one thread gave median 21.5 / p95 27 ms per question (BFS, embedding,
     top-K), two gave 23.8 / 87 ms (bench/metaqa_retrieval_bench.py --query-threads); on a busy
-    machine the gap grows. torch's thread count is one setting of the whole process, so with
-    questions in flight on several threads it is set by the first block to enter and restored by
-    the last to leave (blocks asking for another count wait), never toggled under a running one.
+    machine the gap grows.
     """
 
-    _lock = threading.Condition()
-    _active = 0
-    _count: int | None = None
-    _restore: int | None = None
-
     def __init__(self, n: int | None):
-        self.n = n
+        self.n, self.old = n, None
 
     def __enter__(self) -> None:
-        if not self.n:
-            return
-        import torch
+        if self.n:
+            import torch
 
-        cls = type(self)
-        with cls._lock:
-            while cls._active and cls._count != self.n:
-                cls._lock.wait()
-            if not cls._active:
-                cls._restore, cls._count = torch.get_num_threads(), self.n
-                if cls._restore != self.n:
-                    torch.set_num_threads(self.n)
-            cls._active += 1
+            self.old = torch.get_num_threads()
+            if self.old != self.n:
+                torch.set_num_threads(self.n)
 
     def __exit__(self, *exc: Any) -> None:
-        if not self.n:
-            return
-        import torch
+        if self.old is not None and self.old != self.n:
+            import torch
 
-        cls = type(self)
-        with cls._lock:
-            cls._active -= 1
-            if not cls._active:
-                if cls._restore is not None and cls._restore != cls._count:
-                    torch.set_num_threads(cls._restore)
-                cls._count = cls._restore = None
-                cls._lock.notify_all()
+            torch.set_num_threads(self.old)
 
 
 @dataclass
