@@ -46,6 +46,8 @@ class Engine:
     active: list[_Seq] = field(default_factory=list)
     steps: int = 0
     peak_batch: int = 0
+    busy_s: float = 0.0       # modelled engine time (decode steps + prefill), before time_scale
+    prefill_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.wake = asyncio.Event()
@@ -66,8 +68,11 @@ class Engine:
             self.active += fresh
             self.peak_batch = max(self.peak_batch, len(self.active))
             prefill = sum(s.prompt_tokens for s in fresh) / self.prefill_tok_per_s
-            await asyncio.sleep((self.step_ms / 1000.0 + prefill) * self.time_scale)
+            step = (self.step_ms / 1000.0 + prefill) * self.time_scale
+            await asyncio.sleep(step)
             self.steps += 1
+            self.busy_s += step
+            self.prefill_s += prefill * self.time_scale
             for s in self.active:
                 s.produced += 1
             for s in [s for s in self.active if s.produced >= s.gen_tokens]:
@@ -110,7 +115,7 @@ def make_app(engine_kw: dict | None = None, model_root: str = "/models/modelled-
     @app.get("/stats")
     async def stats():
         e = state["engine"]
-        return {"steps": e.steps, "peak_batch": e.peak_batch}
+        return {"steps": e.steps, "peak_batch": e.peak_batch, "busy_s": e.busy_s, "prefill_s": e.prefill_s}
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):

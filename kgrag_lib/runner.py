@@ -239,6 +239,8 @@ def run_method(
         elif pred_path.exists():
             rewrite_jsonl(pred_path, done)
         man = manifest(config)
+        if callable(getattr(llm, "describe", None)):
+            man["llm"] = llm.describe()   # what served the run (server flavour, where the weights' identity came from)
         if prev is not None:
             man["resumed_from"] = prev.get("started")
             man["started"] = prev.get("started", man["started"])

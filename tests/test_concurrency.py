@@ -339,3 +339,13 @@ def test_kill_drill_with_questions_in_flight(tmp_path):
     assert llm.usage.calls == rows() - before            # nothing already paid for was sent again
     assert rows() == sum(range(1, n + 1)) + 1             # every distinct request exactly once
 
+
+
+def test_the_manifest_says_what_served_the_run(tmp_path):
+    llm = _server_like(SlowEcho(delay=0.0))
+    llm.flavor, llm.identity_source = "vllm", "vLLM /v1/models root"
+    run_method(CallsPerQuestion(llm), _questions(2), tmp_path / "run", {"x": 1}, llm=llm, progress=False)
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert man["llm"] == {"backend": "scripted", "identity": "scripted:slow-echo", "flavor": "vllm",
+                          "identity_source": "vLLM /v1/models root"}
+    assert "llm" not in man["config"]   # not part of the run's identity

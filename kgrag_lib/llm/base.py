@@ -569,6 +569,19 @@ class LLM:
             out[keys[i]] = _Served(Generation(text, tokens), c.prompt_tokens, c.completion_tokens, secs)
         return out
 
+    def describe(self) -> dict[str, Any]:
+        """What a run manifest records about this model beyond its identity: the backend, and for
+        a server its flavour, version, how both were found, and a managed server's log."""
+        out: dict[str, Any] = {"backend": self.backend, "identity": self.identity}   # the spec may hold a token: not here
+        for key in ("flavor", "flavor_source", "identity_source", "server_version"):
+            value = getattr(self, key, None)
+            if value is not None:
+                out[key] = value
+        managed = getattr(self, "managed", None)
+        if managed is not None and getattr(managed, "log_path", None):
+            out["server_log"] = str(managed.log_path)
+        return out
+
     def count_tokens(self, text: str) -> int:
         """Tokens in `text` for this model. Backends with a tokenizer override this; the
         base class can only estimate (about 4 characters per token)."""
