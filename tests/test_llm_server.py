@@ -197,3 +197,25 @@ def test_managed_server_that_cannot_start_says_why(tmp_path):
     bad.write_bytes(b"GGUF" + b"\0" * 64)  # right magic, no model inside
     with pytest.raises(BackendUnavailableError, match="exited with code .* while starting; its log"):
         load_llm(f"llamacpp-server:{bad}", cache=False, log_dir=tmp_path)
+
+
+def test_a_run_with_questions_in_flight_on_the_server_matches_the_in_process_run(lcp_server, tmp_path):
+    """The same MetaQA run (LLM only, greedy) in-process on llama.cpp and through the real server
+    with 4 questions in flight: the same predictions and scores."""
+    from kgrag_lib.experiment import make_context, resolve_run, run_experiment
+
+    def run(spec, out, concurrency):
+        r = resolve_run("llm", "metaqa-1hop", out, "cpu-smoke", model=spec, n=4, seed=0)
+        ctx = make_context(r.run)
+        ctx.llm = load_llm(spec, cache_path=tmp_path / f"{out.name}.sqlite")
+        metrics = run_experiment("llm", "metaqa-1hop", out, ctx=ctx, progress=False, model=spec, n=4, seed=0,
+                                 concurrency=concurrency)
+        rows = sorted((json.loads(l) for l in (out / "predictions.jsonl").read_text().splitlines()),
+                      key=lambda r: r["qid"])
+        return metrics, rows
+
+    local, local_rows = run("qwen2.5-coder-0.5b-q4", tmp_path / "in-process", 1)
+    served, served_rows = run(f"openai:{lcp_server}#qwen", tmp_path / "served", 4)
+    assert served["this_run"]["concurrency"] == 4 and served["this_run"]["llm_calls_sent"] == 4
+    assert [r["prediction"] for r in served_rows] == [r["prediction"] for r in local_rows]
+    assert {k: served[k] for k in ("em", "f1", "hit1")} == {k: local[k] for k in ("em", "f1", "hit1")}
