@@ -1,18 +1,26 @@
 """Throughput of kgrag runs against a server, by questions in flight.
 
+(a0) The in-flight machinery alone: the modelled server below with prefill made free, and the
+MetaQA LLM-only run (one short request per question, no retrieval), at 1 and 32 in flight. The bar
+of the serving issue: at 32 in flight, questions/s >= 0.8 x 32 x the 1-in-flight figure.
+
 (a) Against `batching_server.py`, a loopback model of a continuous-batching GPU engine (its
-docstring gives the parameters and the GPU they stand for): MetaQA KG-RAG and KG-Infused RAG at
-1, 2, 4, ..., 64 questions in flight, each level with a cold LLM cache (its own model alias),
-questions/s and generated tokens/s, and the speed-up over 1 in flight. The bar of the serving
-issue: at 32 in flight, questions/s >= 0.8 x 32 x the 1-in-flight figure.
+docstring gives the parameters and the GPU they stand for): the LLM-only control, MetaQA KG-RAG
+and KG-Infused RAG at 1, 2, 4, ..., 64 questions in flight, each level with a cold LLM cache:
+questions/s, generated tokens/s, the speed-up over 1 in flight, the share of the wall time the
+engine spent in prefill (which stalls every sequence of the batch, so the engine saturates as
+prompts pile up: KG-RAG and KG-Infused send ~1,000 prompt tokens per question), the client's CPU
+per question, and a plain client (the `openai` SDK on as many threads) replaying the same
+requests: what any client gets from that engine at that in-flight count.
 
 (b) Against a real llama.cpp server on loopback (llama-cpp-python's `llama_cpp.server` with the
-embedded 0.5B model; it computes one request at a time) : kgrag at 1 and 4 questions in flight,
+embedded 0.5B model; it computes one request at a time): kgrag at 1 and 4 questions in flight,
 beside a plain client (the `openai` SDK on 4 threads) sending exactly the requests kgrag sent.
 The bar: kgrag at 4 in flight >= 0.9 x the plain client.
 
-    .venv/bin/python bench/serve_bench.py                 # (a) and (b)
-    .venv/bin/python bench/serve_bench.py --skip-real     # (a) only (no model job)
+    .venv/bin/python bench/serve_bench.py                 # (a0), (a) and (b)
+    .venv/bin/python bench/serve_bench.py --skip-real     # no model job
+    .venv/bin/python bench/serve_bench.py --only-a0
 """
 
 from __future__ import annotations
@@ -87,14 +95,19 @@ def server_stats(port: int) -> dict:
     return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5).read())
 
 
-def part_a(levels: list[int], n_per_level: int, time_scale: float, work: Path) -> list[dict]:
+METHODS = (("llm", "metaqa-1hop"), ("kg-rag", "metaqa-2hop"), ("kg-infused", "2wiki"))
+
+
+def part_a(levels: list[int], n_per_level: int, time_scale: float, work: Path, methods=METHODS,
+           server_args: tuple[str, ...] = ()) -> list[dict]:
     port = free_port()
-    cmd = [sys.executable, str(HERE / "batching_server.py"), "--port", str(port), "--time-scale", str(time_scale)]
+    cmd = [sys.executable, str(HERE / "batching_server.py"), "--port", str(port), "--time-scale", str(time_scale),
+           *server_args]
     rows = []
     with serve(cmd, port, work / "batching_server.log"):
         # `llm` (MetaQA LLM only: one short prompt per question) is the control: little prefill and
         # no retrieval, so it shows what the in-flight machinery itself scales to
-        for method, dataset in (("llm", "metaqa-1hop"), ("kg-rag", "metaqa-2hop"), ("kg-infused", "2wiki")):
+        for method, dataset in methods:
             # warm the method's one-time work (embeddings, KG) outside the measurement
             run_level(method, dataset, f"openai:http://127.0.0.1:{port}/v1#modelled", 2, 1, work / "warm",
                       work / "warm.sqlite")
@@ -174,16 +187,23 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=1.0, help="latency scale of the modelled server (1: the GPU it stands for)")
     ap.add_argument("--real-n", type=int, default=8, help="questions of the real-server part")
     ap.add_argument("--skip-real", action="store_true")
-    ap.add_argument("--skip-model", action="store_true", help="skip part (a)")
+    ap.add_argument("--skip-model", action="store_true", help="skip parts (a0) and (a)")
+    ap.add_argument("--only-a0", action="store_true", help="part (a0) only")
     a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
         work = Path(tmp)
         if not a.skip_model:
+            print("(a0) the in-flight machinery alone: the modelled server with free prefill, LLM-only control",
+                  flush=True)
+            rows = part_a([1, 32], a.n, a.time_scale, work, methods=METHODS[:1],
+                          server_args=("--prefill-tok-per-s", "1e12"))
+            print(_table(rows))
+        if not a.skip_model and not a.only_a0:
             print("(a) modelled continuous-batching server", flush=True)
             rows = part_a(a.levels, a.n, a.time_scale, work)
             print(_table(rows))
-        if not a.skip_real:
+        if not a.skip_real and not a.only_a0:
             print("(b) real llama.cpp server (llama_cpp.server, embedded 0.5B model)", flush=True)
             print(_table(part_b(a.real_n, work)))
 
