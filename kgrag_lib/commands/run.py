@@ -35,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=None, help="sample N questions (default: the profile's n)")
     p.add_argument("--seed", type=int, default=None, help="sample and method seed (default: profile's)")
     p.add_argument("--profile", default="cpu-smoke", help=f"profile: {', '.join(available_profiles())} or a YAML path")
-    p.add_argument("--model", default=None, help="LLM preset, .gguf path, hf:<id|dir> or openai:<url>#<model>")
+    p.add_argument("--model", default=None, help="LLM: a preset, a .gguf path, hf:<id|dir>, a running server "
+                   "openai:<url>#<model>[?flavor=vllm|sglang|llama-server|llama-cpp-python|ollama|openai], vllm:<model>, "
+                   "ollama:<model>, or a server kgrag starts: vllm-serve:<id|dir>, llamacpp-server:<gguf|preset>, "
+                   "llama-server:<gguf>")
     p.add_argument("--embedder", default=None, help="minilm, mpnet or a sentence-transformers id/path")
     p.add_argument("--data-root", default=None, help="dataset root (default $KGRAG_DATA_ROOT, then ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="cache folder (default $KGRAG_CACHE_DIR, then .cache/)")
