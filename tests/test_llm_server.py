@@ -57,7 +57,7 @@ def _wait_listed(url, alias, proc, seconds=120):
     raise TimeoutError("llama_cpp.server did not come up")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lcp_server(tmp_path_factory):
     """`python -m llama_cpp.server` on the embedded GGUF, alias `qwen`, on a free loopback port."""
     _server_modules_or_skip()
