@@ -280,7 +280,7 @@ class RunConfig:
     split: str | None = opt(None, "dataset split (None: the dataset's default, e.g. MetaQA test, 2Wiki corpus354)")
     qa_file: str | None = opt(None, "a question file in the dataset's format, instead of the default")
     n: int | None = opt(None, "number of questions to sample (None = all)")
-    seed: int = opt(0, "seed of the question sample and of every sampled choice in the method")
+    seed: int = opt(0, "seed of the question sample and of every sampled choice in the method", min=0)
     model: str | None = opt(None, "LLM preset, .gguf path, hf:<id|dir> or openai:<url>#<model> (None: the "
                                   "profile's models.<family>, else the embedded default)")
     embedder: str = opt("minilm", "embedding model: minilm, mpnet, or a sentence-transformers id/path")

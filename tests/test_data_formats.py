@@ -346,3 +346,16 @@ def test_wikipedia_malformed(tmp_path):
     with pytest.raises(DataFormatError) as exc:
         list(iter_passages(p))
     assert_where(exc, p, 1, "header line")
+
+
+def test_two_questions_under_one_id_or_a_question_without_text_are_refused(tmp_path):
+    from kgrag_lib.data.registry import load_questions
+
+    other = dict(HOTPOT_REC, question="Who sings it?")
+    dup = write(tmp_path / "dup.jsonl", "\n".join(json.dumps(r) for r in (HOTPOT_REC, dict(HOTPOT_REC, _id="b"), other)))
+    with pytest.raises(DataFormatError, match=r"id '5a7166395542994082a3e814' at questions 1 and 3"):
+        load_questions("hotpotqa", path=dup)
+    for text in (None, "", "   "):
+        blank = write(tmp_path / "blank.jsonl", json.dumps(dict(HOTPOT_REC, question=text)))
+        with pytest.raises(DataFormatError, match="has no text|question"):
+            load_questions("hotpotqa", path=blank)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pandas as pd
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from kgrag_lib.commands import sweep
@@ -32,7 +33,7 @@ def test_sweep_runs_grid_and_collects_rows(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "sweep" / "sweep.csv")
     assert sorted(table["product"]) == [20, 30]
     assert set(table["x"]) == {2, 3}
-    assert all((tmp_path / "sweep" / f"x={x}_y=10" / "executed.ipynb").exists() for x in (2, 3))
+    assert all(len(list((tmp_path / "sweep").glob(f"x={x}_y=10-*/executed.ipynb"))) == 1 for x in (2, 3))
     capsys.readouterr()
     assert sweep.handle(args) == 0  # second time: nothing reruns
     assert capsys.readouterr().out.count("already done, skipped") == 2
@@ -83,7 +84,7 @@ def test_sweep_with_relative_out_writes_beside_the_caller_and_keeps_figures_apar
     table = pd.read_csv(work / "sweep" / "sweep.csv")
     assert sorted(table["x2"]) == [2, 4]
     assert not (nb_dir / "sweep").exists()
-    assert set(table["figs"]) == {str(work / "sweep" / f"x={x}" / "figures" / "cpu-smoke") for x in (1, 2)}
+    assert set(table["figs"]) == {str(next((work / "sweep").glob(f"x={x}-*")) / "figures" / "cpu-smoke") for x in (1, 2)}
     assert "KGRAG_FIGURES_DIR" not in __import__("os").environ
 
 
@@ -111,3 +112,55 @@ def test_study_results_table_leaves_out_claims_not_run_and_quotes():
     assert "1 claim on datasets this notebook did not run left out" in text
     only_not_run = notebook_table(claims[1:])
     assert only_not_run == "(1 claim, none run by this notebook's datasets)"
+
+
+def _args(nb, param, tmp_path, profile="cpu-smoke"):
+    return argparse.Namespace(notebook=str(nb), param=param, profile=profile, out=str(tmp_path / "sweep"), force=False)
+
+
+def test_another_profile_is_another_combination_even_under_the_same_name(tmp_path, capsys):
+    import yaml
+
+    from kgrag_lib.config import PROFILE_DIR
+
+    nb = tmp_path / "tiny.ipynb"
+    _tiny_notebook(nb)
+    assert sweep.handle(_args(nb, [["x", "2"]], tmp_path)) == 0
+    other = yaml.safe_load((PROFILE_DIR / "cpu-smoke.yaml").read_text())
+    other["run"]["n"] = 5
+    custom = tmp_path / "elsewhere" / "cpu-smoke.yaml"      # same file stem, other settings
+    custom.parent.mkdir()
+    custom.write_text(yaml.safe_dump(other))
+    capsys.readouterr()
+    assert sweep.handle(_args(nb, [["x", "2"]], tmp_path, profile=str(custom))) == 0
+    out = capsys.readouterr().out
+    assert "already done" not in out and "running" in out
+    assert len(list((tmp_path / "sweep").glob("x=2-*/executed.ipynb"))) == 2
+    capsys.readouterr()
+    assert sweep.handle(_args(nb, [["x", "2"]], tmp_path)) == 0      # the first one is still found
+    assert "already done, skipped" in capsys.readouterr().out
+
+
+def test_values_sharing_a_long_prefix_or_differing_in_slashes_get_their_own_folders(tmp_path):
+    nb = tmp_path / "tiny.ipynb"
+    _tiny_notebook(nb)
+    long = "a" * 160
+    assert sweep.handle(_args(nb, [["x", f"{long}1", f"{long}2", "a/b", "a-b"]], tmp_path)) == 0
+    assert len(list((tmp_path / "sweep").glob("*/executed.ipynb"))) == 4
+
+
+@pytest.mark.parametrize("param,message", [
+    ([["hopz", "1"]], "has no such parameter; its parameters cell sets"),
+    ([["import os; os.system('touch /tmp/kgrag-injected'); x", "7"]], "must be a Python identifier"),
+    ([["x", "[1, 2"]], "not a YAML value"),
+    ([["x", "!!python/object/apply:os.system ['true']"]], "not a YAML value"),
+    ([["out_dir", "elsewhere"]], "each combination gets its own folder"),
+])
+def test_bad_sweeps_are_refused_before_anything_runs(tmp_path, param, message):
+    from kgrag_lib.errors import ConfigError
+
+    nb = tmp_path / "tiny.ipynb"
+    _tiny_notebook(nb)
+    with pytest.raises(ConfigError, match=message):
+        sweep.handle(_args(nb, param, tmp_path))
+    assert not (tmp_path / "sweep").exists() and not Path("/tmp/kgrag-injected").exists()

@@ -2,17 +2,24 @@
 
 Each combination's executed notebook and outputs go to their own folder; the rows each run
 writes to `summary.json` are collected, with the combination's parameters, into one table
-(`sweep.csv` and `sweep.md`). Finished combinations are skipped on a rerun (use --force).
+(`sweep.csv` and `sweep.md`). A combination is identified by everything that decides it (the
+notebook, its parameters and the whole resolved profile, hashed into its folder name and kept in
+`cell.json`): a rerun skips exactly the combinations that finished with the same identity (use
+--force to rerun them). Parameter names must be the notebook's own (its `parameters` cell) and
+Python identifiers; values are YAML scalars or lists; anything else is refused before a run starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
+import keyword
 import os
 import re
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import yaml
@@ -29,15 +36,81 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=handle)
 
 
-def _slug(params: dict) -> str:
+CELL_FILE = "cell.json"
+
+
+def _slug(params: dict, identity: dict) -> str:
+    """A readable folder name, unique per identity: the parameters cut to 100 characters, then a hash."""
     s = "_".join(f"{k}={v}" for k, v in params.items())
-    return re.sub(r"[^A-Za-z0-9=._-]+", "-", s)[:150] or "default"
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return (re.sub(r"[^A-Za-z0-9=._-]+", "-", s)[:100] or "default") + "-" + digest
+
+
+def _grid(entries: list[list[str]], accepted: dict[str, Any], notebook: Path) -> dict[str, list]:
+    """The swept parameters and their values, refused before anything runs when a name is not the
+    notebook's or not an identifier, or a value is not plain YAML."""
+    from ..errors import ConfigError
+
+    grid: dict[str, list] = {}
+    for entry in entries:
+        if len(entry) < 2:
+            raise ConfigError(f"-p expects a name and at least one value, got {entry}")
+        name = entry[0]
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise ConfigError(f"-p {name!r}: a parameter name must be a Python identifier (a variable of the "
+                              f"notebook's parameters cell), e.g. top_k")
+        if name not in accepted:
+            raise ConfigError(f"-p {name!r}: {notebook.name} has no such parameter; its parameters cell sets "
+                              f"{', '.join(sorted(accepted)) or 'nothing'}")
+        values = []
+        for raw in entry[1:]:
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                what = str(exc).splitlines()[0]
+                raise ConfigError(f"-p {name} {raw!r}: not a YAML value ({what}); quote strings, e.g. '\"{raw}\"'") from None
+            if not _plain(value):
+                raise ConfigError(f"-p {name} {raw!r}: expected a number, string, boolean, null or a list/mapping "
+                                  f"of them, got {type(value).__name__}")
+            values.append(value)
+        grid[name] = values
+    return grid
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _notebook_parameters(notebook: Path) -> dict[str, Any]:
+    import papermill as pm
+
+    from ..errors import ConfigError
+
+    params = pm.inspect_notebook(str(notebook))
+    if not params:
+        raise ConfigError(f"{notebook}: no cell tagged `parameters`, so nothing can be swept")
+    return params
+
+
+def _identity(notebook: Path, params: dict[str, Any]) -> dict[str, Any]:
+    """What decides a combination's results: the notebook file, its parameters and the resolved
+    profile (so another profile, even under the same name, is another combination)."""
+    from ..studies import load_profile
+
+    text = notebook.read_bytes()
+    return {"notebook": notebook.name, "notebook_sha256": hashlib.sha256(text).hexdigest(),
+            "parameters": params, "profile": load_profile(params["profile"])}
 
 
 def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..errors import ConfigError
+    from ..jsonl import atomic_json
     from ..notebooks import NOTEBOOK_DIR, execute, read_summary
     from ..paths import REPO_ROOT
 
@@ -46,23 +119,27 @@ def handle(args: argparse.Namespace) -> int:
         nb = NOTEBOOK_DIR / (args.notebook if args.notebook.endswith(".ipynb") else args.notebook + ".ipynb")
     if not nb.exists():
         raise ConfigError(f"notebook {args.notebook!r} not found (looked in . and {NOTEBOOK_DIR})")
-    grid: dict[str, list] = {}
-    for entry in args.param:
-        if len(entry) < 2:
-            raise ConfigError(f"-p expects a name and at least one value, got {entry}")
-        grid[entry[0]] = [yaml.safe_load(v) for v in entry[1:]]
+    grid = _grid(args.param, _notebook_parameters(nb), nb)
+    if "out_dir" in grid:
+        raise ConfigError("-p out_dir: each combination gets its own folder under --out; sweep other parameters")
     # absolute: the notebook runs with notebooks/ as its working directory
     out_root = Path(args.out or REPO_ROOT / "results" / "sweeps" / nb.stem).resolve()
     combos = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())] or [{}]
+    cells = []
+    for combo in combos:   # every identity (profiles included) resolved before the first run
+        identity = _identity(nb, {"profile": args.profile, **combo})
+        cells.append((combo, identity, out_root / _slug(combo, identity)))
     rows = []
-    for i, combo in enumerate(combos, 1):
-        run_dir = out_root / _slug(combo)
+    for i, (combo, identity, run_dir) in enumerate(cells, 1):
         done_marker = run_dir / "executed.ipynb"
         params = {"profile": args.profile, **combo, "out_dir": str(run_dir)}
-        if done_marker.exists() and read_summary(run_dir) and not args.force:
+        if done_marker.exists() and read_summary(run_dir) and _same_cell(run_dir, identity) and not args.force:
             print(f"[{i}/{len(combos)}] {combo}: already done, skipped")
         else:
             print(f"[{i}/{len(combos)}] {combo}: running {nb.name}", flush=True)
+            done_marker.unlink(missing_ok=True)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_json(run_dir / CELL_FILE, identity)
             # the kernel inherits our environment: this combination's figures go to its own folder
             with mock.patch.dict(os.environ, {"KGRAG_FIGURES_DIR": str(run_dir / "figures")}):
                 execute(nb, run_dir / "executed.partial.ipynb", params)
@@ -76,6 +153,14 @@ def handle(args: argparse.Namespace) -> int:
     print(table.to_string(index=False))
     print(json.dumps({"combinations": len(combos), "table": str(out_root / "sweep.csv")}))
     return 0
+
+
+def _same_cell(run_dir: Path, identity: dict[str, Any]) -> bool:
+    try:
+        stored = json.loads((run_dir / CELL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return stored == json.loads(json.dumps(identity, default=str))
 
 
 def _has_tabulate() -> bool:

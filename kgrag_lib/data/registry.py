@@ -211,10 +211,25 @@ def load_questions(
     questions = spec.loader(file, dataset=name, **kwargs)
     if not questions:
         raise DataFormatError(file, None, f"at least one {name} question, each {spec.form}", "no questions")
+    _check_questions(questions, file, name)
     if n is None:
         return questions
     idx = np.random.default_rng(seed).choice(len(questions), size=min(int(n), len(questions)), replace=False)
     return [questions[i] for i in idx.tolist()]
+
+
+def _check_questions(questions: list[Question], file: Path, name: str) -> None:
+    """Refuse what would score wrong: a question without text (it would be sent as "None"), or two
+    questions under one id (metrics and resume key on the id), naming the records."""
+    first: dict[str, int] = {}
+    for i, q in enumerate(questions, start=1):
+        if not isinstance(q.question, str) or not q.question.strip():
+            raise DataFormatError(file, None, f"every {name} question with its text",
+                                  f"question {i} (id {q.qid!r}) has no text: {q.question!r}")
+        if q.qid in first:
+            raise DataFormatError(file, None, f"one {name} question per id",
+                                  f"id {q.qid!r} at questions {first[q.qid]} and {i} of the file")
+        first[q.qid] = i
 
 
 def load_corpus(
