@@ -292,3 +292,12 @@ def test_a_torn_last_line_is_repaired_on_resume(tmp_path, capsys):
     assert method.asked == ["q4"] and metrics["n"] == 4
     rows = [json.loads(line) for line in pred.read_text(encoding="utf-8").splitlines()]
     assert [r["qid"] for r in rows] == ["q1", "q2", "q3", "q4"]
+
+
+def test_a_negative_seed_is_refused_naming_the_parameter(tmp_path, capsys):
+    from kgrag_lib.cli import main
+
+    assert main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "2", "--seed", "-1",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert "parameter 'seed' must be an integer >= 0, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
