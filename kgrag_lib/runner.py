@@ -223,6 +223,9 @@ def run_method(
     and sent. `llm` (if given) attributes LLM cost (calls, tokens, seconds) to each question.
     """
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise KgragError(f"output folder {out} is a file; name a folder for predictions.jsonl, metrics.json and "
+                         f"manifest.json")
     out.mkdir(parents=True, exist_ok=True)
     config = config or {}
     questions = list(questions)

@@ -301,3 +301,12 @@ def test_a_negative_seed_is_refused_naming_the_parameter(tmp_path, capsys):
                  "--out", str(tmp_path / "run")]) == 2
     assert "parameter 'seed' must be an integer >= 0, got -1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path, offline_parts, metaqa_root, capsys):
+    from kgrag_lib.cli import main
+
+    (tmp_path / "taken").write_text("a file of mine")
+    assert main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--out", str(tmp_path / "taken"),
+                 "--no-progress"]) == 2
+    assert "is a file" in capsys.readouterr().err and (tmp_path / "taken").read_text() == "a file of mine"

@@ -274,3 +274,23 @@ def test_export_parts_append_only_new_answers_and_import_reads_the_folder(tmp_pa
     b.close()
     (parts / "part-0003.jsonl.gz").write_bytes(b"not gzip")                     # a damaged part is named
     assert kgrag(export) == 2 and "part-0003.jsonl.gz" in capsys.readouterr().err
+
+
+def test_export_never_replaces_the_cache_or_an_existing_file_without_overwrite(tmp_path, capsys):
+    from kgrag_lib.cli import main as kgrag
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.llm.fake import ScriptedLLM
+
+    live = tmp_path / "a.sqlite"
+    cache = LLMCache(live)
+    ScriptedLLM(lambda m, p: "x", identity="scripted:x", cache=cache).generate([{"role": "user", "content": "q"}])
+    cache.close()
+    before = live.read_bytes()
+    assert kgrag(["cache", "export", str(live), "--cache", str(live), "--overwrite"]) == 2
+    assert "onto itself" in capsys.readouterr().err and live.read_bytes() == before
+    other = tmp_path / "notes.txt"
+    other.write_text("keep me")
+    assert kgrag(["cache", "export", str(other), "--cache", str(live)]) == 2
+    assert "exists; nothing was written" in capsys.readouterr().err and other.read_text() == "keep me"
+    assert kgrag(["cache", "export", str(other), "--cache", str(live), "--overwrite"]) == 0
+    assert kgrag(["cache", "export", str(tmp_path), "--cache", str(live)]) == 2

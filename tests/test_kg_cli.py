@@ -133,3 +133,22 @@ def test_real_metaqa_stats_and_neighbors(capsys) -> None:
     inc = df[(df.s == "William Dieterle") | (df.o == "William Dieterle")]
     expected = sorted(f"<{s} | {r} | {o}>" for s, r, o in inc.itertuples(index=False, name=None))
     assert rc == 0 and out.splitlines() == expected and len(expected) > 10
+
+
+def test_build_never_replaces_an_existing_folder_or_file_without_overwrite(small_kb: Path, tmp_path: Path,
+                                                                           capsys) -> None:
+    from kgrag_lib.errors import ConfigError
+
+    out = tmp_path / "store"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="exists and is not empty; nothing was changed"):
+        run(["kg", "build", "--triples", str(small_kb), "--out", str(out)], capsys)
+    assert (out / "mine.txt").read_text() == "keep me"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        run(["kg", "build", "--triples", str(small_kb), "--out", str(tmp_path / "file")], capsys)
+    rc, _ = run(["kg", "build", "--triples", str(small_kb), "--out", str(tmp_path / "fresh")], capsys)
+    assert rc == 0
+    with pytest.raises(ConfigError, match="--overwrite"):      # a built store is not replaced silently either
+        run(["kg", "build", "--triples", str(small_kb), "--out", str(tmp_path / "fresh")], capsys)

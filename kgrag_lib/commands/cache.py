@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--parts", action="store_true",
                    help="write only the rows no part in the folder DEST holds, as its next part-NNNN.jsonl.gz")
     q.add_argument("--cache", default=None, help="the cache file (default: the one runs use)")
+    q.add_argument("--overwrite", action="store_true", help="replace DEST if it exists")
     q.add_argument("--identity", action="append", default=None,
                    help="only rows of this model identity (repeatable; see `kgrag cache check`)")
     q.set_defaults(func=handle_export)
@@ -74,6 +75,15 @@ def handle_export(args: argparse.Namespace) -> int:
         part, n = export_cache_part(args.dest, args.cache, identities=args.identity)
         print(f"wrote {n} new cached answers to {part}" if part else f"no answers that {args.dest} lacks")
         return 0
+    from pathlib import Path
+
+    from ..errors import ConfigError
+
+    dest = Path(args.dest)
+    if dest.is_dir():
+        raise ConfigError(f"{dest} is a folder: name a file (or pass --parts to add a part to the folder)")
+    if dest.exists() and not getattr(args, "overwrite", False):
+        raise ConfigError(f"{dest} exists; nothing was written: name another file, or pass --overwrite to replace it")
     n = export_cache(args.dest, args.cache, identities=args.identity)
     print(f"wrote {n} cached answers to {args.dest}")
     return 0

@@ -57,7 +57,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--model", help="--from-corpus: the extraction LLM spec (default: load_llm's default)")
     q.add_argument("--out", help="output directory (required unless --from-corpus, which builds into the KG cache "
                                  "and copies the store, its side tables and stats here when given)")
+    q.add_argument("--overwrite", action="store_true", help="replace --out if it already holds something")
     q.set_defaults(func=handle_build)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """Nothing existing is replaced without --overwrite (a store folder may hold side tables and files of others)."""
+    from ..errors import ConfigError
+
+    if not args.out:
+        return
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file; name a folder for the store")
+    if out.is_dir() and any(out.iterdir()) and not getattr(args, "overwrite", False):
+        raise ConfigError(f"--out {out}: exists and is not empty; nothing was changed. Name another folder, or pass "
+                          f"--overwrite to replace it")
 
 
 def infer_format(path: str | Path) -> str:
@@ -144,6 +159,7 @@ def corpus_spec(dataset: str, split: str | None, n: int | None, seed: int | None
 def handle_build(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
 
+    _check_out(args)
     if args.from_corpus:
         return _build_from_corpus(args)
     given = [f"--{k}" for k in ("split", "n", "seed", "model") if getattr(args, k) is not None]

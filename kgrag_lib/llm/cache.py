@@ -434,8 +434,14 @@ def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None,
                  exclude_keys: set[str] | None = None) -> int:
     """Write the cache's rows (optionally only some model identities, or rows created after
     `since`, a unix time) as gzip JSON lines: a compact file that can be committed, so the answers a long
-    run paid for survive a fresh checkout (`import_cache` loads it back)."""
+    run paid for survive a fresh checkout (`import_cache` loads it back). The cache itself is never
+    the destination."""
+    from ..errors import ConfigError
+
     src = _cache_file(path)
+    if Path(dest).resolve() == Path(src).resolve():
+        raise ConfigError(f"cannot export the LLM cache {src} onto itself: name another file, e.g. "
+                          f"{Path(src).with_suffix('.jsonl.gz')}")
     conn = _read_only(src)
     try:
         sql, args = f"SELECT {_COLUMNS} FROM calls", []
