@@ -288,5 +288,9 @@ class RunConfig:
     cache_dir: str | None = opt(None, "cache folder for LLM calls, embeddings and models (default: $KGRAG_CACHE_DIR, then .cache/)")
     concurrency: int | None = opt(None, "questions answered at once (None: the backend's default, 1 for in-process "
                                         "models, more for servers); the results do not depend on it")
+    request_timeout: float | None = opt(None, "seconds one server request may take before the run stops saying the "
+                                              "server stalled (None: the backend's, 60; server models only)", gt=0)
+    request_retries: int | None = opt(None, "retries of a server request after a connection error, HTTP 408/409/429 "
+                                            "or 5xx (None: the backend's, 2; server models only)", min=0)
     out: str = opt("runs/latest", "output folder for predictions.jsonl, metrics.json and manifest.json")
     profile: str = opt("cpu-smoke", "profile name (cpu-smoke, gpu-paper) or YAML path")

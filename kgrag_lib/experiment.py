@@ -64,7 +64,8 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
 def make_context(run: RunConfig) -> RunContext:
     """The shared parts (LLM, embedder, KGs, caches) a run with these settings needs."""
     return RunContext(model=run.model, embedder_spec=run.embedder, data_root=run.data_root,
-                      cache_dir=run.cache_dir)
+                      cache_dir=run.cache_dir,
+                      server_options={"timeout": run.request_timeout, "max_retries": run.request_retries})
 
 
 def check_context(ctx: RunContext, run: RunConfig) -> None:

@@ -310,3 +310,43 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path, offline_parts, met
     assert main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--out", str(tmp_path / "taken"),
                  "--no-progress"]) == 2
     assert "is a file" in capsys.readouterr().err and (tmp_path / "taken").read_text() == "a file of mine"
+
+
+def test_a_stalled_server_fails_within_the_request_timeout_saying_so(tmp_path, metaqa_root, capsys):
+    """Fault injection: a loopback server that accepts and never answers. `--request-timeout 1`
+    ends the run in seconds, not the 10 minutes x 4 tries it once took."""
+    import socket
+    import threading
+    import time
+
+    from kgrag_lib.cli import main
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    port, held, stop = srv.getsockname()[1], [], threading.Event()
+
+    def accept_and_hold():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])   # never answered
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept_and_hold, daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        rc = main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+                   "--model", f"openai:http://127.0.0.1:{port}/v1#m?flavor=openai", "--request-timeout", "1",
+                   "--request-retries", "0", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")])
+        elapsed = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        srv.close()
+    assert rc == 2 and elapsed < 30
+    assert "within 1 s" in capsys.readouterr().err

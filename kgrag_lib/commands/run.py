@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embedder", default=None, help="minilm, mpnet or a sentence-transformers id/path")
     p.add_argument("--data-root", default=None, help="dataset root (default $KGRAG_DATA_ROOT, then ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="cache folder (default $KGRAG_CACHE_DIR, then .cache/)")
+    p.add_argument("--request-timeout", type=float, default=None,
+                   help="seconds one server request may take (default 60; server models only)")
+    p.add_argument("--request-retries", type=int, default=None,
+                   help="retries of a failed server request (default 2; server models only)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once (default: the profile's run.concurrency, else 1 for an "
                         "in-process model and 8 for a server); the results do not depend on it")
@@ -73,7 +77,8 @@ def handle(args: argparse.Namespace) -> int:
     overrides = {
         "split": args.split, "qa_file": args.qa_file, "n": args.n, "seed": args.seed, "model": args.model,
         "embedder": args.embedder, "data_root": args.data_root, "cache_dir": args.cache_dir,
-        "concurrency": args.concurrency,
+        "concurrency": args.concurrency, "request_timeout": args.request_timeout,
+        "request_retries": args.request_retries,
     }
     for flag, _, _ in cli_flags():
         key = flag.lstrip("-").replace("-", "_")

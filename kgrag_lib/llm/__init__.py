@@ -138,6 +138,14 @@ MANAGED_PREFIXES = ("vllm-serve", "llamacpp-server", "llama-server")
 _SERVER_OPTIONS = ("server_args", "log_dir", "startup_timeout", "n_ctx", "alias")
 
 
+SERVER_PREFIXES = ("openai:", "vllm:", "ollama:", "vllm-serve:", "llamacpp-server:", "llama-server:")
+
+
+def is_server_spec(spec: str) -> bool:
+    """Does `spec` name a model behind an HTTP server (one kgrag talks to or starts)?"""
+    return isinstance(spec, str) and spec.strip().startswith(SERVER_PREFIXES)
+
+
 def _split_query(spec: str, text: str) -> tuple[str, dict[str, str]]:
     """`model?flavor=x` -> ("model", {"flavor": "x"}); only `flavor` is a known key."""
     from urllib.parse import parse_qsl

@@ -80,8 +80,11 @@ class RunContext:
     """
 
     def __init__(self, model: str = DEFAULT_SPEC, embedder_spec: str = "minilm", *, data_root: str | None = None,
-                 cache_dir: str | None = None, llm: Any = None, embedder: Any = None) -> None:
+                 cache_dir: str | None = None, llm: Any = None, embedder: Any = None,
+                 server_options: dict[str, Any] | None = None) -> None:
         self.model = model
+        # request timeout and retries of a server model (`RunConfig.request_*`); in-process models have none
+        self.server_options = {k: v for k, v in (server_options or {}).items() if v is not None}
         self.embedder_spec = embedder_spec
         self._data_root = data_root
         self._cache_dir = cache_dir
@@ -107,7 +110,10 @@ class RunContext:
         if self._llm is None:
             from ..llm import load_llm
 
-            self._llm = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite")
+            from ..llm import is_server_spec
+
+            options = self.server_options if is_server_spec(self.model) else {}
+            self._llm = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite", **options)
         return self._llm
 
     @llm.setter
