@@ -107,7 +107,35 @@ def _read_yaml(p: Path, asked: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}{at}: YAML syntax error: {what}; expected a YAML mapping of sections") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a profile must be a YAML mapping at the top level")
+    size = expanded_size(data)
+    if size > MAX_PROFILE_NODES:
+        raise ConfigError(f"{p}: its anchors and aliases expand to {size:,} values (at most {MAX_PROFILE_NODES:,}); "
+                          "a profile that large is an alias bomb or a mistake: write the values out or use fewer aliases")
     return data
+
+
+MAX_PROFILE_NODES = 100_000
+
+
+def expanded_size(obj: Any) -> int:
+    """How many values `obj` holds once every YAML alias is written out (as a manifest writes it).
+
+    YAML aliases load as shared objects, so a few hundred bytes can stand for billions of values
+    that only blow up when the profile is dumped; counting per shared object keeps this linear."""
+    memo: dict[int, int] = {}
+
+    def count(o: Any) -> int:
+        if isinstance(o, dict):
+            children = [*o.keys(), *o.values()]
+        elif isinstance(o, (list, tuple)):
+            children = list(o)
+        else:
+            return 1
+        if id(o) not in memo:
+            memo[id(o)] = 1 + sum(count(c) for c in children)
+        return memo[id(o)]
+
+    return count(obj)
 
 
 def profile_mapping(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:

@@ -101,3 +101,18 @@ def test_values_inside_the_bounds_pass_and_none_passes_where_allowed():
     check_values(_Bounded())  # the defaults pass
     with pytest.raises(ConfigError, match="'k' must be an integer >= 1, got 0"):
         check_values(_Bounded(k=0))  # a config built directly is checked the same way
+
+
+def test_an_alias_bomb_is_refused_and_ordinary_aliases_pass(tmp_path):
+    """A 'billion laughs' profile is a few hundred bytes that loads as shared objects and explodes
+    only when written out (the run manifest): refuse it when read, naming the file."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, 9):
+        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+        lines.append(f"{cur}: &{cur} [{', '.join(['*' + prev] * 9)}]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("name: bomb\ndescription:\n" + "\n".join("  " + ln for ln in lines) + "\n", encoding="utf-8")
+    assert bomb.stat().st_size < 600
+    with pytest.raises(ConfigError, match=r"bomb\.yaml: its anchors and aliases expand to [\d,]+ values"):
+        read_profile(bomb)
+    assert read_profile("cpu-reference")["methods"]["kg-infused"] == read_profile("cpu-reference")["methods"]["nor"]
