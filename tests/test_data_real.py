@@ -160,3 +160,38 @@ def test_every_registry_file_is_in_the_manifest():
             assert spec.corpus in listed
     for key in ("wikipedia-2018", "wikidata5m"):
         assert manifest[key]["required"] is False and manifest[key]["obtain"]
+
+
+@pytest.mark.parametrize("dataset, split_of, other", [
+    ("hotpotqa", ("2wiki", "dev200"), "2wiki"),           # HotpotQA and 2Wiki share every required field
+    ("2wiki", ("hotpotqa", "dev100"), "hotpotqa"),
+    ("bamboogle", ("hotpotqa", "dev100"), "hotpotqa"),    # Bamboogle takes any {question, answer}
+    ("musique", ("strategyqa", "train"), "strategyqa"),
+])
+def test_a_file_of_another_dataset_is_refused_naming_it(dataset, split_of, other, tmp_path, monkeypatch, capsys):
+    """Once these loaded and were scored and labelled as `dataset`; now the file's own dataset is named."""
+    import kgrag_lib.llm
+    from kgrag_lib.cli import main
+    from kgrag_lib.data.registry import DATASETS, load_questions
+    from kgrag_lib.errors import DataFormatError
+
+    path = ROOT / DATASETS[split_of[0]].splits[split_of[1]]
+    with pytest.raises(DataFormatError, match=rf"a field of {other} records: is this a {other} file"):
+        load_questions(dataset, path=path)
+    monkeypatch.setattr(kgrag_lib.llm, "load_llm", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    rc = main(["run", "--method", "nor", "--dataset", dataset, "--qa-file", str(path), "--n", "1",
+               "--no-progress", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--dataset {other}" in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+def test_every_shipped_question_file_loads_under_its_own_dataset():
+    from kgrag_lib.data.registry import DATASETS, load_questions
+
+    for name, spec in DATASETS.items():
+        if name.startswith("metaqa"):
+            continue
+        for split in spec.splits:
+            assert load_questions(name, split=split, n=3), (name, split)

@@ -25,7 +25,7 @@ def _qid(i: int) -> str:
 
 def _load_json(path: Path, dataset: str) -> list[Question]:
     out = []
-    for i, rec in enumerate(read_json_records(path, FORM)):
+    for i, rec in enumerate(read_json_records(path, FORM, own="bamboogle")):
         qkey = "Question" if "Question" in rec.data else "question"
         akey = "Answer" if "Answer" in rec.data else "answer"
         answer = rec.need(akey, (str, list))

@@ -126,8 +126,37 @@ def _first_char(path: Path, expected: str) -> str:
                 return stripped[0]
 
 
-def read_json_records(path: str | Path, form: str) -> Iterator[Record]:
-    """Yield the objects of a JSON list file or a JSON Lines file (detected from the first character)."""
+# Fields only one dataset's records carry: a file of another dataset read under this one's name
+# would otherwise load (the layouts overlap: HotpotQA and 2Wiki share every required field, and
+# Bamboogle accepts any {question, answer}) and be scored and labelled as the wrong dataset.
+DATASET_MARKS: dict[str, tuple[str, ...]] = {
+    "hotpotqa": ("level",),
+    "2wiki": ("evidences", "entity_ids", "evidences_id", "answer_id"),
+    "musique": ("paragraphs", "question_decomposition", "answerable"),
+    "strategyqa": ("facts", "term", "description"),
+    "bamboogle": ("Question", "Q1", "Q2"),
+}
+
+
+def refuse_other_dataset(rec: Record, own: str) -> None:
+    """A record carrying a field that marks another dataset is refused, naming that dataset."""
+    for other, keys in DATASET_MARKS.items():
+        hit = next((k for k in keys if k in rec.data), None) if other != own else None
+        if hit is not None:
+            raise rec.error(f"a {own} record; this one has {hit!r}, a field of {other} records: "
+                            f"is this a {other} file? (use --dataset {other}, or the loader for {other})")
+
+
+def read_json_records(path: str | Path, form: str, own: str | None = None) -> Iterator[Record]:
+    """Yield the objects of a JSON list file or a JSON Lines file (detected from the first character);
+    with `own` (a dataset family of DATASET_MARKS), a record of another dataset is refused."""
+    for rec in _json_records(path, form):
+        if own is not None:
+            refuse_other_dataset(rec, own)
+        yield rec
+
+
+def _json_records(path: str | Path, form: str) -> Iterator[Record]:
     path = Path(path)
     expected = f"a JSON list or JSON Lines file of records {form}"
     if _first_char(path, expected) == "[":

@@ -43,7 +43,7 @@ def parse_supporting_facts(rec: Record) -> tuple[list[str], list[list]]:
 
 def load_hotpotqa(path: str | Path, dataset: str = "hotpotqa") -> list[Question]:
     questions = []
-    for rec in read_json_records(path, FORM):
+    for rec in read_json_records(path, FORM, own="hotpotqa"):
         context = parse_context(rec)
         titles, facts = parse_supporting_facts(rec)
         ctx_titles = {p.pid for p in context}

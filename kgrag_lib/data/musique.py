@@ -25,7 +25,7 @@ def paragraph_pid(title: str, text: str) -> str:
 
 def load_musique(path: str | Path, dataset: str = "musique") -> list[Question]:
     questions = []
-    for rec in read_json_records(path, FORM):
+    for rec in read_json_records(path, FORM, own="musique"):
         context: list[Passage] = []
         supporting: list[str] = []
         for para in rec.get("paragraphs", list, []):

@@ -31,7 +31,7 @@ def fact_passages(question: Question) -> list[Passage]:
 
 def load_strategyqa(path: str | Path, dataset: str = "strategyqa") -> list[Question]:
     questions = []
-    for rec in read_json_records(path, FORM):
+    for rec in read_json_records(path, FORM, own="strategyqa"):
         answer = rec.need("answer", (bool, str))
         if isinstance(answer, str):
             if answer.strip().lower() not in _YES | _NO:

@@ -23,7 +23,7 @@ _MAPPED = {"_id", "question", "answer", "answer_aliases", "aliases", "context", 
 
 def load_2wiki(path: str | Path, dataset: str = "2wiki") -> list[Question]:
     questions = []
-    for rec in read_json_records(path, FORM):
+    for rec in read_json_records(path, FORM, own="2wiki"):
         context = parse_context(rec)
         titles, facts = parse_supporting_facts(rec)
         evidence = []
