@@ -165,3 +165,20 @@ def test_verified_assembly_is_used_without_the_slice_packages(parts, tmp_path, m
     assemble_parts(paths, assets.models_dir() / "m.gguf", sha256=sha, size=len(joined))
     out = assets.assemble_embedded(missing, "m.gguf", sha256=sha, size=len(joined), what="test model")
     assert out.read_bytes() == joined
+
+
+def test_a_runs_cache_dir_also_holds_the_assembled_model_and_its_hashes(tmp_path, monkeypatch):
+    """`--cache-dir` (run.cache_dir) once covered the call cache only: the 491 MB model assembly
+    and file_hashes.json still went into the repository's .cache/models."""
+    import kgrag_lib.llm as llm_mod
+    import kgrag_lib.retrieval as retrieval_mod
+    from kgrag_lib.methods.base import RunContext
+
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "env-cache"))
+    seen = {}
+    monkeypatch.setattr(llm_mod, "load_llm", lambda spec, **kw: seen.setdefault("llm", assets.models_dir()))
+    monkeypatch.setattr(retrieval_mod, "load_embedder", lambda spec: seen.setdefault("emb", assets.models_dir()))
+    ctx = RunContext(model="qwen2.5-coder-0.5b-q4", cache_dir=str(tmp_path / "run-cache"))
+    ctx.llm, ctx.embedder
+    assert seen == {"llm": (tmp_path / "run-cache" / "models").resolve(), "emb": (tmp_path / "run-cache" / "models").resolve()}
+    assert assets.models_dir() == (tmp_path / "env-cache" / "models").resolve()  # the scope ends with the load

@@ -18,6 +18,7 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 from ..config import make_config
 from ..llm import DEFAULT_SPEC
 from ..paths import cache_dir as _cache_dir
+from ..paths import cache_dir_scope as _cache_dir_scope
 from ..paths import data_root as _data_root
 from ..records import Prediction, Question
 
@@ -113,7 +114,8 @@ class RunContext:
             from ..llm import is_server_spec
 
             options = self.server_options if is_server_spec(self.model) else {}
-            self._llm = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite", **options)
+            with _cache_dir_scope(self._cache_dir):  # the model assembly goes there too
+                self._llm = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite", **options)
         return self._llm
 
     @llm.setter
@@ -130,7 +132,8 @@ class RunContext:
         if self._embedder is None:
             from ..retrieval import load_embedder
 
-            self._embedder = load_embedder(self.embedder_spec)
+            with _cache_dir_scope(self._cache_dir):
+                self._embedder = load_embedder(self.embedder_spec)
         return self._embedder
 
     @embedder.setter
