@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import sqlite3
 import sys
 
 from .commands import cache, data, kg, run, score, study, sweep
 from .errors import KgragError
+from .paths import REPO_ROOT
 
 COMMANDS = (run, study, sweep, score, data, kg, cache)
+# A full disk or a read-only folder ends a command in one line naming the path, not a traceback.
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
+_STORAGE_ADVICE = ("free space or choose a writable folder (--out, --cache-dir or KGRAG_CACHE_DIR), "
+                   "then rerun the same command: finished work is kept")
+
+
+def _llm_cache_where(args: argparse.Namespace) -> str:
+    """The cache file the command used (named without creating any folder)."""
+    import os
+
+    if getattr(args, "cache", None):
+        return str(args.cache)
+    if getattr(args, "cache_dir", None):
+        return str(os.path.join(args.cache_dir, "llm_cache.sqlite"))
+    return os.environ.get("KGRAG_LLM_CACHE") or os.path.join(os.environ.get("KGRAG_CACHE_DIR") or REPO_ROOT / ".cache",
+                                                                "llm_cache.sqlite")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +51,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KgragError as exc:
         print(f"kgrag: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in _STORAGE_ERRNOS:
+            raise
+        print(f"kgrag: error: {exc.filename or 'a file'}: {exc.strerror or exc}; {_STORAGE_ADVICE}", file=sys.stderr)
+        return 2
+    except sqlite3.OperationalError as exc:
+        if not any(m in str(exc) for m in ("readonly", "disk is full", "unable to open")):
+            raise
+        print(f"kgrag: error: the LLM cache ({_llm_cache_where(args)}): {exc}; {_STORAGE_ADVICE}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kgrag: interrupted; rerun the same command to resume", file=sys.stderr)

@@ -51,11 +51,14 @@ class JsonlAppender:
         """Several lines with one fsync (they reach the disk together or are cut as one tail)."""
         text = "".join(_line(r, self.default) for r in rows)
         with self._lock:
-            if self._fh is None:
-                self._fh = self._open()
-            self._fh.write(text)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            try:
+                if self._fh is None:
+                    self._fh = self._open()
+                self._fh.write(text)
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+            except OSError as exc:  # a full disk names no file: say which one (a torn tail is repaired on resume)
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
 
     def _open(self) -> Any:
         self.path.parent.mkdir(parents=True, exist_ok=True)

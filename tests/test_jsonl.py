@@ -93,3 +93,34 @@ def test_rewrites_replace_the_whole_file(tmp_path):
     assert json.loads(target.read_text(encoding="utf-8")) == {"path": str(tmp_path), "name": "é"}
     assert "é" in target.read_text(encoding="utf-8") and sorted(p.name for p in tmp_path.iterdir()) == [
         "log.jsonl", "m.json", "rows.jsonl.gz"]  # no temporary file left
+
+
+def test_a_full_disk_ends_the_run_in_one_line_naming_the_file_and_the_run_resumes(tmp_path, offline_parts,
+                                                                                 metaqa_root, monkeypatch, capsys):
+    """Fault injection: the disk fills up (ENOSPC at the fsync of the second answer). The run ends with
+    exit 2 and one line naming predictions.jsonl, not a traceback; freed, the same command finishes."""
+    import errno
+    import os
+
+    import kgrag_lib.jsonl as jsonl_mod
+    from kgrag_lib.cli import main
+
+    real_fsync, calls = os.fsync, []
+
+    def full_disk(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("predictions.jsonl"):
+            calls.append(fd)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(jsonl_mod.os, "fsync", full_disk)
+    argv = ["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "3", "--no-progress",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'run' / 'predictions.jsonl'}: No space left on device" in err and "Traceback" not in err
+    monkeypatch.setattr(jsonl_mod.os, "fsync", real_fsync)
+    assert main(argv) == 0
+    rows = read_jsonl(tmp_path / "run" / "predictions.jsonl").rows
+    assert len(rows) == 3 and len({r["qid"] for r in rows}) == 3
