@@ -350,3 +350,87 @@ def test_a_stalled_server_fails_within_the_request_timeout_saying_so(tmp_path, m
         srv.close()
     assert rc == 2 and elapsed < 30
     assert "within 1 s" in capsys.readouterr().err
+
+
+# ---- a broken OpenAI-compatible server: fault injection from a loopback http.server ---------------------------------
+def _chat(content: str = '"Louis Malle"', usage: str | None = '{"prompt_tokens": 3, "completion_tokens": 2}') -> bytes:
+    return ('{"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [{"index": 0, "message": '
+            f'{{"role": "assistant", "content": {content}}}, "finish_reason": "stop"}}]'
+            + (f', "usage": {usage}' if usage is not None else "") + "}").encode()
+
+
+JSON, HTML = "application/json", "text/html"
+PAGE = b"<html><body>Welcome to nginx</body></html>"
+# case, the endpoint that answers badly, its body and type, the outcome, what the error (or the row) says
+BAD_REPLIES = [
+    ("invalid-json-models", "models", b'{"data": [', JSON, "exit 2", "GET /models is not valid JSON"),
+    ("html-models", "models", PAGE, HTML, "exit 2", "not an OpenAI-compatible server: GET /models answered '<html>"),
+    ("list-models", "models", b'[{"id": "m"}]', JSON, "exit 2", "not an OpenAI-compatible server: GET /models answered"),
+    ("non-utf8-models", "models", b'{"data": [{"id": "m\xff"}]}', JSON, "exit 2", "GET /models is not UTF-8 text"),
+    ("invalid-json-chat", "chat", b'{"choices": [', JSON, "exit 2", "/chat/completions is not valid JSON"),
+    ("html-chat", "chat", PAGE, HTML, "exit 2", "not an OpenAI-compatible server: its answer to a completion"),
+    ("non-utf8-chat", "chat", _chat('"Louis Malle\xff"').replace(b"\xc3\xbf", b"\xff"), JSON, "exit 2",
+     "/chat/completions is not UTF-8 text"),
+    ("usage-missing", "chat", _chat(usage=None), JSON, "answered, 0 tokens", "Louis Malle"),
+    ("usage-strings", "chat", _chat(usage='{"prompt_tokens": "three", "completion_tokens": "2"}'), JSON,
+     "answered, 0 tokens", "Louis Malle"),
+    ("usage-negative", "chat", _chat(usage='{"prompt_tokens": -3, "completion_tokens": -2}'), JSON,
+     "answered, 0 tokens", "Louis Malle"),
+    ("content-int", "chat", _chat("42"), JSON, "question failed", "replied with int content '42', not text"),
+    ("content-dict", "chat", _chat('{"text": "Louis Malle"}'), JSON, "question failed", "replied with dict content"),
+]
+
+
+@pytest.mark.parametrize("case, where, body, ctype, outcome, says", BAD_REPLIES, ids=[r[0] for r in BAD_REPLIES])
+def test_a_bad_server_reply(tmp_path, metaqa_root, capsys, case, where, body, ctype, outcome, says):
+    """A broken server ends the run in one line naming its URL; a bad answer to one request fails
+    that question (recorded) or, for a bad `usage`, counts its tokens as unreported (0): never a
+    traceback, never a made-up answer or cost."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    models = b'{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, data: bytes, content_type: str) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path != "/v1/models":
+                self.send_error(404)
+            else:
+                self._send(*((body, ctype) if where == "models" else (models, JSON)))
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._send(*((body, ctype) if where == "chat" else (_chat(), JSON)))
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    try:
+        rc, out, err = _run_cli(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+                                 "--model", f"openai:{url}#m?flavor=vllm", "--request-timeout", "5",
+                                 "--request-retries", "0", "--cache-dir", str(tmp_path / "cache"),
+                                 "--out", str(tmp_path / "run")], capsys)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    if outcome == "exit 2":
+        assert rc == 2 and err.startswith(f"kgrag: error: {url} ") and err.count("\n") == 1, err
+        assert says in err
+        return
+    assert rc == 0, err
+    [row] = read_predictions(tmp_path / "run" / "predictions.jsonl")
+    if outcome == "question failed":
+        assert row["failed"] and row["prediction"] == "" and says in row["error"]
+    else:
+        assert row["prediction"] == says and not row.get("failed")
+        assert row["cost"]["llm_prompt_tokens"] == row["cost"]["llm_completion_tokens"] == 0

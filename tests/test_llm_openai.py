@@ -281,7 +281,7 @@ def test_html_answer_is_an_error_not_an_answer():
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     try:
         llm = OpenAICompatLLM(f"http://127.0.0.1:{httpd.server_address[1]}/v1", "m", probe=False, flavor="vllm")
-        with pytest.raises(BackendUnavailableError, match="unexpected response|unreadable"):
+        with pytest.raises(BackendUnavailableError, match="not an OpenAI-compatible server|unreadable"):
             llm.generate(Q)
     finally:
         httpd.shutdown()

@@ -20,6 +20,7 @@ is printed once.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -30,6 +31,7 @@ from urllib.parse import urlparse, urlunparse
 
 from ...errors import BackendUnavailableError, ConfigError
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
+from ..parsing import LLMParseError
 from .. import server_flavors as sf
 
 _WARNED: set[str] = set()
@@ -191,6 +193,10 @@ class OpenAICompatLLM(LLM):
                     raise ConfigError(f"{public_url(self.base_url)} rejected {what} (HTTP {e.status_code}): {detail}") from None
             except openai.APIResponseValidationError as e:
                 raise BackendUnavailableError(f"{public_url(self.base_url)}: unreadable answer to {what}: {e}") from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:  # the SDK reading a body that is no JSON text
+                kind = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "not valid JSON"
+                raise BackendUnavailableError(f"{public_url(self.base_url)} is not an OpenAI-compatible server: its "
+                                              f"answer to {what} is {kind} ({e})") from None
             if attempt < self.max_retries:
                 time.sleep(delay * (1 + 0.25 * random.random()))
                 delay *= 2
@@ -211,7 +217,10 @@ class OpenAICompatLLM(LLM):
         """The server's /models entry for our model (raises if the model is not served)."""
         listing = self._call(lambda: self._client.get("/models", cast_to=object,
                                                       options={"timeout": min(self.timeout, 15.0)}), "GET /models")
-        entries = (listing.get("data") if isinstance(listing, dict) else None) or []
+        entries = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(entries, list):  # an HTML page (a proxy, a web UI), a bare JSON list, ...
+            raise BackendUnavailableError(f"{public_url(self.base_url)} is not an OpenAI-compatible server: GET /models "
+                                          f"answered {str(listing)[:200]!r}, not {{\"data\": [...]}}")
         for entry in entries:
             if isinstance(entry, dict) and entry.get("id") == self.model:
                 return entry
@@ -252,18 +261,19 @@ class OpenAICompatLLM(LLM):
             out = self._call(lambda: self._client.completions.create(**fixed, extra_body=body), "POST /completions")
         try:
             choice = out.choices[0]
-            text = (choice.message.content if self.chat else choice.text) or ""
+            text = choice.message.content if self.chat else choice.text
         except (AttributeError, IndexError, TypeError):
-            raise BackendUnavailableError(f"{public_url(self.base_url)}: unexpected response {str(out)[:300]}") from None
+            raise BackendUnavailableError(f"{public_url(self.base_url)} is not an OpenAI-compatible server: its answer "
+                                          f"to a completion request is {str(out)[:300]!r}") from None
         logprobs = None
         if params.logprobs:
             raw = choice.logprobs.model_dump() if choice.logprobs is not None else None
             logprobs = self._parse_logprobs(raw)
         usage = out.usage
         return Completion(
-            text=text,
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            text=self._text(text),
+            prompt_tokens=_tokens(getattr(usage, "prompt_tokens", None)),
+            completion_tokens=_tokens(getattr(usage, "completion_tokens", None)),
             seconds=time.perf_counter() - start,
             finish_reason=choice.finish_reason or "",
             logprobs=logprobs,
@@ -278,9 +288,19 @@ class OpenAICompatLLM(LLM):
             text = out["message"]["content"] if self.chat else out["response"]
         except (KeyError, TypeError):
             raise BackendUnavailableError(f"{public_url(self.base_url)}: unexpected response {str(out)[:300]}") from None
-        return Completion(text=text or "", prompt_tokens=int(out.get("prompt_eval_count") or 0),
-                          completion_tokens=int(out.get("eval_count") or 0),
+        return Completion(text=self._text(text), prompt_tokens=_tokens(out.get("prompt_eval_count")),
+                          completion_tokens=_tokens(out.get("eval_count")),
                           seconds=time.perf_counter() - start, finish_reason=str(out.get("done_reason") or ""))
+
+    def _text(self, value: Any) -> str:
+        """The reply's text; content that is no string (an int, a dict) fails this question, as
+        unusable model output does, rather than passing as an answer ("42") or crashing the run."""
+        if value is None:  # null content: the model wrote nothing
+            return ""
+        if not isinstance(value, str):
+            raise LLMParseError(f"{public_url(self.base_url)} ({self.model}) replied with {type(value).__name__} "
+                                f"content {str(value)[:200]!r}, not text")
+        return value
 
     def _parse_logprobs(self, value: Any) -> list[TokenLogprob]:
         """The chat form ({"content": [{token, logprob, top_logprobs: [{token, logprob}]}]}) or
@@ -312,6 +332,12 @@ class OpenAICompatLLM(LLM):
             return [self._complete(m, params) for m in batch]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch))) as pool:
             return list(pool.map(lambda m: self._complete(m, params), batch))
+
+
+def _tokens(value: Any) -> int:
+    """A reported token count; a missing, non-integer or negative one counts as unreported (0, as
+    when a server sends no `usage`), so a broken counter neither crashes a run nor fakes a cost."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def _error_detail(e: Any) -> str:
