@@ -209,6 +209,29 @@ def test_saved_store_folder(tmp_path):
     assert not (tmp_path / "cache" / "kg").exists()   # loaded in place, nothing built
 
 
+def test_a_damaged_build_in_the_cache_is_named_and_rebuilt_a_damaged_given_folder_refused(kb_file, tmp_path,
+                                                                                          caplog):
+    import logging
+
+    from kgrag_lib.errors import DataFormatError
+
+    cache = tmp_path / "cache"
+    good = load_kg(f"metaqa:{kb_file}", cache_dir=cache).store
+    good = good.verbalize(range(good.num_triples))   # the store maps the files damaged below
+    folder, = (p for p in (cache / "kg").iterdir() if p.is_dir())
+    tails = np.array(np.load(folder / "tails.npy"))
+    np.save(folder / "tails.npy", tails[::-1].copy())   # in range, wrong triples
+    with caplog.at_level(logging.WARNING, logger="kgrag_lib.kg.sources"):
+        again = load_kg(f"metaqa:{kb_file}", cache_dir=cache).store
+    assert again.verbalize(range(again.num_triples)) == good
+    [record] = caplog.records
+    assert f"built KG {folder} is damaged" in record.getMessage() and "rebuilding it" in record.getMessage()
+    np.save(folder / "tails.npy", tails[::-1].copy())
+    with pytest.raises(DataFormatError, match=r"in_perm\.npy: malformed input; expected triples in order"):
+        load_kg(str(folder), cache_dir=tmp_path / "other")   # a folder the user names: refused, never rebuilt
+    assert np.array_equal(np.load(folder / "tails.npy"), tails[::-1])
+
+
 # ---- errors -------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec,match", [
     ("no-such-kg", "unknown KG; accepted: 'metaqa', 'metaqa:<kb.txt-format file>', '2wiki-evidence-heldout'"),
