@@ -174,8 +174,16 @@ def _stored(tmp_path, fake_embedder):
     return arr, cache_path(fake_embedder, TEXTS, cache_dir=tmp_path)
 
 
+def _nan_in_row(data: bytes, row: int = 1) -> bytes:
+    """A NaN in `row` (row 1 is not among the 64 rows a check of 200 would sample)."""
+    start = 10 + int.from_bytes(data[8:10], "little")  # .npy v1: magic, version, header length, header
+    at = start + row * (len(data) - start) // len(TEXTS)
+    return data[:at] + np.float32(np.nan).tobytes() + data[at + 4:]
+
+
 EMB_DAMAGE = {
     "truncated": lambda d: d[: len(d) // 2],
+    "a NaN in one row": _nan_in_row,
     "garbage header": lambda d: b"\x93NUMPY garbage" + d[14:],
     "garbage rows": lambda d: d[:128] + np.random.default_rng(3).bytes(len(d) - 128),
     "extra bytes": lambda d: d + b"\0" * 64,

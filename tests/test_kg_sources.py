@@ -209,6 +209,29 @@ def test_saved_store_folder(tmp_path):
     assert not (tmp_path / "cache" / "kg").exists()   # loaded in place, nothing built
 
 
+def test_a_damaged_build_in_the_cache_is_named_and_rebuilt_a_damaged_given_folder_refused(kb_file, tmp_path,
+                                                                                          caplog):
+    import logging
+
+    from kgrag_lib.errors import DataFormatError
+
+    cache = tmp_path / "cache"
+    good = load_kg(f"metaqa:{kb_file}", cache_dir=cache).store
+    good = good.verbalize(range(good.num_triples))   # the store maps the files damaged below
+    folder, = (p for p in (cache / "kg").iterdir() if p.is_dir())
+    tails = np.array(np.load(folder / "tails.npy"))
+    np.save(folder / "tails.npy", tails[::-1].copy())   # in range, wrong triples
+    with caplog.at_level(logging.WARNING, logger="kgrag_lib.kg.sources"):
+        again = load_kg(f"metaqa:{kb_file}", cache_dir=cache).store
+    assert again.verbalize(range(again.num_triples)) == good
+    [record] = caplog.records
+    assert f"built KG {folder} is damaged" in record.getMessage() and "rebuilding it" in record.getMessage()
+    np.save(folder / "tails.npy", tails[::-1].copy())
+    with pytest.raises(DataFormatError, match=r"in_perm\.npy: malformed input; expected triples in order"):
+        load_kg(str(folder), cache_dir=tmp_path / "other")   # a folder the user names: refused, never rebuilt
+    assert np.array_equal(np.load(folder / "tails.npy"), tails[::-1])
+
+
 # ---- errors -------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec,match", [
     ("no-such-kg", "unknown KG; accepted: 'metaqa', 'metaqa:<kb.txt-format file>', '2wiki-evidence-heldout'"),
@@ -242,18 +265,35 @@ def test_empty_kb_is_refused_and_not_cached(tmp_path):
         load_kg(str(tmp_path / "empty_store"), cache_dir=tmp_path / "cache")
 
 
-# ---- the build folder of sources without an identity --------------------------------------------
-def test_sources_without_identity_keep_their_build_folders(kb_file, tmp_path):
-    """The folder name recipe from before plans had an identity: existing builds stay valid."""
+# ---- the build folder: keyed on the inputs' content -------------------------------------------
+def test_the_build_folder_is_named_by_the_inputs_paths_contents_and_identity(kb_file, tmp_path):
+    """The folder name recipe: builder version, each input's resolved path and content hash."""
     import hashlib
 
     kg = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
-    st = kb_file.stat()
-    h = hashlib.sha256(f"v{sources.BUILDER_VERSION}\0".encode())
-    h.update(f"{kb_file.resolve()}\0{st.st_size}\0{int(st.st_mtime)}\0".encode())
+    h = hashlib.sha256(f"v{sources.BUILDER_VERSION}\0content\0".encode())
+    h.update(f"{kb_file.resolve()}\0{hashlib.sha256(kb_file.read_bytes()).hexdigest()}\0".encode())
     assert (tmp_path / "cache" / "kg" / f"metaqa-{h.hexdigest()[:16]}" / sources.STATS_FILE).is_file()
     assert kg.extra == {} and not list((tmp_path / "cache" / "kg").glob("*.journal.jsonl"))
     plan = sources.SOURCES["metaqa"].plan(str(kb_file), tmp_path)
     other = sources.SourcePlan(plan.name, plan.inputs, plan.build, identity="model-x")
     assert sources.build_folder(other, tmp_path) != sources.build_folder(plan, tmp_path)
     assert not sources.needs_llm("metaqa") and sources.needs_llm("text:musique")
+
+
+def test_an_edit_keeping_size_and_mtime_gets_a_new_build(kb_file, tmp_path):
+    """Same size, same mtime to the nanosecond (an edit within the second, or a restored mtime):
+    the old key (path, size, whole-second mtime) served the old graph."""
+    import os
+
+    cache = tmp_path / "cache"
+    before = load_kg(f"metaqa:{kb_file}", cache_dir=cache).store
+    st = kb_file.stat()
+    kb_file.write_text(kb_file.read_text(encoding="utf-8").replace("Kismet", "Kizmet"), encoding="utf-8")
+    os.utime(kb_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (kb_file.stat().st_size, kb_file.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    after = load_kg(f"metaqa:{kb_file}", cache_dir=cache).store
+    text = lambda store: " ".join(store.verbalize(range(store.num_triples)))  # noqa: E731
+    assert "Kismet" in text(before) and "Kizmet" not in text(before)
+    assert "Kizmet" in text(after) and "Kismet" not in text(after)
+    assert len([p for p in (cache / "kg").iterdir() if p.is_dir()]) == 2

@@ -300,6 +300,60 @@ def test_save_load_mmap_copy_on_write(tmp_path: Path, hand: KGStore) -> None:
         KGStore.load(tmp_path / "nowhere")
 
 
+def _rewrite(folder: Path, name: str, change) -> None:
+    a = np.array(np.load(folder / f"{name}.npy"))
+    np.save(folder / f"{name}.npy", change(a), allow_pickle=False)
+
+
+def _set(i: int, value: int):
+    def change(a: np.ndarray) -> np.ndarray:
+        a[i] = value
+        return a
+    return change
+
+
+# hand: entities A..G are ids 0..6, relations r1..r3 are 0..2, 9 triples sorted by head
+STORE_DAMAGE = {
+    "a head past the entities": ("heads", _set(0, 7), r"ids in \[0, 7\).*range \[1, 7\]"),
+    "a negative tail": ("tails", _set(-1, -1), r"ids in \[0, 7\)"),
+    "a relation past the relations": ("rels", _set(0, 3), r"ids in \[0, 3\)"),
+    "in-range garbage in the tails": ("tails", _set(0, 6), r"in_indptr\.npy.*count of triples in tails\.npy"),
+    "heads out of order": ("heads", lambda a: a[::-1].copy(), r"heads\.npy.*in order of their head"),
+    "offsets not rising": ("out_indptr", _set(2, 0), r"offsets rising from 0 to the triple count 9"),
+    "offsets past the triple count": ("in_indptr", _set(-1, 10), r"in_indptr\.npy.*triple count 9"),
+    "a repeated id in the permutation": ("in_perm", _set(1, 3), r"in_perm\.npy.*permutation of the 9"),
+    "float ids": ("heads", lambda a: a.astype(np.float64), r"1-d integer array"),
+}
+
+
+@pytest.mark.parametrize("kind", list(STORE_DAMAGE))
+def test_a_damaged_saved_store_is_refused_in_one_line_naming_the_file(tmp_path: Path, hand: KGStore, kind) -> None:
+    folder = hand.save(tmp_path / "kg")
+    name, change, match = STORE_DAMAGE[kind]
+    _rewrite(folder, name, change)
+    with pytest.raises(DataFormatError, match=match) as err:
+        KGStore.load(folder)
+    msg = str(err.value)
+    assert msg.startswith(f"{folder}/") and f"{name}.npy" in msg and "\n" not in msg
+
+
+def test_a_saved_store_whose_npy_file_is_not_one_is_refused(tmp_path: Path, hand: KGStore) -> None:
+    folder = hand.save(tmp_path / "kg")
+    (folder / "tails.npy").write_bytes(b"not an array")
+    with pytest.raises(DataFormatError, match=r"tails\.npy: malformed input; expected a \.npy array"):
+        KGStore.load(folder)
+
+
+def test_a_grown_and_saved_store_passes_the_load_checks(tmp_path: Path, hand: KGStore) -> None:
+    """After growth the heads are no longer sorted: the out index is a permutation, checked as such."""
+    hand.add_triples([("A", "r9", "Z"), ("Z", "r1", "A")])
+    back = KGStore.load(hand.save(tmp_path / "kg"))
+    assert (tmp_path / "kg" / "out_perm.npy").exists()
+    assert as_set(back, back.out_triples(back.entity_id("Z"))) == {("Z", "r1", "A")}
+    KGStore.from_triples([]).save(tmp_path / "empty")
+    assert KGStore.load(tmp_path / "empty").num_triples == 0
+
+
 # ---------------------------------------------------------------------------------- real MetaQA
 KB = data_root() / "metaqa" / "kb.txt"
 needs_kb = pytest.mark.skipif(not KB.is_file(), reason=f"real MetaQA KB not found at {KB}")

@@ -27,7 +27,7 @@ from kgrag_lib.paths import cache_dir as default_cache_dir
 log = logging.getLogger(__name__)
 
 CHUNK = 1024  # texts per encode call: bounds memory and drives the progress bar
-SAMPLED_ROWS = 64  # rows checked for finite (and unit, when normalized) values on every load
+CHECK_BLOCK_BYTES = 64 << 20  # rows checked per numpy call when a stored file is opened
 
 
 class SupportsEncode(Protocol):
@@ -74,9 +74,11 @@ def _effective_normalize(embedder: SupportsEncode, normalize: bool | None) -> bo
 
 def _open_checked(path: Path, n: int, dim: int, normalize: bool) -> tuple[np.ndarray | None, str]:
     """(the memory-mapped array, "") if `path` holds the (n, dim) float32 array expected, else
-    (None, what is wrong). Checks the header, the exact file size and a sample of rows (finite;
-    unit length or zero when normalized), without reading the whole file: garbage and cut files
-    are caught, zeroed rows are not (an embedder may return a zero vector)."""
+    (None, what is wrong). Checks the header, the exact file size and every row (finite; unit
+    length or zero when normalized), in blocks of `CHECK_BLOCK_BYTES` over the memory map: a NaN
+    in any row would otherwise poison every score computed with it (64 sampled rows missed it),
+    and the scan runs at memory speed: 50 ms for the 205 MB of 133k MetaQA triples x 384 dims,
+    next to minutes of encoding. Zeroed rows are not caught (an embedder may return a zero vector)."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -86,12 +88,15 @@ def _open_checked(path: Path, n: int, dim: int, normalize: bool) -> tuple[np.nda
     size, want = path.stat().st_size, arr.offset + arr.nbytes
     if size != want:
         return None, f"{size} bytes, expected {want}"
-    rows = np.asarray(arr[np.unique(np.linspace(0, n - 1, min(n, SAMPLED_ROWS)).astype(np.int64))])
-    if not np.isfinite(rows).all():
-        return None, "non-finite values"
-    norms = np.linalg.norm(rows, axis=1)
-    if normalize and not np.all((np.abs(norms - 1) < 1e-3) | (norms < 1e-6)):
-        return None, "rows that should be unit vectors are not"
+    step = max(1, CHECK_BLOCK_BYTES // max(4 * dim, 1))
+    for start in range(0, n, step):
+        rows = np.asarray(arr[start:start + step])
+        if not np.isfinite(rows).all():
+            bad = start + int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+            return None, f"non-finite values (row {bad})"
+        norms = np.linalg.norm(rows, axis=1)
+        if normalize and not np.all((np.abs(norms - 1) < 1e-3) | (norms < 1e-6)):
+            return None, "rows that should be unit vectors are not"
     return arr, ""
 
 
