@@ -7,6 +7,7 @@ import sys
 
 from .commands import cache, data, kg, run, score, study, sweep
 from .errors import KgragError
+from .redact import redact
 
 COMMANDS = (run, study, sweep, score, data, kg, cache)
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KgragError as exc:
-        print(f"kgrag: error: {exc}", file=sys.stderr)
+        print(f"kgrag: error: {redact(str(exc))}", file=sys.stderr)   # a message that quotes a spec keeps no token
         return 2
     except KeyboardInterrupt:
         print("kgrag: interrupted; rerun the same command to resume", file=sys.stderr)
