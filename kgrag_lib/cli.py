@@ -10,6 +10,7 @@ import sys
 from .commands import cache, data, kg, run, score, study, sweep
 from .errors import KgragError
 from .paths import REPO_ROOT
+from .redact import redact
 
 COMMANDS = (run, study, sweep, score, data, kg, cache)
 # A full disk or a read-only folder ends a command in one line naming the path, not a traceback.
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KgragError as exc:
-        print(f"kgrag: error: {exc}", file=sys.stderr)
+        print(f"kgrag: error: {redact(str(exc))}", file=sys.stderr)   # a message that quotes a spec keeps no token
         return 2
     except OSError as exc:
         if exc.errno not in _STORAGE_ERRNOS:

@@ -18,6 +18,7 @@ from .config import RunConfig, make_config, profile_section, read_profile
 from .errors import ConfigError
 from .methods.base import MethodSpec, RunContext
 from .methods.registry import check_dataset, check_profile_methods, get_method
+from .redact import redact
 
 RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
@@ -77,7 +78,7 @@ def check_context(ctx: RunContext, run: RunConfig) -> None:
               "cache_dir": (str(ctx.cache_dir), str(cache_dir(run.cache_dir)))}
     diff = {k: v for k, v in wanted.items() if v[0] != v[1]}
     if diff:
-        what = "; ".join(f"{k}: context {a!r}, run {b!r}" for k, (a, b) in diff.items())
+        what = redact("; ".join(f"{k}: context {a!r}, run {b!r}" for k, (a, b) in diff.items()))
         raise ConfigError(f"the shared context was made for other settings than this run ({what}); "
                           f"make the context from the same profile and parameters, or leave ctx out")
 

@@ -10,6 +10,7 @@ from importlib import metadata
 from typing import Any
 
 from .paths import REPO_ROOT
+from .redact import redact
 
 TRACKED_PACKAGES = (
     "kgrag", "numpy", "pandas", "torch", "sentence-transformers", "transformers", "faiss-cpu",
@@ -41,8 +42,9 @@ def git_commit() -> dict[str, Any]:
 
 
 def manifest(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` is recorded `redact`ed: a model spec's token is no part of what made a result."""
     return {
-        "config": config,
+        "config": redact(config),
         "versions": package_versions(),
         "git": git_commit(),
         "python": sys.version.split()[0],

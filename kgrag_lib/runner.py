@@ -22,6 +22,7 @@ from .methods.base import Method
 from .progress import progress as progress_bar
 from .provenance import manifest
 from .records import Prediction, Question
+from .redact import redact
 
 PRED_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
@@ -111,11 +112,12 @@ class FolderBusyError(KgragError):
 
 
 def run_identity(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a run's config that decides its results (see `_VOLATILE_RUN`)."""
+    """The part of a run's config that decides its results (see `_VOLATILE_RUN`), `redact`ed as
+    the manifest records it: specs that differ only in a token are the same run."""
     ident = {k: v for k, v in config.items() if k not in ("profile", ABSENT_KEY)}
     if isinstance(ident.get("run"), dict):
         ident["run"] = {k: v for k, v in ident["run"].items() if k not in _VOLATILE_RUN}
-    return json.loads(json.dumps(ident, default=str))  # tuples and paths as the manifest stores them
+    return json.loads(json.dumps(redact(ident), default=str))  # tuples and paths as the manifest stores them
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -163,7 +165,7 @@ def folder_lock(out: Path) -> Iterator[None]:
                               f"folder") from None
     try:
         atomic_json(info, {"pid": os.getpid(), "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                            "command": " ".join(sys.argv)})
+                            "command": redact(" ".join(sys.argv))})
         yield
     finally:
         lock.release()

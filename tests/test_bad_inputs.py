@@ -2,7 +2,8 @@
 Latin-1, truncated or directory input ends in one line naming the file (and the line where there
 is one) and the expected form, exit code 2 on the CLI, never a traceback; `kgrag run` fails
 before any model is loaded. Also kept: a corrupt middle line of predictions.jsonl is an error,
-a torn last line is repaired on resume."""
+a torn last line is repaired on resume. And a token in a server spec reaches the server but no file
+and no message."""
 
 from __future__ import annotations
 
@@ -434,3 +435,108 @@ def test_a_bad_server_reply(tmp_path, metaqa_root, capsys, case, where, body, ct
     else:
         assert row["prediction"] == says and not row.get("failed")
         assert row["cost"]["llm_prompt_tokens"] == row["cost"]["llm_completion_tokens"] == 0
+
+
+# ---- secrets in a server spec: used to connect, never written or printed -------------------------------------------
+SECRETS = ("SECRET1", "SECRET2")
+
+
+@pytest.fixture
+def openai_server():
+    """Fault injection: a loopback OpenAI-compatible server serving model `m` (every answer
+    "Tom Hanks"); yields its port and the (path, Authorization header) of each request."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[str, str | None]] = []
+    completion = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "Tom Hanks"},
+                               "finish_reason": "stop"}],
+                  "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, body: Any) -> None:
+            seen.append((self.path, self.headers.get("Authorization")))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            data = json.dumps(body).encode()
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            models = {"object": "list", "data": [{"id": "m", "object": "model"}]}
+            self._answer(models if self.path.split("?")[0] == "/v1/models" else None)
+
+        def do_POST(self) -> None:
+            self._answer(completion if self.path.split("?")[0] == "/v1/chat/completions" else None)
+
+        def log_message(self, *args: Any) -> None:   # the server's log is no output of the run
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield srv.server_address[1], seen
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        t.join()
+
+
+def _secret_spec(host: str) -> str:
+    return f"openai:http://user:SECRET1@{host}/v1?api_key=SECRET2#m?flavor=vllm"   # vllm: the cpu-smoke profile samples with top_k
+
+
+def test_a_token_in_the_server_url_reaches_the_server_but_no_file_and_no_output(tmp_path, metaqa_root, openai_server,
+                                                                                capsys, recwarn, monkeypatch):
+    import base64
+
+    port, seen = openai_server
+    argv = ["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+            "--model", _secret_spec(f"127.0.0.1:{port}"), "--cache-dir", str(tmp_path / "cache"),
+            "--out", str(tmp_path / "run")]
+    monkeypatch.setattr(sys, "argv", ["kgrag", *argv])   # the run lock records the command line
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in rows] == ["Tom Hanks"]
+    basic = "Basic " + base64.b64encode(b"user:SECRET1").decode()
+    assert ("/v1/chat/completions?api_key=SECRET2", basic) in seen   # the credentials went where the URL said
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".sqlite" for p in files) and any(p.name == ".run.lock.json" for p in files)
+    printed = [out, err] + [str(w.message) for w in recwarn]
+    for secret in SECRETS:
+        assert [p for p in files if secret.encode() in p.read_bytes()] == []
+        assert not any(secret in text for text in printed)
+    man = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert man["config"]["run"]["model"] == "openai:http://***@127.0.0.1:%d/v1?api_key=***#m?flavor=vllm" % port
+
+
+@pytest.mark.parametrize("where", ["a closed port", "an unknown host"])
+def test_an_unreachable_server_is_named_without_its_token(tmp_path, metaqa_root, capsys, recwarn, where):
+    """Nothing listens there, or the name does not resolve: the error names the URL, never its secrets."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        host = f"127.0.0.1:{s.getsockname()[1]}" if where == "a closed port" else "kgrag-test.invalid"
+    assert main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+                 "--model", _secret_spec(host), "--request-retries", "0",
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the OpenAI-compatible server at http://{host}/v1 (" in err
+    assert not any(secret in text for secret in SECRETS for text in [err] + [str(w.message) for w in recwarn])
+
+
+def test_specs_differing_only_in_their_token_are_one_run_and_other_urls_are_not():
+    from kgrag_lib.runner import identity_diff
+
+    def cfg(url: str) -> dict[str, Any]:
+        return {"run": {"model": f"openai:{url}#m?flavor=vllm"}}
+
+    assert identity_diff(cfg("http://u:SECRET1@h:1/v1?api_key=SECRET2"), cfg("http://v:other@h:1/v1?api_key=x")) == []
+    assert identity_diff(cfg("http://u:SECRET1@h:1/v1"), cfg("http://u:SECRET1@h:2/v1")) == [
+        "run.model: 'openai:http://***@h:1/v1#m?flavor=vllm' -> 'openai:http://***@h:2/v1#m?flavor=vllm'"]

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError
+from ..redact import redact
 from .base import LLM, Completion, Generator, PromptTooLongError, SamplingParams, Usage
 from .cache import LLMCache, default_cache_path
 from .fake import ScriptedLLM
@@ -77,10 +78,13 @@ def load_llm(
     `cache=True` uses the shared SQLite cache (`cache_path`, else $KGRAG_LLM_CACHE, else
     `cache_dir()/llm_cache.sqlite`); extra keywords go to the backend constructor.
     Anything that cannot run here raises BackendUnavailableError saying what is missing.
+    A token in a server URL is used to connect; the model's name and every message show the
+    spec `redact`ed.
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"llm spec: expected a non-empty string, got {spec!r}; accepted:\n{describe_specs()}")
+        raise ConfigError(f"llm spec: expected a non-empty string, got {redact(spec)!r}; accepted:\n{describe_specs()}")
     spec = spec.strip()
+    shown = redact(spec)
     c = _make_cache(cache, cache_path)
 
     if spec in PRESETS:
@@ -111,26 +115,26 @@ def load_llm(
         return _construct(HFLLM, spec, rest, name=spec, cache=c, **kw)
     if prefix == "openai" and rest:
         base_url, sep, model = rest.rpartition("#")
-        model, query = _split_query(spec, model)
+        model, query = _split_query(shown, model)
         if not sep or not base_url or not model:
-            raise ConfigError(f"llm spec {spec!r}: expected openai:<base_url>#<model>[?flavor=<flavor>], e.g. "
+            raise ConfigError(f"llm spec {shown!r}: expected openai:<base_url>#<model>[?flavor=<flavor>], e.g. "
                               "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct?flavor=vllm")
         from .backends.openai_compat import OpenAICompatLLM
 
-        kw = _flavor_from_query(spec, query, kw)
-        return _construct(OpenAICompatLLM, spec, base_url, model, name=spec, cache=c, **kw)
+        kw = _flavor_from_query(shown, query, kw)
+        return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
     if prefix in ("vllm", "ollama") and rest:
         from .backends.openai_compat import OpenAICompatLLM
 
-        model, query = _split_query(spec, rest)
+        model, query = _split_query(shown, rest)
         default = os.environ.get(VLLM_URL_ENV, DEFAULT_VLLM_URL) if prefix == "vllm" else DEFAULT_OLLAMA_URL
         base_url = kw.pop("base_url", default)
-        kw = _flavor_from_query(spec, query, kw)
+        kw = _flavor_from_query(shown, query, kw)
         kw.setdefault("flavor", prefix)
-        return _construct(OpenAICompatLLM, spec, base_url, model, name=spec, cache=c, **kw)
+        return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
     if prefix in MANAGED_PREFIXES and rest:
         return _load_managed(spec, prefix, rest, c, kw)
-    raise ConfigError(f"unknown llm spec {spec!r}; accepted:\n{describe_specs()}")
+    raise ConfigError(f"unknown llm spec {shown!r}; accepted:\n{describe_specs()}")
 
 
 MANAGED_PREFIXES = ("vllm-serve", "llamacpp-server", "llama-server")

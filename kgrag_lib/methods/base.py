@@ -21,6 +21,7 @@ from ..paths import cache_dir as _cache_dir
 from ..paths import cache_dir_scope as _cache_dir_scope
 from ..paths import data_root as _data_root
 from ..records import Prediction, Question
+from ..redact import redact
 
 
 class Method:
@@ -94,7 +95,7 @@ class RunContext:
         self.shared: dict[str, Any] = {}
 
     def __repr__(self) -> str:
-        return (f"RunContext(model={self.model!r}, embedder_spec={self.embedder_spec!r}, "
+        return (f"RunContext(model={redact(self.model)!r}, embedder_spec={self.embedder_spec!r}, "
                 f"data_root={self._data_root!r}, cache_dir={self._cache_dir!r})")
 
     @property

@@ -16,10 +16,14 @@ and size, Ollama's digest, ...), never the alias alone: another model served und
 name must not replay old answers. Where the server reports nothing the identity says
 `weights=unreported` (and names the URL and alias), `identity_source` says why, and a warning
 is printed once.
+
+A URL's `user:password@` and query (`?api_key=...`) go with every request (as HTTP Basic auth
+and query parameters) but stay out of `base_url`, identities and messages (`kgrag_lib.redact`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -27,9 +31,10 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import parse_qsl, unquote, urlparse, urlunparse
 
 from ...errors import BackendUnavailableError, ConfigError
+from ...redact import redact
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
 from ..parsing import LLMParseError
 from .. import server_flavors as sf
@@ -42,7 +47,7 @@ def normalize_base_url(url: str) -> str:
     url = url.strip().rstrip("/")
     parsed = urlparse(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ConfigError(f"base_url: expected http(s)://host[:port][/v1], got {url!r}")
+        raise ConfigError(f"base_url: expected http(s)://host[:port][/v1], got {redact(url)!r}")
     if parsed.path in ("", "/"):
         url += "/v1"
     return url
@@ -56,6 +61,22 @@ def public_url(url: str) -> str:
         host = f"[{host}]"
     netloc = host + (f":{p.port}" if p.port else "")
     return urlunparse((p.scheme, netloc, p.path, "", "", ""))
+
+
+def split_credentials(url: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """`http://u:p@host:8000?api_key=t` -> (`http://host:8000/v1`, {"Authorization": "Basic <u:p>"},
+    {"api_key": "t"}): the URL that may be shown, and what every request carries besides (a URL's
+    user:password as Basic auth, as httpx sends it; its query, which the SDK would glue onto paths)."""
+    p = urlparse(url.strip())
+    try:
+        p.port
+    except ValueError:
+        raise ConfigError(f"base_url: expected http(s)://host[:port][/v1], got {redact(url)!r}") from None
+    headers = {}
+    if "@" in p.netloc:
+        pair = f"{unquote(p.username or '')}:{unquote(p.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    return normalize_base_url(public_url(url.strip())), headers, dict(parse_qsl(p.query, keep_blank_values=True))
 
 
 def _server_root(base_url: str) -> str:
@@ -109,7 +130,7 @@ class OpenAICompatLLM(LLM):
                                 ("max_retries", max_retries, isinstance(max_retries, int) and max_retries >= 0)):
             if not ok:
                 raise ConfigError(f"{knob}: expected a positive number (max_retries: an int >= 0), got {value!r}")
-        self.base_url = normalize_base_url(base_url)
+        self.base_url, auth_headers, query = split_credentials(base_url)
         self.model = model
         self.api_key = api_key or os.environ.get("KGRAG_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.timeout = float(timeout)
@@ -122,6 +143,7 @@ class OpenAICompatLLM(LLM):
         # the wait on a stalled server.
         self._client = openai.OpenAI(
             base_url=self.base_url, api_key=self.api_key or "not-needed", max_retries=0,
+            default_headers=auth_headers or None, default_query=query or None,
             timeout=openai.Timeout(self.timeout, connect=connect_timeout))
         self.served: dict[str, Any] = {}
         facts = None
@@ -132,7 +154,7 @@ class OpenAICompatLLM(LLM):
             self.flavor = given
             self.flavor_source = "given"
             if facts is not None and facts.flavor != given and facts.flavor != "openai":
-                warnings.warn(f"{public_url(self.base_url)} looks like {sf.LABELS[facts.flavor]} ({facts.evidence}) "
+                warnings.warn(f"{self.base_url} looks like {sf.LABELS[facts.flavor]} ({facts.evidence}) "
                               f"but flavor={given!r} was given; sending {given!r} fields", stacklevel=2)
         else:
             assert facts is not None
@@ -149,10 +171,10 @@ class OpenAICompatLLM(LLM):
         if reported:
             identity = f"openai-compat:{self.flavor}|weights={reported}"
         else:
-            identity = f"openai-compat:{self.flavor}|{public_url(self.base_url)}#{model}|weights=unreported"
+            identity = f"openai-compat:{self.flavor}|{self.base_url}#{model}|weights=unreported"
             if identity not in _WARNED:
                 _WARNED.add(identity)
-                warnings.warn(f"{public_url(self.base_url)} ({sf.LABELS[self.flavor]}) does not say which weights it "
+                warnings.warn(f"{self.base_url} ({sf.LABELS[self.flavor]}) does not say which weights it "
                               f"serves as {model!r} ({self.identity_source}); cached answers are keyed by URL and "
                               f"name only, so clear the cache if another model is served there", stacklevel=2)
         if not self.chat:
@@ -176,27 +198,27 @@ class OpenAICompatLLM(LLM):
                 return fn()
             except openai.APITimeoutError:
                 raise BackendUnavailableError(
-                    f"{public_url(self.base_url)} gave no answer to {what} within {self.timeout:g} s; the server is "
+                    f"{self.base_url} gave no answer to {what} within {self.timeout:g} s; the server is "
                     f"stalled or overloaded (raise timeout= for a slow CPU server with many requests in flight)") from None
             except openai.APIConnectionError as e:
                 last: Exception = BackendUnavailableError(
-                    f"cannot reach the OpenAI-compatible server at {public_url(self.base_url)} ({e.__cause__ or e}); "
+                    f"cannot reach the OpenAI-compatible server at {self.base_url} ({redact(str(e.__cause__ or e))}); "
                     f"start it first, e.g. `vllm serve {self.model}`, or let kgrag start one "
                     f"(--model vllm-serve:<model> / llamacpp-server:<gguf>)")
             except openai.APIStatusError as e:
-                detail = _error_detail(e)
+                detail = redact(_error_detail(e))   # a server may echo the request URL
                 if e.status_code in (408, 409, 429) or e.status_code >= 500:
-                    last = BackendUnavailableError(f"{public_url(self.base_url)} answered HTTP {e.status_code} to {what}: {detail}")
+                    last = BackendUnavailableError(f"{self.base_url} answered HTTP {e.status_code} to {what}: {detail}")
                 elif any(s in detail.lower() for s in ("context length", "context window", "exceed_context", "maximum context")):
-                    raise PromptTooLongError(f"{public_url(self.base_url)}: {detail}") from None
+                    raise PromptTooLongError(f"{self.base_url}: {detail}") from None
                 else:
-                    raise ConfigError(f"{public_url(self.base_url)} rejected {what} (HTTP {e.status_code}): {detail}") from None
+                    raise ConfigError(f"{self.base_url} rejected {what} (HTTP {e.status_code}): {detail}") from None
             except openai.APIResponseValidationError as e:
-                raise BackendUnavailableError(f"{public_url(self.base_url)}: unreadable answer to {what}: {e}") from None
+                raise BackendUnavailableError(f"{self.base_url}: unreadable answer to {what}: {redact(str(e))}") from None
             except (json.JSONDecodeError, UnicodeDecodeError) as e:  # the SDK reading a body that is no JSON text
                 kind = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "not valid JSON"
                 raise BackendUnavailableError(f"{public_url(self.base_url)} is not an OpenAI-compatible server: its "
-                                              f"answer to {what} is {kind} ({e})") from None
+                                              f"answer to {what} is {kind} ({redact(str(e))})") from None
             if attempt < self.max_retries:
                 time.sleep(delay * (1 + 0.25 * random.random()))
                 delay *= 2
@@ -225,7 +247,7 @@ class OpenAICompatLLM(LLM):
             if isinstance(entry, dict) and entry.get("id") == self.model:
                 return entry
         ids = [e.get("id") for e in entries if isinstance(e, dict)]
-        raise BackendUnavailableError(f"{public_url(self.base_url)} does not serve {self.model!r}; it serves {ids}")
+        raise BackendUnavailableError(f"{self.base_url} does not serve {self.model!r}; it serves {ids}")
 
     def close(self) -> None:
         """Close the connection pool and stop a server this object started."""
@@ -264,7 +286,7 @@ class OpenAICompatLLM(LLM):
             text = choice.message.content if self.chat else choice.text
         except (AttributeError, IndexError, TypeError):
             raise BackendUnavailableError(f"{public_url(self.base_url)} is not an OpenAI-compatible server: its answer "
-                                          f"to a completion request is {str(out)[:300]!r}") from None
+                                          f"to a completion request is {redact(str(out)[:300])!r}") from None
         logprobs = None
         if params.logprobs:
             raw = choice.logprobs.model_dump() if choice.logprobs is not None else None
@@ -305,7 +327,7 @@ class OpenAICompatLLM(LLM):
     def _parse_logprobs(self, value: Any) -> list[TokenLogprob]:
         """The chat form ({"content": [{token, logprob, top_logprobs: [{token, logprob}]}]}) or
         the completions form ({tokens, token_logprobs, top_logprobs: [{token: logprob}]})."""
-        where = f"{public_url(self.base_url)} ({self.model})"
+        where = f"{self.base_url} ({self.model})"
         try:
             if self.chat:
                 if not value or value.get("content") is None:
