@@ -12,6 +12,7 @@ check their own profile sections (`read_profile`'s `checks`), so reading setting
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -87,6 +88,21 @@ def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck) -> dict
     for check in checks:
         check(data, where)
     return data
+
+
+def profile_label(profile: str | Path) -> str:
+    """The folder name of a study's results and figures: a shipped profile's own name; for any other
+    file its stem and the first 8 hex digits of its content's sha256, so a copy or an edit that
+    shares a shipped profile's file name (some/dir/cpu-smoke.yaml) never writes into that
+    profile's folders, and two different files never share one."""
+    p = Path(profile)
+    if not p.suffix:
+        return str(profile)
+    if p.resolve().parent == PROFILE_DIR:
+        return p.stem
+    if not p.is_file():
+        _read_yaml(p, profile)   # the one message for a profile that is not there
+    return f"{p.stem}-{hashlib.sha256(p.read_bytes()).hexdigest()[:8]}"
 
 
 def _read_yaml(p: Path, asked: str | Path) -> dict[str, Any]:

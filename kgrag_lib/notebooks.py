@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .config import profile_label
 from .errors import KgragError
 from .paths import REPO_ROOT
 
@@ -48,13 +49,16 @@ def execute(notebook: str | Path, executed_path: str | Path, parameters: dict[st
     return executed_path
 
 
-def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: Path) -> Path:
-    """`profile` with its `run` section overridden, checked, and written as YAML to `path`."""
+def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: Path, name: str | None = None) -> Path:
+    """`profile` with its `run` section overridden, checked, and written as YAML to `path`; `name`
+    (the study's label) names the figures folder the notebooks write to."""
     import yaml
 
     from .studies import load_profile
 
     prof = load_profile(profile)
+    if name:
+        prof["name"] = name
     prof["run"] = {**(prof.get("run") or {}), **run_overrides}
     if run_overrides.get("model"):
         prof.pop("models", None)   # one model for every family: the profile's per-family choices would win
@@ -89,10 +93,11 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
     and summary rows. `run_overrides` (e.g. concurrency) change the profile's `run` section for
     every notebook: the effective profile is written to `<out_root>/profile.yaml` and passed to
     the notebooks, so their executed copies name the file that holds their settings."""
-    out_root = Path(out_root or REPO_ROOT / "results" / Path(profile).stem).resolve()  # notebooks run in notebooks/
+    label = profile_label(profile)
+    out_root = Path(out_root or REPO_ROOT / "results" / label).resolve()  # notebooks run in notebooks/
     given = {k: v for k, v in (run_overrides or {}).items() if v is not None}
-    if given:
-        profile = str(effective_profile(profile, given, out_root / "profile.yaml"))
+    if given or label != Path(str(profile)).stem:   # overrides, or a profile file of the user's
+        profile = str(effective_profile(profile, given, out_root / "profile.yaml", name=label))
     books = study_notebooks()
     if only:
         books = [b for b in books if any(b.stem.startswith(o) or b.name == o for o in only)]

@@ -167,3 +167,29 @@ def test_kg_infused_grid_run_equals_kgrag_run(tmp_path, offline_parts):
     assert kgrag(["run", "--method", "vanilla-rag", "--dataset", "2wiki", "--n", "2", "--seed", "0",
                   "--out", str(cell.out), "--no-progress"]) == 0
     _same_files(tmp_path / "from-notebook", cell.out)
+
+
+def test_a_profile_file_of_the_users_gets_its_own_results_and_figures_folders(tmp_path, monkeypatch):
+    """`kgrag study --profile some/dir/cpu-smoke.yaml` once wrote into results/cpu-smoke and
+    figures/cpu-smoke, over the shipped profile's; now a user's file is labelled by its stem and
+    content hash, and the notebooks get a profile of that name (their figures folder)."""
+    import kgrag_lib.notebooks as notebooks
+    from kgrag_lib.config import PROFILE_DIR, profile_label
+
+    mine = tmp_path / "some" / "dir" / "cpu-smoke.yaml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text((PROFILE_DIR / "cpu-smoke.yaml").read_text(encoding="utf-8") + "\n# mine\n", encoding="utf-8")
+    label = profile_label(mine)
+    assert label.startswith("cpu-smoke-") and len(label) == len("cpu-smoke-") + 8
+    assert profile_label("cpu-smoke") == profile_label(PROFILE_DIR / "cpu-smoke.yaml") == "cpu-smoke"
+    with pytest.raises(ConfigError, match="not found"):
+        profile_label(tmp_path / "missing.yaml")
+
+    seen = []
+    monkeypatch.setattr(notebooks, "REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setattr(notebooks, "execute", lambda nb, dest, params, progress=True: seen.append(params))
+    report = notebooks.run_study(str(mine), only=["00"], progress=False)
+    assert report["out_root"] == (tmp_path / "repo" / "results" / label).resolve()
+    assert load_profile(seen[0]["profile"])["name"] == label          # so figures/<label>
+    notebooks.run_study("cpu-smoke", only=["00"], progress=False)
+    assert seen[1]["profile"] == "cpu-smoke"                          # the shipped profile as it is
