@@ -16,6 +16,7 @@ from typing import Any
 from .config import profile_label
 from .errors import KgragError
 from .paths import REPO_ROOT
+from .redact import redact
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 SUMMARY_FILE = "summary.json"
@@ -77,11 +78,12 @@ def read_summary(out_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def write_summary(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
-    """Called from notebooks: the rows a sweep or the study table will collect."""
+    """Called from notebooks: the rows a sweep or the study table will collect (a token in a
+    server spec among them redacted)."""
     p = Path(out_dir)
     p.mkdir(parents=True, exist_ok=True)
     tmp = p / (SUMMARY_FILE + ".tmp")
-    tmp.write_text(json.dumps(rows, indent=2, default=str), encoding="utf-8")
+    tmp.write_text(json.dumps(redact(rows), indent=2, default=str), encoding="utf-8")
     tmp.replace(p / SUMMARY_FILE)
     return p / SUMMARY_FILE
 

@@ -24,6 +24,8 @@ from unittest import mock
 
 import yaml
 
+from ..redact import redact
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run a notebook over a parameter grid with papermill", description=__doc__)
@@ -127,16 +129,17 @@ def handle(args: argparse.Namespace) -> int:
     combos = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())] or [{}]
     cells = []
     for combo in combos:   # every identity (profiles included) resolved before the first run
-        identity = _identity(nb, {"profile": args.profile, **combo})
-        cells.append((combo, identity, out_root / _slug(combo, identity)))
+        # redacted: a token in a swept model spec goes into no folder name, cell.json, table or message
+        identity = redact(_identity(nb, {"profile": args.profile, **combo}))
+        cells.append((combo, identity, out_root / _slug(redact(combo), identity)))
     rows = []
     for i, (combo, identity, run_dir) in enumerate(cells, 1):
         done_marker = run_dir / "executed.ipynb"
         params = {"profile": args.profile, **combo, "out_dir": str(run_dir)}
         if done_marker.exists() and read_summary(run_dir) and _same_cell(run_dir, identity) and not args.force:
-            print(f"[{i}/{len(combos)}] {combo}: already done, skipped")
+            print(f"[{i}/{len(combos)}] {redact(combo)}: already done, skipped")
         else:
-            print(f"[{i}/{len(combos)}] {combo}: running {nb.name}", flush=True)
+            print(f"[{i}/{len(combos)}] {redact(combo)}: running {nb.name}", flush=True)
             done_marker.unlink(missing_ok=True)
             run_dir.mkdir(parents=True, exist_ok=True)
             atomic_json(run_dir / CELL_FILE, identity)
@@ -145,7 +148,7 @@ def handle(args: argparse.Namespace) -> int:
                 execute(nb, run_dir / "executed.partial.ipynb", params)
             (run_dir / "executed.partial.ipynb").replace(done_marker)
         for r in read_summary(run_dir) or [{}]:
-            rows.append({**combo, **r, "executed": str(done_marker)})
+            rows.append(redact({**combo, **r, "executed": str(done_marker)}))
     table = pd.DataFrame(rows)
     out_root.mkdir(parents=True, exist_ok=True)
     table.to_csv(out_root / "sweep.csv", index=False)
