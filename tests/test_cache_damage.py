@@ -5,18 +5,23 @@ embedding file is named and recomputed."""
 from __future__ import annotations
 
 import argparse
+import errno
+import json
 import logging
 import os
 import sqlite3
+import time
 
 import numpy as np
 import pytest
+from fakes import BagOfWordsEmbedder
 
 from kgrag_lib.commands import cache as cache_cmd
 from kgrag_lib.errors import CacheDamagedError, KgragError
 from kgrag_lib.llm import LLMCache, SamplingParams
 from kgrag_lib.llm.cache import check_cache, salvage_cache
 from kgrag_lib.retrieval import embed_cached
+from kgrag_lib.retrieval import emb_cache
 from kgrag_lib.retrieval.emb_cache import cache_path
 
 N_ROWS = 600
@@ -212,6 +217,68 @@ def test_an_embedder_that_breaks_its_promise_gets_one_line(tmp_path, fake_embedd
     with pytest.raises(CacheDamagedError, match=r"fails its check right after being written \(rows that should be "
                                                 r"unit vectors are not\): does test:bag-of-words-256 return 256-dim"):
         embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False)
+
+
+class _SlowBagOfWords(BagOfWordsEmbedder):
+    """The fake embedder taking a while per call, so that a kill lands mid-embedding."""
+
+    def encode(self, texts, **kw):
+        time.sleep(0.05)
+        return super().encode(texts, **kw)
+
+
+def _embed_in_child(cache_dir: str, texts: list[str]) -> None:
+    embed_cached(_SlowBagOfWords(), texts, cache_dir=cache_dir, show_progress=False)
+
+
+def test_a_killed_embedding_resumes_at_its_last_finished_block(tmp_path, monkeypatch):
+    """SIGKILL mid-embedding, rerun: finished blocks are kept, only the rest (the block cut short
+    included) is encoded, the array equals a one-shot embedding and no partial file remains."""
+    import multiprocessing as mp
+    import signal
+
+    monkeypatch.setattr(emb_cache, "BLOCK", 40)
+    monkeypatch.setattr(emb_cache, "CHUNK", 20)   # two encode calls per block; the forked child inherits both
+    texts = [f"triple {i} | starred_actors | actor {i % 17}" for i in range(400)]
+    final = cache_path(BagOfWordsEmbedder(), texts, cache_dir=tmp_path)
+    part, progress = final.with_suffix(".partial.npy"), final.with_suffix(".partial.json")
+    proc = mp.get_context("fork").Process(target=_embed_in_child, args=(str(tmp_path), texts))
+    proc.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and (not progress.exists() or json.loads(progress.read_text())["rows"] < 80):
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert proc.exitcode == -signal.SIGKILL
+    done = json.loads(progress.read_text())["rows"]
+    assert 80 <= done < len(texts) and done % 40 == 0 and part.exists() and not final.exists()
+
+    counting = BagOfWordsEmbedder()
+    resumed = np.array(embed_cached(counting, texts, cache_dir=tmp_path, show_progress=False))
+    assert counting.texts_seen == len(texts) - done      # nothing finished is encoded again
+    one_shot = np.array(embed_cached(BagOfWordsEmbedder(), texts, cache_dir=tmp_path / "fresh", show_progress=False))
+    np.testing.assert_array_equal(resumed, one_shot)
+    left = sorted(p.name for p in final.parent.iterdir())
+    assert left == sorted([final.name, final.with_suffix(".json").name, final.name + ".lock"])
+
+
+def test_a_full_disk_while_embedding_is_one_oserror_naming_the_file(tmp_path, fake_embedder, monkeypatch):
+    """The space is reserved before any row is written into the memory map, so a full disk is
+    ENOSPC naming the file (one line from the CLI), not a SIGBUS, and nothing is left behind."""
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    final = cache_path(fake_embedder, TEXTS, cache_dir=tmp_path)
+    with pytest.raises(OSError) as caught:
+        embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False)
+    exc = caught.value
+    assert exc.errno == errno.ENOSPC and exc.filename == str(final.with_suffix(".partial.npy"))
+    assert fake_embedder.calls == 0
+    assert "\n" not in str(exc) and str(final.with_suffix(".partial.npy")) in str(exc)
+    assert [p.name for p in final.parent.iterdir()] == [final.name + ".lock"]
+    monkeypatch.undo()   # space freed: the same call succeeds
+    assert embed_cached(fake_embedder, TEXTS, cache_dir=tmp_path, show_progress=False).shape == (len(TEXTS), 256)
 
 
 def test_export_and_import_carry_answers_between_caches(tmp_path, capsys):

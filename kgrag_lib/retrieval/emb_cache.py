@@ -2,9 +2,10 @@
 
 A corpus such as the 133k MetaQA triples takes minutes to embed on a CPU; every later
 process (a sweep, a notebook rerun) memory-maps the stored .npy instead. Files are written
-to a temporary name and renamed, under a file lock, so concurrent or interrupted runs
-never leave a half-written array under the final name. A stored file that fails its check
-(damaged on disk: truncated, overwritten) is named in a warning and recomputed, never used.
+to `<final>.partial.npy` in blocks and renamed, under a file lock, so concurrent or interrupted
+runs never leave a half-written array under the final name, and a killed run resumes at its
+last finished block. A stored file that fails its check (damaged on disk: truncated,
+overwritten) is named in a warning and recomputed, never used.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -27,6 +27,7 @@ from kgrag_lib.paths import cache_dir as default_cache_dir
 log = logging.getLogger(__name__)
 
 CHUNK = 1024  # texts per encode call: bounds memory and drives the progress bar
+BLOCK = 4096  # rows flushed and recorded together: what a killed run loses at most
 CHECK_BLOCK_BYTES = 64 << 20  # rows checked per numpy call when a stored file is opened
 
 
@@ -88,16 +89,24 @@ def _open_checked(path: Path, n: int, dim: int, normalize: bool) -> tuple[np.nda
     size, want = path.stat().st_size, arr.offset + arr.nbytes
     if size != want:
         return None, f"{size} bytes, expected {want}"
-    step = max(1, CHECK_BLOCK_BYTES // max(4 * dim, 1))
-    for start in range(0, n, step):
-        rows = np.asarray(arr[start:start + step])
+    problem = _rows_problem(arr, n, normalize)
+    if problem:
+        return None, problem
+    return arr, ""
+
+
+def _rows_problem(arr: np.ndarray, stop: int, normalize: bool) -> str:
+    """What is wrong with rows [0, stop) of `arr` ("" if nothing), read `CHECK_BLOCK_BYTES` at a time."""
+    step = max(1, CHECK_BLOCK_BYTES // max(4 * arr.shape[1], 1))
+    for start in range(0, stop, step):
+        rows = np.asarray(arr[start:min(start + step, stop)])
         if not np.isfinite(rows).all():
             bad = start + int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
-            return None, f"non-finite values (row {bad})"
+            return f"non-finite values (row {bad})"
         norms = np.linalg.norm(rows, axis=1)
         if normalize and not np.all((np.abs(norms - 1) < 1e-3) | (norms < 1e-6)):
-            return None, "rows that should be unit vectors are not"
-    return arr, ""
+            return "rows that should be unit vectors are not"
+    return ""
 
 
 def embed_cached(
@@ -146,33 +155,86 @@ def embed_cached(
     return arr
 
 
+def _partial_files(path: Path) -> tuple[Path, Path]:
+    """The resumable partial array and its progress record, named after the final file's key."""
+    return path.with_suffix(".partial.npy"), path.with_suffix(".partial.json")
+
+
+def _reserve(part: Path) -> None:
+    """Allocate every block of `part` now: a memmap write into a hole the disk cannot fill is a
+    SIGBUS that kills the process; posix_fallocate turns a full disk into ENOSPC here, before
+    any row is written (an OSError naming the file, which the CLI reports in one line)."""
+    if not hasattr(os, "posix_fallocate"):  # macOS, Windows: no reservation
+        return
+    fd = os.open(part, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(part)) from None
+    finally:
+        os.close(fd)
+
+
+def _resume_point(part: Path, progress: Path, n: int, dim: int, normalize: bool) -> int:
+    """Rows of `part` already encoded by an interrupted run (0 if none can be trusted). Rows are
+    recorded only after they are flushed to disk, so a block cut short is simply encoded again."""
+    try:
+        rec = json.loads(progress.read_text())
+        done = int(rec["rows"])
+        arr = np.load(part, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    if (rec.get("n"), rec.get("dim")) != (n, dim) or arr.dtype != np.float32 or arr.shape != (n, dim) \
+            or not 0 < done <= n or part.stat().st_size != arr.offset + arr.nbytes:
+        return 0
+    problem = _rows_problem(arr, done, normalize)
+    if problem:
+        log.warning("partial embedding file %s is damaged (%s); starting it again", part, problem)
+        return 0
+    return done
+
+
 def _encode_to(path: Path, embedder: SupportsEncode, texts: list[str], normalize: bool,
                batch_size: int, show_progress: bool) -> None:
-    """Encode chunk by chunk into a temporary .npy memmap, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npy", dir=path.parent)
-    os.close(fd)
+    """Encode into `<final>.partial.npy` (space reserved up front) in blocks of `BLOCK` rows,
+    recording after each block how many rows are on disk, then rename it into place. A killed
+    run (the 133k MetaQA triples take minutes) resumes at its last finished block. The caller
+    holds the file lock, so one process at a time touches the partial files."""
+    n, dim = len(texts), embedder.dim
+    part, progress = _partial_files(path)
+    done = _resume_point(part, progress, n, dim, normalize)
+    if done:
+        log.info("resuming embedding of %s at row %d of %d", path.name, done, n)
+    else:
+        progress.unlink(missing_ok=True)
     try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(texts), embedder.dim))
-        bar = None
-        if show_progress and len(texts) > CHUNK:
-            from ..progress import progress
+        out = np.lib.format.open_memmap(part, mode="r+") if done else \
+            np.lib.format.open_memmap(part, mode="w+", dtype=np.float32, shape=(n, dim))
+        _reserve(part)
+    except OSError as exc:
+        if not done:
+            part.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), exc.filename or str(part)) from None
+    bar = None
+    if show_progress and n - done > CHUNK:
+        from ..progress import progress as progress_bar
 
-            bar = progress(total=len(texts), desc=f"embedding {path.stem.rsplit('-', 1)[0]}", unit="text")
-        for start in range(0, len(texts), CHUNK):
-            part = texts[start:start + CHUNK]
-            vecs = embedder.encode(part, batch_size=batch_size, normalize=normalize, show_progress=False)
-            if vecs.shape != (len(part), embedder.dim):
-                raise ValueError(f"embedder returned shape {vecs.shape} for {len(part)} texts; expected ({len(part)}, {embedder.dim})")
-            out[start:start + len(part)] = vecs
+        bar = progress_bar(total=n, initial=done, desc=f"embedding {path.stem.rsplit('-', 1)[0]}", unit="text")
+    for block in range(done, n, BLOCK):
+        for start in range(block, min(block + BLOCK, n), CHUNK):
+            chunk = texts[start:min(start + CHUNK, block + BLOCK, n)]
+            vecs = embedder.encode(chunk, batch_size=batch_size, normalize=normalize, show_progress=False)
+            if vecs.shape != (len(chunk), dim):
+                raise ValueError(f"embedder returned shape {vecs.shape} for {len(chunk)} texts; expected ({len(chunk)}, {dim})")
+            out[start:start + len(chunk)] = vecs
             if bar is not None:
-                bar.update(len(part))
-        if bar is not None:
-            bar.close()
-        out.flush()
-        del out
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+                bar.update(len(chunk))
+        out.flush()  # msync: the rows are on disk before the record says so
+        atomic_text(progress, json.dumps({"rows": min(block + BLOCK, n), "n": n, "dim": dim}))
+    if bar is not None:
+        bar.close()
+    del out
+    with open(part, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(part, path)
+    progress.unlink(missing_ok=True)
