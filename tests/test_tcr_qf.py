@@ -1,7 +1,7 @@
 """TCR-QF: the EID-record parser, token chunking, the KG build and its resumable journal, triple
 context restoration on hand-made sources, edit-distance de-duplication, the ToG search, the
-feedback loop's stopping rules and the KG replay of a resumed run (scripted LLM, fake embedder);
-and the real small model on real 2Wiki questions (marked `model`)."""
+feedback loop's stopping rules, the KG replay of a resumed run and a SIGKILL drill of a run (scripted
+LLM, fake embedder); and the real small model on real 2Wiki questions (marked `model`)."""
 
 from __future__ import annotations
 
@@ -414,6 +414,147 @@ def test_rounds_run_over_the_whole_sample_in_flight_and_resume_from_the_cache(tm
     metrics = run_method(m5, Q, part, {"m": 1}, llm=llm5, progress=False, concurrency=2)
     assert llm5.usage.calls == 0 and metrics["this_run"]["answered"] == 1
     assert strip(rows(part)) == strip(one)
+
+
+# ---- a kill drill: SIGKILL a run mid-way, resume it ------------------------------------------------------------------
+
+DRILL_NAMES = ["Mary Somerville", "Augustus De Morgan", "William Frend", "Michael Faraday", "John Herschel",
+               "Charles Dickens", "Andrew Crosse", "Lady Byron", "Woronzow Greig", "Sophia Frend", "David Brewster",
+               "Charles Wheatstone", "Fanny Kemble", "Arabella Lawrence", "William King", "Harriet Martineau"]
+DRILL_Q = [Question("d1", "Who tutored Ada Lovelace?", ["Mary Somerville"], dataset="2wiki"),
+           Question("d2", "Where was Ada Lovelace born?", ["London"], dataset="2wiki"),
+           Question("d3", "Who taught Ada Lovelace mathematics once?", ["Augustus De Morgan"], dataset="2wiki"),
+           Question("d4", "Who taught Ada Lovelace music?", ["William Frend"], dataset="2wiki"),
+           Question("d5", "Where was Charles Babbage born?", ["London"], dataset="2wiki"),
+           Question("d6", "Who taught Ada Lovelace logic once?", ["Augustus De Morgan"], dataset="2wiki")]
+
+
+def _drill_llm(delay: float, stall: tuple | None = None):
+    """A function of the prompt alone (as a real model at temperature 0), `delay` seconds a call;
+    `stall` = (file, n): every call hangs once the file has n lines (the kill lands mid-run).
+    'born' questions miss nothing; 'once' questions stop missing once a tutor is in their context;
+    the others ask, each round, for one more tutor (a name picked by the prompt's hash, at times one
+    the KG has), so the KG grows over rounds and what a question sees depends on what others added."""
+    import hashlib
+    import re
+    import time as _time
+
+    def fn(messages, params):
+        _time.sleep(delay)
+        while stall and stall[0].exists() and stall[0].read_text().count("\n") >= stall[1]:
+            _time.sleep(0.05)   # until the kill
+        text = messages[-1]["content"]
+        tutors = re.findall(r"<([^|<>]+) \| tutored \| Ada Lovelace>", text)
+        if "Missing questions:" in text:
+            asked = text.split("\nQuestion: ", 1)[1].split("\n", 1)[0]
+            if "born" in asked or ("once" in asked and tutors):
+                return "NONE"
+            return f"Who else tutored Ada Lovelace besides {len(tutors)} known tutors, as asked in '{asked}'?"
+        if "We need this piece of information" in text:
+            pick = DRILL_NAMES[int(hashlib.sha256(text.encode()).hexdigest(), 16) % len(DRILL_NAMES)]
+            return ('[entity | E1 | Person | "Ada Lovelace" | x]\n'
+                    f'[entity | E2 | Person | "{pick}" | y]\n[relation | E2 | tutored | E1 | "tutored her"]\n')
+        if "Choose at most" in text or "Give each a score" in text:
+            key, item = ("relations", "relation") if "Choose at most" in text else ("entities", "entity")
+            spec = json.loads(params.json_schema)["properties"][key]
+            options = spec["items"]["properties"][item]["enum"][:spec["maxItems"]]
+            return json.dumps({key: [{item: o, "score": 0.9 if "tutored" in o or o in DRILL_NAMES else 0.1}
+                                     for o in options]})
+        if "Are they enough" in text:
+            return '{"enough": false}'
+        return "Final Answer: " + (tutors[-1] if tutors else "London")
+
+    return fn
+
+
+def _drill_run(folder, out, cache, cache_dir, schedule, concurrency, delay=0.0, stall=None):
+    """One TCR-QF run of the drill; returns (method, llm, metrics)."""
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.runner import run_method
+    from fakes import BagOfWordsEmbedder
+
+    llm = ScriptedLLM(_drill_llm(delay, stall), identity="scripted:drill", cache=LLMCache(cache))
+    llm.concurrent_requests = True
+    m = make_method("tcr-qf", RunContext(llm=llm, embedder=BagOfWordsEmbedder(), cache_dir=str(cache_dir)),
+                    {"max_iterations": 3, "depth": 2, "width": 4, "topic_k": 1, "schedule": schedule}, seed=0,
+                    kg_folder=lambda spec: folder)
+    metrics = run_method(m, DRILL_Q, out, {"drill": schedule}, llm=llm, progress=False, concurrency=concurrency)
+    return m, llm, metrics
+
+
+@pytest.mark.parametrize("schedule", ["sample", "question"])
+def test_kill_drill_tcr_qf_resume_replays_the_kg_and_repeats_no_call(tmp_path, schedule):
+    """SIGKILL a TCR-QF run whose feedback grows the KG across questions and rounds once some
+    questions are written, resume it: every question once on complete lines, the same
+    predictions, scores and final KG as an uninterrupted run, and no request computed twice."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    from kgrag_lib.runner import PRED_FILE
+
+    folder = _saved_kg(tmp_path)
+    out, cache = tmp_path / "run", tmp_path / "llm.sqlite"
+    conc = 2 if schedule == "sample" else 1   # questions in flight (one at a time when each sees the last)
+    # killed once questions that grew the KG are written: over the sample, the 2 closed in round 0
+    # (nothing missing) and the 2 closed in round 1, which added triples in round 0
+    kill_after = 4 if schedule == "sample" else 2
+    pred = out / PRED_FILE
+    proc = mp.get_context("fork").Process(target=_drill_run, args=(folder, out, cache, tmp_path / "emb", schedule,
+                                                                   conc, 0.02, (pred, kill_after)))
+    proc.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and (not pred.exists() or pred.read_text().count("\n") < kill_after):
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert proc.exitcode == -signal.SIGKILL
+    written = [json.loads(l) for l in pred.read_text().splitlines() if l.endswith("}")]
+    assert len(written) == kill_after and any(r["trace"]["kg_added"] for r in written)
+
+    def rows(path) -> int:
+        with sqlite3.connect(path) as conn:
+            return conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+
+    before = rows(cache)
+    m, llm, metrics = _drill_run(folder, out, cache, tmp_path / "emb", schedule, conc)
+    whole, whole_llm, whole_metrics = _drill_run(folder, tmp_path / "whole", tmp_path / "whole.sqlite",
+                                                 tmp_path / "emb-whole", schedule, conc)
+    # (1) every question exactly once, on complete lines
+    lines = pred.read_text().splitlines()
+    assert sorted(json.loads(l)["qid"] for l in lines) == sorted(q.qid for q in DRILL_Q)
+    assert metrics["this_run"]["reused"] == len(written)
+    assert metrics["this_run"]["answered"] == len(DRILL_Q) - len(written)
+
+    # (2) the same answers, traces (KG seen each round, triples added), scores and final KG
+    def table(path):
+        kept = ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens")
+        got = sorted((json.loads(l) for l in (path / PRED_FILE).read_text().splitlines()), key=lambda r: r["qid"])
+        return [{**r, "cost": {k: r["cost"][k] for k in kept}} for r in got]
+
+    resumed, uninterrupted = table(out), table(tmp_path / "whole")
+    assert resumed == uninterrupted
+    kg0 = uninterrupted[0]["trace"]["rounds"][0]["edges"]   # d1's first round sees the KG as built
+    assert sum(len(r["trace"]["kg_added"]) for r in uninterrupted) >= 2     # the drill grows the KG, and later
+    assert max(x["edges"] for r in uninterrupted for x in r["trace"]["rounds"]) >= kg0 + 2   # rounds see it
+    scores = lambda res: {k: v for k, v in res.items() if k not in ("this_run", "cost_per_question")}  # noqa: E731
+    assert scores(metrics) == scores(whole_metrics)
+    spec = "tcr:2wiki:n=100:seed=0"
+    triples = lambda kg: [kg.store.triple(i) for i in range(kg.store.num_triples)]  # noqa: E731
+    assert (m.parts(spec).kg.num_nodes, m.parts(spec).kg.num_edges) == \
+        (whole.parts(spec).kg.num_nodes, whole.parts(spec).kg.num_edges)
+    assert triples(m.parts(spec).kg) == triples(whole.parts(spec).kg)
+
+    # (3) no request computed twice: each call of the resume adds a cache row, and the killed run
+    # and the resume together paid exactly what the uninterrupted run did
+    assert 0 < before and 0 < llm.usage.calls
+    assert llm.usage.calls == rows(cache) - before
+    assert rows(cache) == rows(tmp_path / "whole.sqlite") == whole_llm.usage.calls
+    print(f"drill[{schedule}]: {len(DRILL_Q)} questions, {len(written)} written when killed, "
+          f"{before} calls cached by the killed run, {llm.usage.calls} calls on resume, "
+          f"{whole_llm.usage.calls} calls uninterrupted")
 
 
 def test_config_and_dataset_are_checked():
