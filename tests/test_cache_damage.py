@@ -369,3 +369,33 @@ def test_export_never_replaces_the_cache_or_an_existing_file_without_overwrite(t
     assert "exists; nothing was written" in capsys.readouterr().err and other.read_text() == "keep me"
     assert kgrag(["cache", "export", str(other), "--cache", str(live), "--overwrite"]) == 0
     assert kgrag(["cache", "export", str(tmp_path), "--cache", str(live)]) == 2
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '"a string"', "42", "null"])
+def test_importing_an_export_whose_line_is_no_object_is_one_line_naming_it(tmp_path, capsys, line):
+    import gzip
+
+    from kgrag_lib.cli import main as kgrag
+
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(gzip.compress(f"{line}\n".encode()))
+    assert kgrag(["cache", "import", str(bad), "--cache", str(tmp_path / "c.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kgrag: error: {bad}:1: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("problem", ["attempt to write a readonly database", "database or disk is full"])
+def test_a_read_only_or_full_llm_cache_ends_the_run_in_one_line_naming_it(tmp_path, offline_parts, metaqa_root,
+                                                                          monkeypatch, capsys, problem):
+    """Fault injection at the cache's write (tests run as root, which no file mode stops)."""
+    from kgrag_lib.cli import main as kgrag
+
+    def refuse(*args, **kwargs):
+        raise sqlite3.OperationalError(problem)
+
+    monkeypatch.setattr(LLMCache, "put", refuse)
+    rc = kgrag(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+                "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"the LLM cache ({tmp_path / 'cache' / 'llm_cache.sqlite'}): {problem}; free space" in err

@@ -95,10 +95,12 @@ def test_rewrites_replace_the_whole_file(tmp_path):
         "log.jsonl", "m.json", "rows.jsonl.gz"]  # no temporary file left
 
 
-def test_a_full_disk_ends_the_run_in_one_line_naming_the_file_and_the_run_resumes(tmp_path, offline_parts,
-                                                                                 metaqa_root, monkeypatch, capsys):
-    """Fault injection: the disk fills up (ENOSPC at the fsync of the second answer). The run ends with
-    exit 2 and one line naming predictions.jsonl, not a traceback; freed, the same command finishes."""
+@pytest.mark.parametrize("code, says", [("ENOSPC", "No space left on device"), ("EROFS", "Read-only file system")])
+def test_a_full_disk_ends_the_run_in_one_line_naming_the_file_and_the_run_resumes(tmp_path, offline_parts, metaqa_root,
+                                                                                 monkeypatch, capsys, code, says):
+    """Fault injection: the disk fills up or turns read-only at the fsync of the second answer (tests run
+    as root, which no file mode stops). The run ends with exit 2 and one line naming predictions.jsonl,
+    not a traceback; freed, the same command finishes."""
     import errno
     import os
 
@@ -111,7 +113,7 @@ def test_a_full_disk_ends_the_run_in_one_line_naming_the_file_and_the_run_resume
         if os.readlink(f"/proc/self/fd/{fd}").endswith("predictions.jsonl"):
             calls.append(fd)
             if len(calls) == 2:
-                raise OSError(errno.ENOSPC, "No space left on device")
+                raise OSError(getattr(errno, code), says)
         real_fsync(fd)
 
     monkeypatch.setattr(jsonl_mod.os, "fsync", full_disk)
@@ -119,7 +121,8 @@ def test_a_full_disk_ends_the_run_in_one_line_naming_the_file_and_the_run_resume
             "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"{tmp_path / 'run' / 'predictions.jsonl'}: No space left on device" in err and "Traceback" not in err
+    assert f"{tmp_path / 'run' / 'predictions.jsonl'}: {says}; free space or choose a writable folder" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
     monkeypatch.setattr(jsonl_mod.os, "fsync", real_fsync)
     assert main(argv) == 0
     rows = read_jsonl(tmp_path / "run" / "predictions.jsonl").rows

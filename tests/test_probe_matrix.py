@@ -1,0 +1,94 @@
+"""The probe matrix of "a run never lies": one row per probe a careful or adversarial user tried,
+the outcome we promise, and the test that holds it. Read it as a table; the test below only
+checks that every row still names a test that exists, so the table cannot drift from the suite.
+
+Outcomes: "refused" = exit 2 and one line naming the file, parameter or URL and what to do;
+"correct" = the right result; "kept" = nothing existing is replaced or lost."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+# probe, what happens now, where it is tested (file::test)
+PROBES = [
+    # wrong results with exit 0
+    ("sweep rerun with another --profile", "its own cell (identity hashed)",
+     "test_sweep.py::test_another_profile_is_another_combination_even_under_the_same_name"),
+    ("sweep values sharing a 150-char prefix, or '/' vs '-'", "own folders",
+     "test_sweep.py::test_values_sharing_a_long_prefix_or_differing_in_slashes_get_their_own_folders"),
+    ("sweep with a misspelt parameter (-p hopz)", "refused before any run",
+     "test_sweep.py::test_bad_sweeps_are_refused_before_anything_runs"),
+    ("two questions with one id; a null or empty question", "refused naming both records",
+     "test_data_formats.py::test_two_questions_under_one_id_or_a_question_without_text_are_refused"),
+    ("kb.txt edited within the same second and size", "a new KG build (content hash)",
+     "test_kg_sources.py::test_an_edit_keeping_size_and_mtime_gets_a_new_build"),
+    ("NaN in an embedding row outside any sample", "named and recomputed (every row checked)",
+     "test_cache_damage.py::test_damaged_embedding_file_is_named_and_recomputed"),
+    ("in-range garbage or out-of-range ids in a built KG", "refused (given folder) / rebuilt (cache)",
+     "test_kg_store.py::test_a_damaged_saved_store_is_refused_in_one_line_naming_the_file"),
+    ("a damaged build in the KG cache", "named and rebuilt",
+     "test_kg_sources.py::test_a_damaged_build_in_the_cache_is_named_and_rebuilt_a_damaged_given_folder_refused"),
+    ("--dataset hotpotqa on a 2Wiki file, bamboogle on HotpotQA", "refused naming the file's dataset",
+     "test_data_real.py::test_a_file_of_another_dataset_is_refused_naming_it"),
+    ("--seed -1", "refused", "test_bad_inputs.py::test_a_negative_seed_is_refused_naming_the_parameter"),
+    # data lost without --overwrite
+    ("kg build --out onto an existing folder or file", "kept; refused without --overwrite",
+     "test_kg_cli.py::test_build_never_replaces_an_existing_folder_or_file_without_overwrite"),
+    ("cache export X --cache X; export over a file", "kept; refused without --overwrite",
+     "test_cache_damage.py::test_export_never_replaces_the_cache_or_an_existing_file_without_overwrite"),
+    ("study --profile some/dir/cpu-smoke.yaml", "results/ and figures/ of its own (stem + content hash)",
+     "test_studies.py::test_a_profile_file_of_the_users_gets_its_own_results_and_figures_folders"),
+    ("--out naming an existing file", "refused, the file kept",
+     "test_bad_inputs.py::test_an_output_folder_that_is_a_file_is_refused"),
+    # security
+    ("a sweep parameter name that is code", "refused before any run",
+     "test_sweep.py::test_bad_sweeps_are_refused_before_anything_runs"),
+    ("a token in an openai: URL (userinfo or ?api_key=)", "sent to the server, written and printed nowhere",
+     "test_bad_inputs.py::test_a_token_in_the_server_url_reaches_the_server_but_no_file_and_no_output"),
+    ("a failed connection or DNS lookup to a URL with a token", "refused without the token",
+     "test_bad_inputs.py::test_an_unreachable_server_is_named_without_its_token"),
+    ("a token in a swept model spec", "in no folder name, cell.json, summary or table",
+     "test_sweep.py::test_a_token_in_a_swept_value_reaches_the_notebook_but_no_folder_file_or_output"),
+    ("a YAML alias bomb in a profile", "refused when read",
+     "test_config.py::test_an_alias_bomb_is_refused_and_ordinary_aliases_pass"),
+    ("--cache-dir and the assembled model", "the model and its hashes go there too",
+     "test_llm_assets.py::test_a_runs_cache_dir_also_holds_the_assembled_model_and_its_hashes"),
+    # hangs and crashes
+    ("a server that accepts and never answers", "ends within --request-timeout, saying so",
+     "test_bad_inputs.py::test_a_stalled_server_fails_within_the_request_timeout_saying_so"),
+    ("a full disk while embedding (was SIGBUS)", "one OSError naming the file, nothing left behind",
+     "test_cache_damage.py::test_a_full_disk_while_embedding_is_one_oserror_naming_the_file"),
+    ("a kill during the triple embedding (was: restart from zero)", "resumes at its last finished block",
+     "test_cache_damage.py::test_a_killed_embedding_resumes_at_its_last_finished_block"),
+    ("a kill during a TCR-QF run", "resume replays the KG, repeats no call",
+     "test_tcr_qf.py::test_kill_drill_tcr_qf_resume_replays_the_kg_and_repeats_no_call"),
+    # tracebacks
+    ("a full or read-only disk under --out", "refused naming predictions.jsonl; resumes once freed",
+     "test_jsonl.py::test_a_full_disk_ends_the_run_in_one_line_naming_the_file_and_the_run_resumes"),
+    ("a full or read-only LLM cache", "refused naming the cache file",
+     "test_cache_damage.py::test_a_read_only_or_full_llm_cache_ends_the_run_in_one_line_naming_it"),
+    ("a server answering invalid JSON, HTML, a list /models, non-UTF-8", "refused naming the URL",
+     "test_bad_inputs.py::test_a_bad_server_reply"),
+    ("a server answering bad usage, int or dict content", "0 tokens / that question recorded failed",
+     "test_bad_inputs.py::test_a_bad_server_reply"),
+    ("cache import of a line that is no object", "refused naming file and line",
+     "test_cache_damage.py::test_importing_an_export_whose_line_is_no_object_is_one_line_naming_it"),
+    ("a YAML-invalid or !!python-tagged sweep value", "refused before any run",
+     "test_sweep.py::test_bad_sweeps_are_refused_before_anything_runs"),
+]
+
+
+def _tests_in(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+
+
+@pytest.mark.parametrize("probe, outcome, where", PROBES, ids=[p[0][:60] for p in PROBES])
+def test_every_probe_names_a_test_that_exists(probe, outcome, where):
+    file, name = where.split("::")
+    assert name in _tests_in(TESTS / file), f"{probe!r}: {where} is gone"
