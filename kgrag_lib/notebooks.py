@@ -16,7 +16,7 @@ from typing import Any
 from .config import profile_label
 from .errors import KgragError
 from .paths import REPO_ROOT
-from .redact import redact
+from .redact import redact, refuse_secret
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 SUMMARY_FILE = "summary.json"
@@ -57,6 +57,7 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
 
     from .studies import load_profile
 
+    refuse_secret(run_overrides, "kgrag study", path)
     prof = load_profile(profile)
     if name:
         prof["name"] = name

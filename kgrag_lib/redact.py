@@ -29,3 +29,14 @@ def redact(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(redact(v) for v in value)
     return value
+
+
+def refuse_secret(value: Any, where: str, written_to: str) -> None:
+    """A token that would have to be written to a file for another process to read it (a notebook's
+    parameters, a study's profile) is refused: the environment carries it instead."""
+    if redact(value) != value:
+        from .errors import ConfigError
+
+        raise ConfigError(f"{where}: {redact(value)!r} carries a token (URL user:password or a key in its query), "
+                          f"which would be written into {written_to}; give the URL without it and put the token "
+                          "in $KGRAG_OPENAI_API_KEY (sent as the bearer token, written nowhere)")

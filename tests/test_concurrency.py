@@ -290,6 +290,9 @@ def test_study_overrides_make_one_checked_profile_for_every_notebook(tmp_path):
     assert r.run.model == spec and r.run.concurrency == 16
     with pytest.raises(ConfigError, match="concurrency"):
         effective_profile("cpu-smoke", {"concurrency": "many"}, tmp_path / "bad.yaml")
+    with pytest.raises(ConfigError, match="carries a token.*KGRAG_OPENAI_API_KEY"):   # it would be written there
+        effective_profile("cpu-smoke", {"model": "openai:http://h:8000/v1?api_key=SECRET#m"}, tmp_path / "tok.yaml")
+    assert not (tmp_path / "tok.yaml").exists()
 
 
 def test_study_refuses_a_bad_concurrency_before_running(capsys):

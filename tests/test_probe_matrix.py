@@ -52,8 +52,11 @@ PROBES = [
      "test_bad_inputs.py::test_a_token_in_the_server_url_reaches_the_server_but_no_file_and_no_output"),
     ("a failed connection or DNS lookup to a URL with a token", "refused without the token",
      "test_bad_inputs.py::test_an_unreachable_server_is_named_without_its_token"),
-    ("a token in a swept model spec", "in no folder name, cell.json, summary or table",
-     "test_sweep.py::test_a_token_in_a_swept_value_reaches_the_notebook_but_no_folder_file_or_output"),
+    ("a token in a swept model spec or in kgrag study --model", "refused (it would be written for the notebooks); "
+     "$KGRAG_OPENAI_API_KEY carries it", "test_sweep.py::test_a_token_in_a_swept_value_is_refused_before_anything_runs_"
+     "and_summaries_never_hold_one"),
+    ("kgrag study --model with a token", "refused before the profile is written",
+     "test_concurrency.py::test_study_overrides_make_one_checked_profile_for_every_notebook"),
     ("a YAML alias bomb in a profile", "refused when read",
      "test_config.py::test_an_alias_bomb_is_refused_and_ordinary_aliases_pass"),
     ("--cache-dir and the assembled model", "the model and its hashes go there too",

@@ -166,16 +166,18 @@ def test_bad_sweeps_are_refused_before_anything_runs(tmp_path, param, message):
     assert not (tmp_path / "sweep").exists() and not Path("/tmp/kgrag-injected").exists()
 
 
-def test_a_token_in_a_swept_value_reaches_the_notebook_but_no_folder_file_or_output(tmp_path, capsys):
+def test_a_token_in_a_swept_value_is_refused_before_anything_runs_and_summaries_never_hold_one(tmp_path):
+    """A swept value is written into the executed notebook (papermill's parameters), so a token in a
+    server spec is refused, pointing to $KGRAG_OPENAI_API_KEY; a summary row is written redacted."""
+    from kgrag_lib.errors import ConfigError
+    from kgrag_lib.notebooks import read_summary, write_summary
+
     nb = tmp_path / "tiny.ipynb"
     _tiny_notebook(nb)
     spec = "openai:http://user:SECRET1@127.0.0.1:9/v1?api_key=SECRET2#m"
-    assert sweep.handle(_args(nb, [["x", spec]], tmp_path)) == 0
-    printed = capsys.readouterr()
-    [cell] = list((tmp_path / "sweep").glob("*/executed.ipynb"))
-    assert "SECRET1" in cell.read_text()    # the notebook got the real value (it connects with it)
-    for path in (tmp_path / "sweep").rglob("*"):
-        assert "SECRET" not in str(path.relative_to(tmp_path))
-        if path.is_file() and path.name != "executed.ipynb":
-            assert b"SECRET" not in path.read_bytes(), path
-    assert "SECRET" not in printed.out + printed.err
+    with pytest.raises(ConfigError, match=r"-p x: .*carries a token.*KGRAG_OPENAI_API_KEY") as err:
+        sweep.handle(_args(nb, [["x", spec]], tmp_path))
+    assert "SECRET" not in str(err.value) and not (tmp_path / "sweep").exists()
+    write_summary(tmp_path / "s", [{"model": spec}])
+    assert "SECRET" not in (tmp_path / "s" / "summary.json").read_text()
+    assert read_summary(tmp_path / "s") == [{"model": "openai:http://***@127.0.0.1:9/v1?api_key=***#m"}]

@@ -24,7 +24,7 @@ from unittest import mock
 
 import yaml
 
-from ..redact import redact
+from ..redact import redact, refuse_secret
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,6 +74,7 @@ def _grid(entries: list[list[str]], accepted: dict[str, Any], notebook: Path) ->
             if not _plain(value):
                 raise ConfigError(f"-p {name} {raw!r}: expected a number, string, boolean, null or a list/mapping "
                                   f"of them, got {type(value).__name__}")
+            refuse_secret(value, f"-p {name}", "the executed notebooks")
             values.append(value)
         grid[name] = values
     return grid
@@ -129,7 +130,7 @@ def handle(args: argparse.Namespace) -> int:
     combos = [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())] or [{}]
     cells = []
     for combo in combos:   # every identity (profiles included) resolved before the first run
-        # redacted: a token in a swept model spec goes into no folder name, cell.json, table or message
+        # redacted: a token in the profile (a user's own file) goes into no folder name, cell.json, table or message
         identity = redact(_identity(nb, {"profile": args.profile, **combo}))
         cells.append((combo, identity, out_root / _slug(redact(combo), identity)))
     rows = []

@@ -199,7 +199,7 @@ class OpenAICompatLLM(LLM):
             except openai.APITimeoutError:
                 raise BackendUnavailableError(
                     f"{self.base_url} gave no answer to {what} within {self.timeout:g} s; the server is "
-                    f"stalled or overloaded (raise timeout= for a slow CPU server with many requests in flight)") from None
+                    f"stalled or overloaded (raise --request-timeout / run.request_timeout for a slow server with many requests in flight)") from None
             except openai.APIConnectionError as e:
                 last: Exception = BackendUnavailableError(
                     f"cannot reach the OpenAI-compatible server at {self.base_url} ({redact(str(e.__cause__ or e))}); "
