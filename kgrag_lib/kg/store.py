@@ -16,7 +16,7 @@ change once given out.
 
 `save` writes a directory of .npy files plus `header.json`; `load(mmap=True)` memory-maps them,
 so even a Wikidata5M-scale store opens in well under a second (its id arrays are checked in
-full on load, `_check_arrays`) and pages in only the strings queries touch. The
+full on load, `store_check.check_arrays`) and pages in only the strings queries touch. The
 first mutation of a loaded store copies the triple arrays into memory (the files are never
 written through the map).
 """
@@ -808,46 +808,7 @@ class KGStore:
                 or store._out.num_keys != e or store._in.num_keys != e):
             raise DataFormatError(header_path, None, f"arrays matching the header counts (triples {n}, entities {e})",
                                   f"triples {store.num_triples}, entities {store.num_entities}")
-        _check_arrays(path, store)
+        from .store_check import check_arrays
+
+        check_arrays(path, store)
         return store
-
-
-def _check_arrays(path: Path, store: KGStore) -> None:
-    """Refuse a saved store whose id arrays are damaged, naming the file: every id in range and both
-    CSR indexes exactly those of the triples (offsets from 0 to the triple count, each entity's
-    count of triples, permutations that sort the keys), all checked in full with vectorized numpy
-    (about 20 ms per million triples, 0.4 s for Wikidata5M; it pages the id arrays in once, the
-    strings stay unread). Out-of-range ids would raise
-    deep inside a query and in-range garbage would print wrong triples. Not caught: a relation id
-    (or a head/tail) changed to another valid one that keeps every degree and the sort order;
-    that needs a checksum of the files."""
-    n, num_e = store._n, store.num_entities
-
-    def refuse(name: str, expected: str, got: str = "") -> None:
-        raise DataFormatError(path / f"{name}.npy", None, expected, got)
-
-    arrays = {"heads": store._h, "rels": store._r, "tails": store._t, "out_indptr": store._out.indptr,
-              "in_indptr": store._in.indptr, "in_perm": store._in.perm, "out_perm": store._out.perm}
-    for name, a in arrays.items():
-        if a is not None and (a.ndim != 1 or a.dtype.kind not in "iu"):
-            refuse(name, "a 1-d integer array", f"{a.dtype} {a.shape}")
-    for name, bound in (("heads", num_e), ("rels", store.num_relations), ("tails", num_e)):
-        a = arrays[name]
-        if n and (int(a.min()) < 0 or int(a.max()) >= bound):
-            refuse(name, f"ids in [0, {bound})", f"range [{a.min()}, {a.max()}]")
-    for side, keys in (("out", store._h), ("in", store._t)):
-        adj = store._out if side == "out" else store._in
-        ptr = adj.indptr
-        if ptr.size == 0 or int(ptr[0]) != 0 or int(ptr[-1]) != n or not is_sorted(ptr):
-            refuse(f"{side}_indptr", f"offsets rising from 0 to the triple count {n}")
-        if not np.array_equal(np.diff(ptr), np.bincount(keys, minlength=num_e)):
-            refuse(f"{side}_indptr", f"each entity's count of triples in {'heads' if side == 'out' else 'tails'}.npy")
-        if adj.perm is not None:
-            perm = adj.perm
-            if perm.size != n or (n and (int(perm.min()) < 0 or int(perm.max()) >= n
-                                         or int(np.bincount(perm, minlength=n).max()) != 1)):
-                refuse(f"{side}_perm", f"a permutation of the {n} triple ids")
-            keys = keys[perm]
-        if not is_sorted(keys):
-            refuse(f"{side}_perm" if adj.perm is not None else "heads",
-                   f"triples in order of their {'head' if side == 'out' else 'tail'}")

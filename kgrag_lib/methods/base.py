@@ -110,9 +110,7 @@ class RunContext:
     def llm(self) -> Any:
         """The run's LLM, loaded (with the call cache of `cache_dir`) on first use."""
         if self._llm is None:
-            from ..llm import load_llm
-
-            from ..llm import is_server_spec
+            from ..llm import is_server_spec, load_llm
 
             options = self.server_options if is_server_spec(self.model) else {}
             with _cache_dir_scope(self._cache_dir):  # the model assembly goes there too
