@@ -1,7 +1,10 @@
 """`kgrag score FILE.jsonl`: EM, F1, Acc and Hit@1 of any predictions file.
 
 Each line is a JSON object with "prediction" (string) and "answers" (list of gold strings,
-gold first then aliases), e.g. a run's predictions.jsonl, or predictions from elsewhere.
+gold first then aliases), e.g. a run's predictions.jsonl, or predictions from elsewhere. A line
+whose "dataset" is "hotpotqa" or "2wiki" gets F1 as that dataset's official script computes it
+(`hotpot_evaluate_v1.py`: F1 0 when either side is yes/no/noanswer and they differ); any other
+line SQuAD's F1 (MuSiQue's official scorer).
 Prints one JSON object of percentages (2 decimals) with "n".
 """
 

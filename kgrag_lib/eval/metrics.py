@@ -70,6 +70,53 @@ def f1(pred: str, golds: Sequence[str]) -> float | None:
     return max(_f1_tokens(pt, normalize_answer(g).split()) for g in gs)
 
 
+# The HotpotQA answer scorer (`hotpot_evaluate_v1.py`) and 2WikiMultihopQA's, adapted from it
+# (`2wikimultihop_evaluate_v1.1.py`), give F1 0 when either normalized side is one of these
+# words and the two differ: "yes" against "yes sir" is wrong, not 2/3 right.
+YES_NO_NOANSWER = frozenset({"yes", "no", "noanswer"})
+
+
+def f1_hotpot(pred: str, golds: Sequence[str]) -> float | None:
+    """Answer F1 exactly as HotpotQA's official script (and 2Wiki's, which copies it) computes it.
+
+    It differs from SQuAD's F1 (`f1`) in two cases only: F1 is 0 when the normalized prediction
+    or gold is "yes", "no" or "noanswer" and they are not equal; and two answers that both
+    normalize to nothing score 0, not 1 (no common token). Max over golds, as 2Wiki's v1.1 takes
+    the max over the answer and its aliases (a HotpotQA question has one gold).
+    """
+    gs = _golds(golds)
+    if not gs:
+        return None
+    p = normalize_answer(pred or "")
+    best = 0.0
+    for g in gs:
+        ng = normalize_answer(g)
+        if (p in YES_NO_NOANSWER or ng in YES_NO_NOANSWER) and p != ng:
+            continue
+        pt, gt = p.split(), ng.split()
+        same = sum((Counter(pt) & Counter(gt)).values())
+        if same:
+            prec, rec = same / len(pt), same / len(gt)
+            best = max(best, 2 * prec * rec / (prec + rec))
+    return best
+
+
+# Which answer scorer a dataset's official evaluation uses, where it is not SQuAD's: record
+# scoring (`get_metric`) reads the record's "dataset" and takes the official one. EM needs no
+# entry: every official script compares normalized strings as `exact_match` does. MuSiQue's
+# official scorer is SQuAD's (max over the answer and its aliases), which `f1` is already.
+OFFICIAL_ANSWER_METRICS: dict[str, dict[str, "AnswerMetric"]] = {
+    "hotpotqa": {"f1": f1_hotpot},
+    "2wiki": {"f1": f1_hotpot},
+}
+
+
+def answer_metric_for(name: str, dataset: str | None) -> "AnswerMetric":
+    """The answer metric `name` as `dataset`'s official scorer computes it (`METRICS[name]` for a
+    dataset without an official variant, or no dataset)."""
+    return OFFICIAL_ANSWER_METRICS.get(str(dataset or ""), {}).get(name) or METRICS[name]
+
+
 def accuracy(pred: str, golds: Sequence[str]) -> float | None:
     """KG-Infused RAG's Acc: some gold, lower-cased, is a substring of the lower-cased answer.
 
@@ -242,7 +289,8 @@ def _answer_record_metric(name: str, fn: AnswerMetric) -> RecordMetric:
 
     def score(rec: Any) -> float | None:
         pred = (_from_record_or_trace(rec, "answer_raw") if raw else None) or _get(rec, "prediction") or ""
-        return fn(pred, _get(rec, "answers") or [])
+        official = OFFICIAL_ANSWER_METRICS.get(str(_get(rec, "dataset") or ""), {}).get(name)
+        return (official or fn)(pred, _get(rec, "answers") or [])
 
     return score
 
@@ -254,7 +302,8 @@ def get_metric(name: str) -> RecordMetric:
     """A record-level scorer (dict or Prediction) for a metric name.
 
     Answer metrics read "prediction" (Acc: the raw answer, see `RAW_ANSWER_METRICS`) and
-    "answers", the standard SQuAD/HotpotQA way for every question, yes/no ones included.
+    "answers"; a record whose "dataset" has an official scorer (`OFFICIAL_ANSWER_METRICS`:
+    HotpotQA's and 2Wiki's F1 with their yes/no rule) is scored by it, any other the SQuAD way.
     recall@K reads the retrieved ids from "retrieved_ids" and gold ids from "gold_ids" or
     "supporting" (on the record or in its "trace").
     """

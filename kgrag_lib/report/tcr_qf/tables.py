@@ -289,7 +289,7 @@ def round_scores(rows: Sequence[Mapping[str, Any]], max_round: int | None = None
     """EM and F1 (percent) of the answers at each round 0..max_round (default: the last round
     any question reached), with how many questions still answered at that round and the triples
     the feedback before it added over all questions."""
-    from ...eval.metrics import exact_match, f1
+    from ...eval.metrics import answer_metric_for, exact_match
 
     rows = list(rows)
     top = last_round(rows) if max_round is None else int(max_round)
@@ -301,7 +301,7 @@ def round_scores(rows: Sequence[Mapping[str, Any]], max_round: int | None = None
     recs = []
     for r in range(top + 1):
         em = [exact_match(answer_at(row, r), row.get("answers") or []) for row in rows]
-        fs = [f1(answer_at(row, r), row.get("answers") or []) for row in rows]
+        fs = [answer_metric_for("f1", row.get("dataset"))(answer_at(row, r), row.get("answers") or []) for row in rows]
         em, fs = [v for v in em if v is not None], [v for v in fs if v is not None]
         recs.append({**labels, "round": r, "n": len(rows),
                      "answering": sum(len((row.get("trace") or {}).get("rounds") or []) > r for row in rows),

@@ -1,0 +1,230 @@
+"""Rescore a published results folder (`results/reference`) after a scorer changed, from its
+compact per-question files alone, so every committed number stays what today's scorer gives.
+
+A published run keeps no traces (`study.compact_rows`), so only the answer metrics that read
+the prediction and the golds are recomputed (EM, F1, the Hit@1 family); Acc reads the raw answer
+kept in the trace, so its stored per-question value is kept. Then, in each notebook's
+summary.json: the result rows of a run whose scores changed (KG-Infused RAG's layout: variant,
+dataset, rounds, kg), its "KG difference" rows and the paper's claims on those runs (re-tested on
+the same questions with the same paired test). A changed run that feeds a claim this module
+cannot place is refused by name rather than left stale.
+
+    PYTHONPATH=. .venv/bin/python -m kgrag_lib.report.rescore results/reference
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+RESCORED = ("em", "f1", "hit1", "hit1_exact", "hit1_first")   # per-question values a compact row recomputes
+KEPT = ("acc",)                                              # read the raw answer: stored value kept
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _write_json(path: Path, obj: Any, newline: bool = False) -> None:
+    """As the run writes metrics.json and `notebooks.write_summary` summary.json (no final newline there)."""
+    path.write_text(json.dumps(obj, indent=2, default=str) + ("\n" if newline else ""), encoding="utf-8")
+
+
+def rescore_rows(rows: list[dict[str, Any]]) -> set[str]:
+    """Recompute the RESCORED values each compact row carries, in place; the metrics that changed."""
+    from ..eval.metrics import get_metric
+
+    changed: set[str] = set()
+    for m in RESCORED:
+        fn = get_metric(m)
+        for r in rows:
+            if m in r:
+                v = fn(r)
+                if v != r[m]:
+                    r[m] = v
+                    changed.add(m)
+    return changed
+
+
+def rescore_metrics(metrics: dict[str, Any], rows: list[dict[str, Any]], names: Iterable[str]) -> None:
+    """Set `names`' means (percent, 2 decimals) and bootstrap intervals from the rows (in the
+    order the run scored them: its sample's qids), as `eval.summary.summarize` computes them, and
+    Avg (mean of Acc, F1, EM) when it is there. The intervals are today's BCa bootstrap; those of
+    metrics not named keep what the run stored."""
+    from ..eval.bootstrap import bootstrap_ci
+
+    for m in names:
+        vals = np.array([r[m] for r in rows if r.get(m) is not None], dtype=float)
+        if m not in metrics or not vals.size:
+            continue
+        metrics[m] = round(100.0 * float(vals.mean()), 2)
+        if f"{m}_ci95" in metrics:
+            lo, hi = bootstrap_ci(vals)
+            metrics[f"{m}_ci95"] = [round(100.0 * lo, 2), round(100.0 * hi, 2)]
+    if "avg" in metrics and {"em", "f1", "acc"} <= set(metrics):
+        metrics["avg"] = round((metrics["em"] + metrics["f1"] + metrics["acc"]) / 3, 2)
+
+
+def _identity(folder: Path) -> dict[str, Any]:
+    cfg = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["config"]
+    mcfg = cfg.get("method_config") or {}
+    return {"method": cfg["run"]["method"], "dataset": cfg["run"]["dataset"], "kg": mcfg.get("kg"),
+            "rounds": mcfg.get("rounds")}
+
+
+def question_avg(rows: list[dict[str, Any]], metric: str) -> dict[str, float]:
+    """qid -> a question's stored value of `metric` (avg: mean of its Acc, F1, EM; Acc alone on
+    StrategyQA, as `report.kg_infused.question_values`)."""
+    out = {}
+    for r in rows:
+        if metric == "avg":
+            out[r["qid"]] = r["acc"] if r.get("dataset") == "strategyqa" else (r["acc"] + r["f1"] + r["em"]) / 3
+        elif r.get(metric) is not None:
+            out[r["qid"]] = r[metric]
+    return out
+
+
+class _Notebook:
+    """One notebook folder's runs, found by what the KG-Infused report labels them with."""
+
+    def __init__(self, folder: Path, changed: set[Path]):
+        self.runs = {p.parent: _identity(p.parent) for p in folder.rglob("manifest.json")
+                     if (p.parent / "questions.jsonl").is_file()}
+        self.changed = changed
+
+    def find(self, variant: str, rounds: Any, dataset: str, kg: str | None) -> Path | None:
+        from .kg_infused.tables import ROUND_VARIANTS
+
+        hits = [f for f, i in self.runs.items() if i["method"] == variant and i["dataset"] == dataset
+                and (kg is None or i["kg"] == kg) and (variant not in ROUND_VARIANTS or i["rounds"] == rounds)]
+        return sorted(hits)[0] if hits else None
+
+    def by_label(self, label: str, dataset: str, kg: str) -> Path | None:
+        from .kg_infused.tables import ABLATION_LABELS, round_label
+
+        for f, i in sorted(self.runs.items()):
+            if i["dataset"] == dataset and i["kg"] == kg and label in (
+                    round_label(i["method"], i["rounds"]), round_label(i["method"], i["rounds"], ablation=True)) \
+                    and i["method"] in {*ABLATION_LABELS, "kg-infused", "vanilla-rag", "vanilla-qe", "nor"}:
+                return f
+        return None
+
+
+def _retest(rec: dict[str, Any], va: dict[str, float], vb: dict[str, float]) -> None:
+    from ..eval.paired import paired_test, verdict
+
+    both = [q for q in va if q in vb]
+    r = paired_test([va[q] for q in both], [vb[q] for q in both])
+    rel = ">" if " > " in rec["statement"] else "<" if " < " in rec["statement"] else "~"
+    rec.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff, ci95=[round(v, 1) for v in r.ci95],
+               p_value=r.p_value, test=r.test, verdict=verdict(rel, r))
+
+
+def rescore_published(root: str | Path) -> list[str]:
+    """Rescore every run under `root` and the summary rows that rest on a changed run; the
+    lines say what changed (empty when nothing did)."""
+    from ..errors import ConfigError
+    from .kg_infused import paper_numbers as kgi
+
+    root = Path(root)
+    log: list[str] = []
+    changed: set[Path] = set()
+    for qfile in sorted(root.rglob("questions.jsonl")):
+        rows = _read_jsonl(qfile)
+        met_path = qfile.parent / "metrics.json"
+        names = rescore_rows(rows) if met_path.is_file() else set()
+        if not names:
+            continue
+        metrics = json.loads(met_path.read_text(encoding="utf-8"))
+        before = {m: metrics.get(m) for m in (*RESCORED, "avg")}
+        qids = json.loads((qfile.parent / "manifest.json").read_text(encoding="utf-8"))["config"].get("qids") or []
+        by_qid = {r["qid"]: r for r in rows}
+        ordered = [by_qid[q] for q in qids if q in by_qid] if len(by_qid) == len(rows) == len(qids) else rows
+        rescore_metrics(metrics, ordered, sorted(names))
+        qfile.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        _write_json(met_path, metrics)
+        changed.add(qfile.parent)
+        log.append(f"{qfile.parent.relative_to(root)}: " + ", ".join(
+            f"{m} {before[m]} -> {metrics.get(m)}" for m in before if before[m] != metrics.get(m)))
+    claims = {c[0]: c for c in kgi.CLAIMS}
+    for summary in sorted(root.glob("*/summary.json")):
+        nb = _Notebook(summary.parent, changed)
+        rows = json.loads(summary.read_text(encoding="utf-8"))
+        dirty = False
+        for rec in rows:
+            if "claim" in rec:
+                base = str(rec["claim"]).split("@")[0]
+                if rec.get("verdict") == "not run" or rec.get("metric") not in ("em", "f1", "avg"):
+                    continue
+                spec = claims.get(base)
+                if spec is None:
+                    continue
+                _, _, dataset, a, _, b, _, _ = spec
+                fa = nb.find(a[0], a[1], dataset, kgi_kg(rows, dataset))
+                fb = nb.find(b[0], b[1], dataset, kgi_kg(rows, dataset))
+                if fa is None or fb is None or (fa not in changed and fb not in changed):
+                    continue
+                old = rec.get("verdict"), rec.get("diff"), rec.get("p_value")
+                _retest(rec, question_avg(_read_jsonl(fa / "questions.jsonl"), rec["metric"]),
+                        question_avg(_read_jsonl(fb / "questions.jsonl"), rec["metric"]))
+                dirty = True
+                log.append(f"{summary.parent.name} {rec['claim']}: diff {old[1]:.2f} -> {rec['diff']:.2f}, "
+                           f"p {old[2]:.4f} -> {rec['p_value']:.4f}, verdict {old[0]} -> {rec['verdict']}")
+            elif rec.get("table") == "KG difference":
+                kgs = [k for k in rec if k.startswith("2wiki-evidence-")]
+                if len(kgs) != 2:
+                    raise ConfigError(f"{summary}: a KG difference row without two KG columns: {rec}")
+                base_kg, other_kg = sorted(kgs, key=lambda k: k.endswith("oracle"))
+                fb = nb.by_label(rec["configuration"], rec["dataset"], base_kg)
+                fa = nb.by_label(rec["configuration"], rec["dataset"], other_kg)
+                if fa is None or fb is None or (fa not in changed and fb not in changed):
+                    continue
+                from ..eval.paired import paired_test
+
+                va = question_avg(_read_jsonl(fa / "questions.jsonl"), rec["metric"])
+                vb = question_avg(_read_jsonl(fb / "questions.jsonl"), rec["metric"])
+                both = [q for q in va if q in vb]
+                r = paired_test([va[q] for q in both], [vb[q] for q in both])
+                rec.update({"n_pairs": r.n, base_kg: round(r.mean_b, 1), other_kg: round(r.mean_a, 1),
+                            "diff": round(r.diff, 1), "ci95": [round(v, 1) for v in r.ci95], "p_value": r.p_value,
+                            "separable": "yes" if r.p_value < 0.05 else "not separable at this n"})
+                dirty = True
+            elif {"variant", "dataset", "kg"} <= set(rec) and "f1" in rec:
+                f = nb.find(rec["variant"], rec.get("rounds"), rec["dataset"], rec["kg"])
+                if f is None or f not in changed:
+                    continue
+                met = json.loads((f / "metrics.json").read_text(encoding="utf-8"))
+                for k in ("em", "f1", "avg", "em_ci95", "f1_ci95"):
+                    if k in rec and k in met:
+                        rec[k] = met[k]
+                dirty = True
+        if dirty:
+            _write_json(summary, rows)
+    return log
+
+
+def kgi_kg(rows: list[dict[str, Any]], dataset: str) -> str | None:
+    """The KG a KG-Infused notebook's main grid used for `dataset` (its result rows say)."""
+    kgs = {r.get("kg") for r in rows if r.get("dataset") == dataset and "variant" in r and r.get("kg")}
+    main = sorted(k for k in kgs if not str(k).endswith("oracle"))
+    return main[0] if main else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not Path(args[0]).is_dir():
+        print("usage: python -m kgrag_lib.report.rescore RESULTS_FOLDER (e.g. results/reference)", file=sys.stderr)
+        return 2
+    for line in rescore_published(args[0]):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
