@@ -147,7 +147,7 @@ def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
     if claims.empty:
         return claims
     cols = ["table", "claim", "dataset", "statement", "metric", "n_pairs", "ours_a", "ours_b", "diff", "ci95",
-            "p_value", "verdict"]
+            "p_value", "verdict", "statistical verdict", "mechanism"]
     df = claims[[c for c in cols if c in claims.columns]].copy()
     for c in ("ours_a", "ours_b", "diff"):
         if c in df:
@@ -191,8 +191,12 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     deviation from the papers in one list."""
     from ..provenance import git_commit
 
+    from .mechanism import NOT_RECORDED, apply_testability, health_table, judge_health, sa_rag_index_health
+
     runs = unique_runs(res.runs)
-    claims = claims_table(res.claims)
+    every_run = pd.DataFrame(res.runs)
+    health = health_table(runs)
+    claims = claims_table(apply_testability(res.claims, every_run, health_table(every_run)))
     commit = git_commit()
     models = sorted({str(m) for m in runs.get("model", pd.Series(dtype=str)).dropna()})
     hours = float(runs["answer_seconds_total"].sum()) / 3600 if not runs.empty else 0.0
@@ -208,13 +212,26 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     parts += ["## The papers' claims, tested", "",
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
-              "claims need the difference bounded within ±5 points. `diff` and `ci95` are A − B in points.", "",
+              "claims need the difference bounded within ±5 points. `diff` and `ci95` are A − B in points. "
+              "A claim whose KG holds no fact of its dataset reads **not testable with the data here**; one whose "
+              "mechanism ran for fewer than half its questions **not testable at this model (mechanism ran for x "
+              "of n)**; `statistical verdict` keeps what the paired test alone said, `mechanism` the health of the "
+              "mechanism the claim is about (`kgrag_lib.report.mechanism`).", "",
               _md(verdict_counts(claims), 0) if not claims.empty else "(no claims were tested)", ""]
     if not claims.empty:
         secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
         parts += [_md(claims[~secondary]), "",
                   "The same claims on a second metric (MetaQA: Hit@1 exact, §4.2.1 read literally; SA-RAG and "
                   "TCR-QF: F1):", "", _md(claims[secondary]), ""]
+    parts += ["## Mechanism health", "",
+              "Did the part of each method a claim is about run? Per run: the signal and for how many of its "
+              f"questions it held. \"{NOT_RECORDED}\": the published per-question files of that run lack the "
+              "field (runs made since record it as `mechanism` in questions.jsonl).", "",
+              _md(health.drop(columns=[c for c in ("notebook",) if c in health]).drop_duplicates()
+                  if not health.empty else health), "",
+              "The LLM-built KGs (SA-RAG's index, notebook 30; TCR-QF's text KG, notebook 40):", "", _md(sa_rag_index_health(res.summaries)), "",
+              "LLM judges and their controls (a judge that accepts other questions' answers tests nothing):", "",
+              _md(judge_health(res.summaries)), ""]
     parts += ["## Every method on the same questions", "",
               "Scores in percent; cost per question counts every LLM request, cached or not, and the seconds it "
               "took when first computed.", "", _md(cross_method_table(runs)), ""]
@@ -258,9 +275,18 @@ def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[
 
     rows = read_predictions(run_folder / PRED_FILE)
     items = score_items(rows, tuple(metrics))
+    from .mechanism import mechanism_record
+
     keep = ("qid", "dataset", "prediction", "answers", "failed", "error", "cost")
-    return [{**{k: r.get(k) for k in keep}, "issues": (r.get("trace") or {}).get("issues") or [],
-             **{m: items[m][i] for m in items}} for i, r in enumerate(rows)]
+    out = []
+    for i, r in enumerate(rows):
+        rec = {**{k: r.get(k) for k in keep}, "issues": (r.get("trace") or {}).get("issues") or [],
+               **{m: items[m][i] for m in items}}
+        mech = mechanism_record(r.get("trace") or {}, r.get("question"))
+        if mech:
+            rec["mechanism"] = mech
+        out.append(rec)
+    return out
 
 
 def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None,

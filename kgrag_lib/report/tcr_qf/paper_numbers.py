@@ -218,4 +218,8 @@ DEVIATIONS = (
     "added over all questions (from each prediction's kg_added); nodes count the entities of those triples (an "
     "entity extracted without a relation is not recorded in the traces); a question that stopped early keeps its "
     "last answer in later rounds. Fig. 3 prints no values in the paper.",
+    "TCR-QF: the missing-knowledge prompt adds a NONE exit and the current answer, and drops the paper's background questions and its examples; the KG-enrichment call is not given the paper's \"Existing Triples\" input. Both are stated, not yet fixed (a prompt change needs the TCR-QF runs redone).",
+    "TCR-QF: our ToG gives score 1.0 without an LLM call to an entity with at most `width` relations or a relation with one target, while other candidates get LLM scores; ToG's scores sum to 1 over the candidates, so our beam products mix two scales.",
+    "TCR-QF: the paper requires each extracted relation to quote its chunk exactly; our extraction does not check the quote (the issue counted 260 of 435 quotes not found in their chunk; the published results hold no built KG to recount them).",
+    "TCR-QF: with the 0.5B model the reasoning output has no `Final Answer:` line for 9-10 of 10 questions in every retrieval system (the report's mechanism health counts it per run), so its TCR-QF claims read 'not testable at this model'.",
 )

@@ -1,0 +1,208 @@
+"""Mechanism health: did the part of a method that a paper's claim is about actually run?
+
+A claim such as "TCR-QF beats ToG" tests the paper only when TCR-QF's mechanism ran on the
+questions compared; with a small model it may not (the reasoning output has no `Final Answer:`
+line, the query expansion returns the question, the KG holds no fact of the dataset). So every
+claim gets, beside its statistical verdict, the health of its mechanism, and the verdict
+becomes
+
+- "not testable with the data here" when a side of the claim searches a KG that holds no fact
+  of the claim's dataset (`KG_DOMAINS`; e.g. 2Wiki's evidence triples on HotpotQA), and
+- "not testable at this model (mechanism ran for x of n)" when the mechanism ran for fewer
+  than half of the claim's questions.
+
+Health is read from the per-question files a run publishes (`questions.jsonl`: its trace's
+`issues` and, for runs made since, a `mechanism` record, `study.compact_rows`) and from the
+notebooks' summary rows (SA-RAG's index statistics and judge controls). What a published run
+does not record is said as such ("not recorded in the compact results"), never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+NOT_TESTABLE_DATA = "not testable with the data here"
+NOT_TESTABLE_MODEL = "not testable at this model"
+NOT_RECORDED = "not recorded in the compact results"
+
+# The datasets whose facts a KG holds: a claim on another dataset that searches it tests nothing.
+KG_DOMAINS: dict[str, tuple[str, ...]] = {
+    "2wiki-evidence-heldout": ("2wiki",),
+    "2wiki-evidence-oracle": ("2wiki",),
+}
+# Methods whose answers rest on the KG they are given (KG-Infused RAG and its ablations).
+KG_METHODS = ("kg-infused", "kg-qe-only", "kg-aug-only", "self-ask-kg-infused", "self-rag-kg-infused")
+# TCR-QF and its ablations read the answer from a `Final Answer:` line.
+TCR_METHODS = ("tcr-qf", "tog", "tog-tcr", "tog-qf", "tcr-af")
+NO_FINAL_ANSWER = "answer: no 'Final Answer:' line"
+DECOMPOSITION_FAILED = "decomposition: fell back to the original question"
+DECOMPOSING = ("kg-rag", "llm-qd")
+
+
+def _rows(folder: str | Path) -> list[dict[str, Any]]:
+    path = Path(folder) / "questions.jsonl"
+    if not path.is_file():
+        path = Path(folder) / "predictions.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def _issues(row: Mapping[str, Any]) -> list[str]:
+    return [str(i) for i in (row.get("issues") or (row.get("trace") or {}).get("issues") or [])]
+
+
+def mechanism_record(trace: Mapping[str, Any], question: str | None = None) -> dict[str, Any]:
+    """What a run's trace says about its mechanism, small enough to publish with every question:
+    KG-Infused RAG's q' differs from the question and its subgraph size; SA-RAG's activated
+    entities beyond the seeds; TCR-QF's triples the feedback added. Empty when the trace holds none."""
+    out: dict[str, Any] = {}
+    if "expanded_query" in trace and question is not None:
+        out["qe_changed"] = bool(trace.get("expanded_query")) and \
+            " ".join(str(trace["expanded_query"]).split()).lower() != " ".join(question.split()).lower()
+    act = trace.get("activation")
+    if isinstance(act, Mapping) and "subgraph" in act:
+        out["subgraph_triples"] = len(act.get("subgraph") or [])
+        out["activated_beyond_seeds"] = len(set(act.get("activated_entities") or [])
+                                            - set(act.get("seed_entities") or []))
+    elif isinstance(act, Mapping) and isinstance(trace.get("subgraph"), Mapping):   # SA-RAG: entity -> activation
+        out["activated_entities"] = len(act)
+    if "kg_added" in trace:
+        out["feedback_triples"] = len(trace.get("kg_added") or [])
+    return out
+
+
+def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
+    """One run's mechanism health: which signal, for how many of its questions it held (x of n),
+    or `NOT_RECORDED` for a method whose signal its published files lack."""
+    method = str(run.get("method"))
+    rows = _rows(run["folder"])
+    n = len(rows)
+    rec = {"notebook": run.get("notebook"), "method": method, "dataset": run.get("dataset"),
+           "model": run.get("model"), "kg": run.get("kg"), "n": n, "folder": run.get("folder")}
+    if method in TCR_METHODS:
+        x = sum(not any(i.startswith(NO_FINAL_ANSWER) for i in _issues(r)) for r in rows)
+        rec.update(signal="final answer parsed", ran=x)
+        fb = [r["mechanism"].get("feedback_triples") for r in rows if isinstance(r.get("mechanism"), Mapping)]
+        rec["feedback produced triples"] = (f"{sum(1 for v in fb if v)} of {len(fb)}" if fb else NOT_RECORDED)
+    elif method in DECOMPOSING:
+        x = sum(not any(i.startswith(DECOMPOSITION_FAILED) for i in _issues(r)) for r in rows)
+        rec.update(signal="decomposition parsed", ran=x)
+    elif method in KG_METHODS:
+        mech = [r.get("mechanism") for r in rows if isinstance(r.get("mechanism"), Mapping)]
+        if mech and len(mech) == n:
+            qe = [m["qe_changed"] for m in mech if "qe_changed" in m]
+            sub = [m["subgraph_triples"] for m in mech if "subgraph_triples" in m]
+            rec.update(signal="subgraph non-empty", ran=sum(1 for v in sub if v),
+                       **{"q' != q": f"{sum(qe)} of {len(qe)}" if qe else "–"})
+        else:
+            rec.update(signal="q' != q, subgraph non-empty", ran=None, note=NOT_RECORDED)
+    elif method.startswith("sa-rag"):
+        rec.update(signal="activated beyond seeds", ran=None, note=NOT_RECORDED)
+    else:
+        rec.update(signal="", ran=None)
+    return rec
+
+
+def health_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """`run_health` of every distinct run whose method has a mechanism signal."""
+    if runs.empty:
+        return pd.DataFrame()
+    recs = [run_health(r) for r in runs.to_dict("records")]
+    df = pd.DataFrame([r for r in recs if r.get("signal")])
+    if df.empty:
+        return df
+    df["ran"] = [None if pd.isna(v) else f"{int(v)} of {n}" for v, n in zip(df["ran"], df["n"])]
+    return df.drop(columns=["folder"])
+
+
+def sa_rag_index_health(summaries: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
+    """The LLM-built KGs (SA-RAG's index, TCR-QF's text KG) as their statistics give them."""
+    rows = [{"notebook": nb, "dataset": r.get("dataset"), "model": r.get("model"), "chunks": r.get("chunks"),
+             "entities per chunk": r.get("entities_per_chunk"), "relations per chunk": r.get("relations_per_chunk"),
+             "entity nodes": r.get("entity_nodes"), "related_to triples": r.get("related_to_triples")}
+            for nb, rs in summaries.items() for r in rs if "relations_per_chunk" in r]
+    return pd.DataFrame(rows)
+
+
+def judge_health(summaries: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
+    """Each LLM judge's controls: gold answers accepted, other questions' answers accepted."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for nb, rs in summaries.items():
+        for r in rs:
+            if "judge_informative" in r:
+                key = (nb, r.get("dataset"), r.get("judge_model"))
+                seen.setdefault(key, {"notebook": nb, "dataset": r.get("dataset"), "judge": r.get("judge_model"),
+                                      "gold accepted %": r.get("judge_gold_accepted"),
+                                      "wrong accepted %": r.get("judge_wrong_accepted"),
+                                      "controls passed": bool(r.get("judge_informative"))})
+    return pd.DataFrame(list(seen.values()))
+
+
+def _claim_sides(claim_id: str) -> tuple[str, ...]:
+    """The methods a KG-Infused RAG claim compares (from its CLAIMS), else ()."""
+    from .kg_infused import paper_numbers as kgi
+
+    base = str(claim_id).split("@")[0]
+    for c in (*kgi.CLAIMS, *getattr(kgi, "PLUGIN_CLAIMS", ())):
+        if c[0] == base:
+            return tuple(str(s[0] if isinstance(s, tuple) else s) for s in (c[3], c[5]))
+    return ()
+
+
+def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFrame) -> tuple[str | None, str]:
+    """(verdict that replaces the statistical one or None, the health text shown beside it)."""
+    nb, dataset = claim.get("notebook"), claim.get("dataset")
+    mine = runs[(runs["notebook"] == nb) & (runs["dataset"] == dataset)] if not runs.empty else runs
+    sides = _claim_sides(str(claim.get("claim")))
+    kg_runs = mine[mine["method"].isin([s for s in sides if s in KG_METHODS])] if sides else mine.iloc[0:0]
+    for kg in sorted({str(k) for k in kg_runs.get("kg", pd.Series(dtype=str)).dropna()}):
+        domain = KG_DOMAINS.get(kg)
+        if domain is not None and dataset not in domain:
+            return NOT_TESTABLE_DATA, (f"KG {kg} holds facts of {', '.join(domain)} only, none of {dataset}'s "
+                                      "questions: the KG side cannot help")
+    if health.empty:
+        return None, ""
+    h = health[(health["notebook"] == nb) & (health["dataset"] == dataset)]
+    tcr = h[h["method"].isin(TCR_METHODS)]
+    if not tcr.empty and claim.get("verdict") != "not run":
+        counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m) for r, m in zip(tcr["ran"], tcr["method"])
+                  if isinstance(r, str)]
+        x, n, m = min(counts)
+        text = f"final answer parsed for {x} of {n} ({m}; fewest among the TCR-QF runs compared)"
+        if x < n / 2:
+            return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})", text
+        return None, text
+    parts = [f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else f"{r['method']}: {r['signal']} {NOT_RECORDED}"
+             for r in h.to_dict("records") if (not sides or r["method"] in sides)]
+    return None, "; ".join(dict.fromkeys(parts))
+
+
+def apply_testability(claims: pd.DataFrame, runs: pd.DataFrame, health: pd.DataFrame) -> pd.DataFrame:
+    """Claims with a `mechanism` column and, where the claim cannot test the paper, the verdict
+    replaced (the statistical one kept as `statistical verdict`)."""
+    if claims.empty:
+        return claims
+    out = claims.copy()
+    verdicts, texts = [], []
+    for rec in out.to_dict("records"):
+        v, text = testability(rec, runs, health)
+        verdicts.append(v if v and rec.get("verdict") != "not run" else rec.get("verdict"))
+        texts.append(text)
+    out["statistical verdict"] = out["verdict"]
+    out["verdict"] = verdicts
+    out["mechanism"] = texts
+    return out
+
+
+def changed_verdicts(claims: pd.DataFrame) -> list[dict[str, Any]]:
+    """Claims whose verdict testability replaced: claim, dataset, metric, old -> new."""
+    if claims.empty or "statistical verdict" not in claims:
+        return []
+    ch = claims[claims["verdict"] != claims["statistical verdict"]]
+    return [{"claim": r["claim"], "dataset": r["dataset"], "metric": r.get("metric"),
+             "old": r["statistical verdict"], "new": r["verdict"], "why": r["mechanism"]} for r in ch.to_dict("records")]
