@@ -235,15 +235,24 @@ def test_bad_values_are_refused(field, value, needle):
 
 
 def test_profiles_and_deviations():
-    paper = dt.dpo_config("gpu-paper")
-    paper.validate(cuda=True)
-    assert (paper.beta, paper.learning_rate, paper.num_epochs, paper.batch_size, paper.max_length) == \
-        (0.1, 5e-7, 1.0, 4, 8000)
-    assert not paper.lora and paper.bf16 and paper.sync_ref_model and paper.ref_model_mixup_alpha == 0.6
-    assert dt.deviations_from_table20(paper) == []
+    full = dt.dpo_config("gpu-paper-full")
+    full.validate(cuda=True)
+    assert (full.beta, full.learning_rate, full.num_epochs, full.batch_size, full.max_length) == \
+        (0.1, 5e-7, 1.0, 1, 8000)
+    assert not full.lora and full.bf16 and full.sync_ref_model and full.ref_model_mixup_alpha == 0.6
+    assert dt.deviations_from_table20(full, world_size=4) == []     # the paper's 4 GPUs x 1 pair
+    assert dt.deviations_from_table20(full, world_size=8) == ["effective_batch_size: 8 instead of 4 (pairs per "
+                                                              "optimizer step = batch_size x "
+                                                              "gradient_accumulation_steps x processes)"]
+    one_gpu = dt.dpo_config("gpu-paper")                            # the one-GPU default: bf16 LoRA
+    one_gpu.validate(cuda=True)
+    assert one_gpu.lora and one_gpu.bf16 and not one_gpu.sync_ref_model and not one_gpu.load_in_4bit
+    assert one_gpu.batch_size * one_gpu.gradient_accumulation_steps == 4 and one_gpu.max_length == 8000
+    dev = dt.deviations_from_table20(one_gpu, world_size=1)
+    assert sorted(d.split(":")[0] for d in dev) == ["learning_rate", "lora", "sync_ref_model"]
     smoke = dt.dpo_config("cpu-smoke")
     smoke.validate(cuda=False)
-    dev = " | ".join(dt.deviations_from_table20(smoke))
+    dev = " | ".join(dt.deviations_from_table20(smoke, world_size=1))
     for name in ("lora", "sync_ref_model", "bf16", "max_length", "learning_rate", "max_pairs"):
         assert name + ":" in dev, name
     assert "PEFT" in dev
