@@ -79,12 +79,16 @@ def model_shape(source: Any) -> ModelShape:
     with init_empty_weights():
         model = transformers.AutoModelForCausalLM.from_config(config)
     n_params = sum(p.numel() for p in model.parameters())
+    out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if (getattr(text, "tie_word_embeddings", False) or getattr(config, "tie_word_embeddings", False)) \
+            and out_emb is not None and out_emb.weight is not in_emb.weight:
+        n_params -= out_emb.weight.numel()     # tied on load; built on the meta device they are not yet
     linear, shapes = 0, []
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and module is not model.get_output_embeddings():
             linear += module.weight.numel()
             shapes.append((name.rsplit(".", 1)[-1], module.in_features, module.out_features))
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return ModelShape(
         n_params=int(n_params), n_linear_params=int(linear), n_layers=int(text.num_hidden_layers),
         hidden_size=int(text.hidden_size),

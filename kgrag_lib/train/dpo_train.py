@@ -206,7 +206,7 @@ class DPOTrainConfig:
             if importlib.util.find_spec("bitsandbytes") is None:
                 raise ConfigError(
                     "DPO setting load_in_4bit=True (QLoRA) needs the bitsandbytes package, which is not installed "
-                    "in this environment: pip install 'bitsandbytes>=0.45' (or pip install -e '.[gpu]'), or set "
+                    "in this environment: pip install 'bitsandbytes>=0.45' (pip install -e '.[qlora]'), or set "
                     "load_in_4bit=False to train a bf16 LoRA adapter.")
         if self.bf16:
             if not cuda:
@@ -404,6 +404,8 @@ class DPOResult:
     files: dict[str, str]
     manifest: dict[str, Any]
     resumed: bool = False
+    launch: dict[str, Any] = dataclasses.field(default_factory=dict)   # processes, distributed type, backend
+    memory_plan: dict[str, Any] = dataclasses.field(default_factory=dict)   # dpo_memory's estimate
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -778,7 +780,11 @@ def _train(cfg: DPOTrainConfig, rows: list[dict[str, Any]], source: str, dhash: 
         n_truncated=n_trunc, n_steps=n_steps,
         effective_batch_size=cfg.batch_size * cfg.gradient_accumulation_steps * int(args.world_size),
         config=to_dict(cfg), config_hash=chash, data_hash=dhash, data_source=source,
-        deviations_from_table20=deviations_from_table20(cfg), warnings=warnings, files=files, manifest=man,
+        deviations_from_table20=deviations_from_table20(cfg, world_size=int(args.world_size)), warnings=warnings,
+        files=files, manifest=man,
+        launch={"world_size": int(args.world_size), "distributed_type": str(trainer.accelerator.distributed_type),
+                "backend": state.backend, "device": str(trainer.accelerator.device)},
+        memory_plan=plan.to_dict(),
     )
     tmp_res = out / (RESULT_FILE + ".tmp")
     tmp_res.write_text(json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8")
@@ -790,3 +796,11 @@ def _train(cfg: DPOTrainConfig, rows: list[dict[str, Any]], source: str, dhash: 
             print(f"warning: {w}", flush=True)
         print(f"DPO done in {wall:.0f} s: {n_used} pairs, {n_steps} steps; model {result.model_spec}", flush=True)
     return result
+
+
+if __name__ == "__main__":   # python -m kgrag_lib.train.dpo_train ... (the flags of `kgrag train dpo`)
+    import sys
+
+    from kgrag_lib.commands.train import dpo_main
+
+    sys.exit(dpo_main())
