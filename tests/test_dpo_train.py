@@ -513,3 +513,19 @@ def test_two_processes_match_one_process(tiny_base, tmp_path):
     diff = max((w1[k].float() - w2[k].float()).abs().max().item() for k in w1)
     moved = max((w1[k].float() - base[k].float()).abs().max().item() for k in w1)
     assert diff < 1e-5 < moved
+
+
+def test_cli_plan_only_and_shipped_config(tiny_base, capsys):
+    from kgrag_lib.cli import main
+
+    assert main(["train", "dpo", "--training", "gpu-paper-full", "--base-model", str(tiny_base), "--plan-only",
+                 "--gpus", "4", "--sharded", "--gpu-gib", "80", "--quiet"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plan["mode"] == "full" and plan["n_gpus"] == 4 and plan["sharded"] and plan["fits"]
+    assert main(["train", "accelerate-config", "fsdp"]) == 0
+    import yaml
+
+    cfg = yaml.safe_load(Path(capsys.readouterr().out.strip()).read_text())
+    assert cfg["distributed_type"] == "FSDP" and cfg["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
+    assert main(["train", "dpo", "--base-model", str(tiny_base)]) == 2      # no --pairs: one-line refusal
+    assert "--pairs PATH is required" in capsys.readouterr().err
