@@ -235,15 +235,24 @@ def test_bad_values_are_refused(field, value, needle):
 
 
 def test_profiles_and_deviations():
-    paper = dt.dpo_config("gpu-paper")
-    paper.validate(cuda=True)
-    assert (paper.beta, paper.learning_rate, paper.num_epochs, paper.batch_size, paper.max_length) == \
-        (0.1, 5e-7, 1.0, 4, 8000)
-    assert not paper.lora and paper.bf16 and paper.sync_ref_model and paper.ref_model_mixup_alpha == 0.6
-    assert dt.deviations_from_table20(paper) == []
+    full = dt.dpo_config("gpu-paper-full")
+    full.validate(cuda=True)
+    assert (full.beta, full.learning_rate, full.num_epochs, full.batch_size, full.max_length) == \
+        (0.1, 5e-7, 1.0, 1, 8000)
+    assert not full.lora and full.bf16 and full.sync_ref_model and full.ref_model_mixup_alpha == 0.6
+    assert dt.deviations_from_table20(full, world_size=4) == []     # the paper's 4 GPUs x 1 pair
+    assert dt.deviations_from_table20(full, world_size=8) == ["effective_batch_size: 8 instead of 4 (pairs per "
+                                                              "optimizer step = batch_size x "
+                                                              "gradient_accumulation_steps x processes)"]
+    one_gpu = dt.dpo_config("gpu-paper")                            # the one-GPU default: bf16 LoRA
+    one_gpu.validate(cuda=True)
+    assert one_gpu.lora and one_gpu.bf16 and not one_gpu.sync_ref_model and not one_gpu.load_in_4bit
+    assert one_gpu.batch_size * one_gpu.gradient_accumulation_steps == 4 and one_gpu.max_length == 8000
+    dev = dt.deviations_from_table20(one_gpu, world_size=1)
+    assert sorted(d.split(":")[0] for d in dev) == ["learning_rate", "lora", "sync_ref_model"]
     smoke = dt.dpo_config("cpu-smoke")
     smoke.validate(cuda=False)
-    dev = " | ".join(dt.deviations_from_table20(smoke))
+    dev = " | ".join(dt.deviations_from_table20(smoke, world_size=1))
     for name in ("lora", "sync_ref_model", "bf16", "max_length", "learning_rate", "max_pairs"):
         assert name + ":" in dev, name
     assert "PEFT" in dev
@@ -376,3 +385,147 @@ def test_embedded_qwen_dpo_merge_and_generate(tmp_path):
     assert base.identity == res.base_model["identity"] != trained.identity
     p = SamplingParams(max_tokens=8)
     assert request_key(base.backend, base.identity, msgs, p) != request_key(trained.backend, trained.identity, msgs, p)
+
+
+# ---- memory plan (dpo_memory): the real 7-8B configs, written as config.json, no weights ----
+
+QWEN25_7B = dict(model_type="qwen2", hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                 num_attention_heads=28, num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
+                 tie_word_embeddings=False)
+LLAMA31_8B = dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072,
+                  tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("config,n_params", [(QWEN25_7B, 7_615_616_512), (LLAMA31_8B, 8_030_261_248)])
+def test_memory_plans_of_the_paper_models(tmp_path, config, n_params):
+    """From config.json alone: bf16 LoRA (the gpu-paper set) fits one 80 GB GPU, a full fine-tune
+    (fp32 or bf16 autocast) does not, and the bf16 full fine-tune sharded over 8 GPUs does."""
+    from kgrag_lib.train import dpo_memory as dm
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shape = dm.model_shape(tmp_path)
+    assert shape.n_params == n_params                       # the published 7.62B / 8.03B
+    one = dt.dpo_config("gpu-paper")
+    lora = dm.plan_for(one, str(tmp_path), n_gpus=1, sharded=False, gpu_gib=80.0, cuda=True)
+    assert lora.mode == "lora" and lora.fits and 30 < lora.total_gib < 60
+    assert lora.reference_gib == 0 and 35e6 < lora.trainable_params < 45e6   # rank-16 adapters on 7 maps
+    kw = dict(seq_len=8000, batch=1, gpu_gib=80.0)
+    full32 = dm.estimate_dpo_memory(shape, mode="full", dtype="fp32", **kw)
+    assert not full32.fits and full32.total_gib > 150
+    assert full32.weights_gib == pytest.approx(4 * n_params / 2**30)       # fp32 master weights
+    assert full32.optimizer_gib == pytest.approx(2 * full32.weights_gib)   # AdamW's two moments
+    assert not dm.estimate_dpo_memory(shape, mode="full", dtype="bf16", **kw).fits
+    sharded8 = dm.estimate_dpo_memory(shape, mode="full", dtype="bf16", n_gpus=8, sharded=True, **kw)
+    assert sharded8.fits and sharded8.weights_gib == pytest.approx(full32.weights_gib / 8)
+    unsharded8 = dm.estimate_dpo_memory(shape, mode="full", dtype="bf16", n_gpus=8, sharded=False, **kw)
+    assert not unsharded8.fits                              # DDP: every GPU holds everything
+    qlora = dm.estimate_dpo_memory(shape, mode="qlora", dtype="bf16", **kw)
+    assert qlora.weights_gib < lora.weights_gib / 2
+    assert dm.min_sharded_gpus(shape, 80.0, mode="full", dtype="bf16", seq_len=8000, batch=1) in (2, 4)
+    print(f"\n{lora.describe()}\n{full32.describe()}\n{sharded8.describe()}")
+
+
+def test_memory_plan_of_a_tiny_config_and_refusal(tiny_base, tmp_path, monkeypatch):
+    """The estimate reads the folder's config.json (tiny Qwen2 here); a plan over the visible GPU
+    is refused before the model is loaded, naming the options, unless memory_check=False."""
+    from kgrag_lib.train import dpo_memory as dm
+
+    shape = dm.model_shape(tiny_base)
+    real = sum(p.numel() for p in _tiny_model(len(_tiny_tokenizer())).parameters())
+    assert shape.n_params == real and shape.n_layers == 2 and shape.hidden_size == 32
+    cfg = _cfg(tiny_base, tmp_path, lora=False)
+    plan = dm.plan_for(cfg, str(tiny_base), gpu_gib=0.001, cuda=True)
+    assert plan.fits is False and plan.mode == "full" and plan.dtype == "fp32"
+    msg = dm.refusal(plan, str(tiny_base), cfg)
+    assert "does NOT fit" in msg and "gpu-paper" in msg and "memory_check=False" in msg
+    with pytest.raises(ConfigError, match="mode"):
+        dm.estimate_dpo_memory(shape, mode="half")
+    # train_dpo refuses a plan that does not fit "the visible GPU" before claiming the folder
+    monkeypatch.setattr(dm, "visible_gpu_gib", lambda: 0.001)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigError, match="refused before loading the model"):
+        dt.train_dpo(cfg, PAIRS[:2], tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()
+
+
+def test_qlora_is_refused_without_cuda_or_bitsandbytes(monkeypatch):
+    cfg = dt.dpo_config("gpu-paper", load_in_4bit=True)
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
+        cfg.validate(cuda=False)
+    with pytest.raises(ConfigError, match="needs lora=True and bf16=True"):
+        dt.dpo_config("gpu-paper-full", load_in_4bit=True).validate(cuda=True)
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    with pytest.raises(ConfigError, match="pip install 'bitsandbytes"):
+        cfg.validate(cuda=True)
+    assert "load_in_4bit: True" in " ".join(dt.deviations_from_table20(cfg, world_size=1))
+    assert dt.config_hash(dt.dpo_config("gpu-paper")) != dt.config_hash(cfg)
+
+
+# ---- several processes: accelerate launch, 2 processes on CPU (gloo) vs 1 -----------------
+
+def test_two_processes_match_one_process(tiny_base, tmp_path):
+    """`accelerate launch` of `python -m kgrag_lib.train.dpo_train` with 2 processes on CPU (gloo,
+    DDP) versus one process with 2 accumulation steps, on the same 2 pairs: a full fine-tune with
+    TR-DPO sync after every step, 2 optimizer steps (the first is scored before any update, so the
+    second loss and the trained weights are what the gradient all-reduce decides)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+
+    pairs = _write_jsonl(tmp_path / "pairs.jsonl", PAIRS[:2])
+    common = dict(lora=False, sync_ref_model=True, ref_model_sync_steps=1, batch_size=1, max_steps=2,
+                  learning_rate=1e-3, max_length=64)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), OMP_NUM_THREADS="1",
+               HF_HOME=str(tmp_path / "hf"), CUDA_VISIBLE_DEVICES="")
+    # accelerate 1.x runs `--cpu --num_processes 2` as ONE process unless MPI is set up; `--multi_gpu`
+    # on a machine without CUDA starts 2 torchrun workers, which accelerate runs on CPU with gloo.
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "-m", "kgrag_lib.train.dpo_train", "--training", "cpu-smoke", "--base-model", str(tiny_base),
+           "--pairs", str(pairs), "--out", str(tmp_path / "two"), "--quiet",
+           "--set", "max_pairs=null", "--set", f"cache_dir={tmp_path / 'cache'}", "--set", "gradient_accumulation_steps=1",
+           *[a for k, v in common.items() for a in ("--set", f"{k}={json.dumps(v)}")]]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = dt.DPOResult.from_dir(tmp_path / "two")
+    assert two.launch["world_size"] == 2 and two.launch["backend"] == "gloo" and two.launch["device"].startswith("cpu")
+    assert two.effective_batch_size == 2 and two.n_steps == 2
+    one = dt.train_dpo(_cfg(tiny_base, tmp_path, gradient_accumulation_steps=2, **common), pairs,
+                       tmp_path / "one", progress=False)
+    assert one.launch["world_size"] == 1 and one.effective_batch_size == 2
+    l2 = [h["loss"] for h in two.log_history if "loss" in h]
+    l1 = [h["loss"] for h in one.log_history if "loss" in h]
+    print(f"\n2 processes: losses {l2}; 1 process: {l1}; launch wall {wall:.1f} s")
+    assert len(l1) == len(l2) == 2 and l1[0] == pytest.approx(0.6931, abs=1e-4)
+    assert l2 == pytest.approx(l1, abs=1e-5) and abs(l1[1] - l1[0]) > 1e-4    # the update moved the loss
+    w1 = load_file(str(Path(one.model_dir) / "model.safetensors"))
+    w2 = load_file(str(Path(two.model_dir) / "model.safetensors"))
+    base = load_file(str(tiny_base / "model.safetensors"))
+    diff = max((w1[k].float() - w2[k].float()).abs().max().item() for k in w1)
+    moved = max((w1[k].float() - base[k].float()).abs().max().item() for k in w1)
+    assert diff < 1e-5 < moved
+
+
+def test_cli_plan_only_and_shipped_config(tiny_base, capsys):
+    from kgrag_lib.cli import main
+
+    assert main(["train", "dpo", "--training", "gpu-paper-full", "--base-model", str(tiny_base), "--plan-only",
+                 "--gpus", "4", "--sharded", "--gpu-gib", "80", "--quiet"]) == 0
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plan["mode"] == "full" and plan["n_gpus"] == 4 and plan["sharded"] and plan["fits"]
+    assert main(["train", "accelerate-config", "fsdp"]) == 0
+    import yaml
+
+    cfg = yaml.safe_load(Path(capsys.readouterr().out.strip()).read_text())
+    assert cfg["distributed_type"] == "FSDP" and cfg["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
+    assert main(["train", "dpo", "--base-model", str(tiny_base)]) == 2      # no --pairs: one-line refusal
+    assert "--pairs PATH is required" in capsys.readouterr().err

@@ -105,7 +105,8 @@ class DPOTraining(KGInfusedRuns):
     from_methods = {**SHARED, "rounds": (KGI, "rounds")}
     pairs: str | None = opt(None, "pairs.jsonl from notebook 26 (None: ../26_dpo_data/pairs.jsonl beside out_dir)")
     training: str = opt("cpu-smoke", "default set of DPOTrainConfig: cpu-smoke (LoRA, fp32, minutes) | gpu-paper "
-                                     "(Table 20: full fine-tune, bf16)")
+                                     "(one GPU: bf16 LoRA, Table 20's data and schedule) | gpu-paper-full (Table 20: "
+                                     "full fine-tune, bf16, TR-DPO; several GPUs, see docs/GPU.md)")
     training_overrides: dict[str, Any] = opt({}, "DPOTrainConfig fields that replace the default set's")
     methods: list[str] = opt(["kg-infused"], "configurations answered by the base and by the trained model (Table 1: "
                                              "nor, vanilla-rag, vanilla-qe, kg-infused; Table 3 adds kg-qe-only, "

@@ -1,10 +1,16 @@
 """DPO training of the generator on knowledge-augmentation preference pairs (KG-Infused RAG
 §3.7, Eq. 13; App. E, Table 20), with trl's `DPOTrainer`.
 
-Two default sets: `gpu-paper` is Table 20 (full fine-tune, β 0.1, lr 5e-7, one epoch, batch 4,
-max length 8000, bf16, TR-DPO reference sync with mix-up α 0.6 every 512 steps); `cpu-smoke`
-trains a LoRA adapter on the embedded 0.5B model in fp32 on a few dozen pairs so it finishes in
-minutes (every departure from Table 20 is listed by `deviations_from_table20`). After training
+Three default sets. `gpu-paper-full` is Table 20 exactly (full fine-tune, β 0.1, lr 5e-7, one
+epoch, 4 pairs per step, max length 8000, bf16, TR-DPO reference sync with mix-up α 0.6 every 512
+steps): ~20 bytes per parameter (fp32 master weights, gradients, AdamW moments, a reference copy),
+so for a 7-8B model it is meant for several GPUs under `accelerate launch` with the shipped FSDP
+config (`kgrag_lib/train/accelerate/fsdp.yaml`; the paper used 4xA800). `gpu-paper` is the
+one-GPU default: the same data, β, schedule and length, with a LoRA adapter on a bf16 base
+(~41 GiB for Qwen2.5-7B at 8000 tokens, see `dpo_memory`), optionally QLoRA (`load_in_4bit`).
+`cpu-smoke` trains a LoRA adapter on the embedded 0.5B model in fp32 on a few dozen pairs so it
+finishes in minutes. Every departure from Table 20 is listed by `deviations_from_table20`, and
+`train_dpo` prints the memory plan and refuses one that does not fit the visible GPU. After training
 the adapter is merged into the base and saved as a plain transformers folder, which the repo's
 `hf:` backend loads; its identity is the folder's fingerprint, so answers of the trained model
 never reuse the base model's cached answers.
@@ -37,15 +43,14 @@ LN2 = math.log(2.0)
 KEYS = ("prompt", "chosen", "rejected")
 RESULT_FILE = "result.json"
 RUN_FILE = "run.json"
-# Fields that say where things go, not what is trained: left out of the config hash.
-_LOCATION_FIELDS = ("output_root", "cache_dir")
+# Fields that say where things go or how to guard the run, not what is trained: left out of the config hash.
+_LOCATION_FIELDS = ("output_root", "cache_dir", "memory_check")
 
 # KG-Infused RAG, App. E, Table 20 (LLaMA3.1-8B and Qwen2.5-7B alike), in our field names.
 TABLE20: dict[str, Any] = {
     "lora": False,                      # "full parameter fine-tuning on 4xA800 GPUs"
     "max_length": 8000,
-    "batch_size": 4,
-    "gradient_accumulation_steps": 1,
+    "effective_batch_size": 4,          # pairs per optimizer step: batch_size x accumulation x processes
     "learning_rate": 5e-7,
     "num_epochs": 1.0,
     "adam_beta1": 0.9,
@@ -61,17 +66,19 @@ TABLE20: dict[str, Any] = {
 }
 
 _DEVIATION_WHY = {
-    "lora": "a full fine-tune of even the 0.5B model takes 13 GB and 26 s/step on this CPU; a LoRA "
-            "adapter takes 5 GB and 16 s/step (DESIGN facts), and is merged afterwards",
+    "lora": "a full fine-tune needs ~20 bytes per parameter (~175 GiB for Qwen2.5-7B at 8000 tokens: several GPUs, "
+            "the gpu-paper-full set under accelerate launch); on CPU even the 0.5B model takes 13 GB and 26 s/step, a "
+            "LoRA adapter 5 GB and 16 s/step (DESIGN facts). The adapter is merged afterwards",
     "sync_ref_model": "trl refuses TR-DPO reference syncing with a PEFT model: with LoRA the reference is "
                       "the adapter-disabled base, so there is no separate reference model to mix",
     "ref_model_mixup_alpha": "unused: sync_ref_model is off",
     "ref_model_sync_steps": "unused: sync_ref_model is off (and a smoke run has far fewer than 512 steps)",
     "bf16": "no CUDA GPU: CPU training runs in fp32",
+    "load_in_4bit": "QLoRA: the frozen base in 4-bit NF4 (bitsandbytes) to fit a smaller GPU",
     "max_length": "CPU time grows with sequence length; over-long pairs are dropped, not cut",
-    "learning_rate": "a zero-initialised LoRA adapter moves nothing measurable at 5e-7 in a few steps",
-    "batch_size": "CPU memory and time",
-    "gradient_accumulation_steps": "keeps a few pairs per optimizer step at a small per-step batch",
+    "learning_rate": "a zero-initialised LoRA adapter moves nothing measurable at 5e-7 (LoRA is usually "
+                     "trained at ~10x a full fine-tune's rate)",
+    "effective_batch_size": "pairs per optimizer step = batch_size x gradient_accumulation_steps x processes",
     "num_epochs": "smoke run",
 }
 
@@ -104,7 +111,14 @@ class DPOTrainConfig:
     lora_dropout: float = opt(0.05, "LoRA dropout")
     lora_target_modules: list[str] = opt(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                           "down_proj"], "module names that get an adapter (Qwen2/Llama naming)")
-    bf16: bool = opt(False, "bf16 mixed precision (needs a CUDA GPU; Table 20 runs: yes)")
+    bf16: bool = opt(False, "bf16 (needs a CUDA GPU; Table 20 runs: yes). With LoRA the frozen base is stored in "
+                            "bf16; a full fine-tune keeps fp32 master weights and computes in bf16 autocast (bf16 "
+                            "weights would not register 5e-7 updates)")
+    load_in_4bit: bool = opt(False, "QLoRA: load the frozen base in 4-bit NF4 with bitsandbytes (needs lora=True, "
+                                    "bf16=True, a CUDA GPU and the bitsandbytes package); the adapter is merged "
+                                    "into a bf16 copy of the base afterwards")
+    memory_check: bool = opt(True, "print the memory plan before loading the model and refuse a plan that does "
+                                   "not fit the visible GPU (False: print it and try anyway)")
     seed: int = opt(42, "seed of the pair sample, adapter init and data order (the paper's code: 42)")
     max_steps: int | None = opt(None, "stop after this many optimizer steps (None: num_epochs decides)")
     logging_steps: int = opt(1, "optimizer steps per logged loss/reward point")
@@ -172,11 +186,29 @@ class DPOTrainConfig:
                 "log-probs), so there is nothing to sync (TR-DPO mix-up α / sync steps of Table 20). Set "
                 "sync_ref_model=False (as the cpu-smoke profile does) or lora=False for a full fine-tune."
             )
-        if self.bf16:
+        if self.bf16 or self.load_in_4bit:
             if cuda is None:
                 import torch
 
                 cuda = torch.cuda.is_available()
+        if self.load_in_4bit:
+            if not (self.lora and self.bf16):
+                raise ConfigError(
+                    f"DPO setting load_in_4bit=True (QLoRA) needs lora=True and bf16=True (got lora={self.lora}, "
+                    f"bf16={self.bf16}): 4-bit weights cannot be trained directly, only an adapter on top of them.")
+            if not cuda:
+                raise ConfigError(
+                    "DPO setting load_in_4bit=True (QLoRA) needs a CUDA GPU, but none is visible "
+                    "(torch.cuda.is_available() is False): bitsandbytes' 4-bit kernels run on CUDA only. Set "
+                    "load_in_4bit=False (bf16 LoRA on a GPU, or the cpu-smoke set on CPU).")
+            import importlib.util
+
+            if importlib.util.find_spec("bitsandbytes") is None:
+                raise ConfigError(
+                    "DPO setting load_in_4bit=True (QLoRA) needs the bitsandbytes package, which is not installed "
+                    "in this environment: pip install 'bitsandbytes>=0.45' (pip install -e '.[qlora]'), or set "
+                    "load_in_4bit=False to train a bf16 LoRA adapter.")
+        if self.bf16:
             if not cuda:
                 raise ConfigError(
                     "DPO setting bf16=True needs a CUDA GPU, but none is visible (torch.cuda.is_available() is "
@@ -187,10 +219,20 @@ class DPOTrainConfig:
 
 
 # The two default sets, as data the YAML profiles can hold (methods/notebooks sections).
+_TABLE20_FIELDS = {k: v for k, v in TABLE20.items() if k != "effective_batch_size"}
 DPO_PROFILES: dict[str, dict[str, Any]] = {
+    # Table 20 as printed: meant for several GPUs (accelerate launch --config_file .../fsdp.yaml
+    # --num_processes 4 gives the paper's 4 pairs per step: 1 per GPU).
+    "gpu-paper-full": {
+        "base_model": "qwen2.5-7b-instruct", **_TABLE20_FIELDS, "batch_size": 1, "gradient_accumulation_steps": 1,
+        "overlong": "keep", "max_pairs": None, "max_steps": None, "logging_steps": 10,
+        "gradient_checkpointing": True, "seed": 42,
+    },
+    # One GPU: bf16 LoRA, 1 pair per pass x 4 accumulation steps = Table 20's 4 pairs per step.
     "gpu-paper": {
-        "base_model": "qwen2.5-7b-instruct", **TABLE20, "overlong": "keep", "max_pairs": None,
-        "max_steps": None, "logging_steps": 10, "gradient_checkpointing": True, "seed": 42,
+        "base_model": "qwen2.5-7b-instruct", **_TABLE20_FIELDS, "lora": True, "sync_ref_model": False,
+        "learning_rate": 5e-6, "batch_size": 1, "gradient_accumulation_steps": 4, "overlong": "keep",
+        "max_pairs": None, "max_steps": None, "logging_steps": 10, "gradient_checkpointing": True, "seed": 42,
     },
     "cpu-smoke": {
         "base_model": "qwen2.5-coder-0.5b-q4", "lora": True, "bf16": False, "sync_ref_model": False,
@@ -219,15 +261,22 @@ def dpo_config(profile: str | dict[str, Any] = "cpu-smoke", **overrides: Any) ->
     return dataclasses.replace(cfg, **{k: None for k in nones}) if nones else cfg
 
 
-def deviations_from_table20(cfg: DPOTrainConfig) -> list[str]:
+def deviations_from_table20(cfg: DPOTrainConfig, world_size: int | None = None) -> list[str]:
     """Every setting of `cfg` that differs from KG-Infused RAG's Table 20, with the reason where
-    it is one of the known CPU departures."""
+    it is a known departure. The batch is compared as pairs per optimizer step (batch_size x
+    gradient_accumulation_steps x `world_size` processes; default: this launch's)."""
+    from .dpo_memory import launch_layout
+
+    world = world_size if world_size is not None else launch_layout()[0]
     out = []
     for name, paper in TABLE20.items():
-        ours = getattr(cfg, name)
+        ours = (cfg.batch_size * cfg.gradient_accumulation_steps * world if name == "effective_batch_size"
+                else getattr(cfg, name))
         if ours != paper:
             why = _DEVIATION_WHY.get(name)
             out.append(f"{name}: {ours!r} instead of {paper!r}" + (f" ({why})" if why else ""))
+    if cfg.load_in_4bit:
+        out.append(f"load_in_4bit: True ({_DEVIATION_WHY['load_in_4bit']})")
     if cfg.max_pairs is not None:
         out.append(f"max_pairs: {cfg.max_pairs} (the paper trains on all 2,461 / 2,909 pairs, Table 19)")
     if cfg.max_steps is not None:
@@ -308,8 +357,13 @@ def data_hash(rows: list[dict[str, Any]]) -> str:
     return h.hexdigest()
 
 
+# Fields added after runs were made, left out of the hash at the value that stands for the old behaviour.
+_ADDED_FIELDS = {"load_in_4bit": False}
+
+
 def config_hash(cfg: DPOTrainConfig) -> str:
-    d = {k: v for k, v in to_dict(cfg).items() if k not in _LOCATION_FIELDS}
+    d = {k: v for k, v in to_dict(cfg).items()
+         if k not in _LOCATION_FIELDS and not (k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
@@ -350,6 +404,8 @@ class DPOResult:
     files: dict[str, str]
     manifest: dict[str, Any]
     resumed: bool = False
+    launch: dict[str, Any] = dataclasses.field(default_factory=dict)   # processes, distributed type, backend
+    memory_plan: dict[str, Any] = dataclasses.field(default_factory=dict)   # dpo_memory's estimate
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -482,6 +538,9 @@ def train_dpo(
     are refused.
     """
     import torch
+    from accelerate import PartialState
+
+    from . import dpo_memory
 
     cuda = torch.cuda.is_available()
     cfg.validate(cuda=cuda)
@@ -489,20 +548,83 @@ def train_dpo(
     dhash = data_hash(rows)
     chash = config_hash(cfg)
     out = Path(out_dir) if out_dir is not None else default_out_dir(cfg, dhash)
-    done = _check_out_dir(out, cfg, chash, dhash)
-    if done is not None:
-        if progress:
-            print(f"DPO run in {out} already finished with these settings and pairs: reusing it", flush=True)
-        return done
+    # Under `accelerate launch` every process runs this function: the main one checks the folder,
+    # converts a GGUF base and claims the folder first; the others then find its run.json.
+    state = PartialState()
+    gate = _MainFirst(state)
+    try:
+        done = _check_out_dir(out, cfg, chash, dhash)
+        if done is not None:
+            if progress and state.is_main_process:
+                print(f"DPO run in {out} already finished with these settings and pairs: reusing it", flush=True)
+            return done
+        return _train(cfg, rows, source, dhash, chash, out, progress, cuda, state, gate, dpo_memory)
+    finally:
+        gate.release()
 
+
+class _MainFirst:
+    """The main process goes first; the others wait at a barrier until it calls `release()`
+    (idempotent; a no-op barrier in a single process)."""
+
+    def __init__(self, state: Any) -> None:
+        self._cm = state.main_process_first()
+        self._cm.__enter__()
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._cm.__exit__(None, None, None)
+
+
+def _load_model(cfg: DPOTrainConfig, path: str, cuda: bool, state: Any) -> Any:
+    """The policy in the precision of its mode: LoRA on a GPU, a bf16 base; QLoRA, an NF4 base
+    (bitsandbytes) on this process's GPU; a full fine-tune (and anything on CPU), fp32 master
+    weights, autocast to bf16 by the trainer when bf16=True (see `dpo_memory`)."""
+    import torch
+    import transformers
+
+    if cfg.load_in_4bit:
+        quant = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                bnb_4bit_use_double_quant=True,
+                                                bnb_4bit_compute_dtype=torch.bfloat16)
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.bfloat16, quantization_config=quant, device_map={"": state.local_process_index})
+    dtype = torch.bfloat16 if (cfg.lora and cfg.bf16 and cuda) else torch.float32
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+
+
+def _merge_into_bf16_base(base_path: str, adapter_dir: Path) -> Any:
+    """QLoRA's adapter merged into a bf16 copy of the base (merging into the 4-bit weights would
+    save a quantized, lossy model the hf backend does not load as a plain folder)."""
+    import peft
+    import torch
+    import transformers
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.bfloat16)
+    return peft.PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+
+
+def _train(cfg: DPOTrainConfig, rows: list[dict[str, Any]], source: str, dhash: str, chash: str, out: Path,
+           progress: bool, cuda: bool, state: Any, gate: "_MainFirst", dpo_memory: Any) -> DPOResult:
     import datasets
+    import torch
     import transformers
     import trl
 
     start = time.perf_counter()
     warnings: list[str] = []
+    progress_main = progress and state.is_main_process
 
-    base: BaseModel = resolve_base_model(cfg.base_model, cache_root=cfg.cache_dir, progress=progress)
+    base: BaseModel = resolve_base_model(cfg.base_model, cache_root=cfg.cache_dir, progress=progress_main)
+    plan = dpo_memory.plan_for(cfg, base.path, cuda=cuda)
+    if progress_main:
+        print(plan.describe(), flush=True)
+    if cuda and plan.fits is False:
+        if cfg.memory_check:
+            raise ConfigError(dpo_memory.refusal(plan, base.path, cfg))
+        warnings.append(f"memory_check=False: training a plan estimated not to fit ({plan.describe()})")
     tok = transformers.AutoTokenizer.from_pretrained(base.path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -535,15 +657,17 @@ def train_dpo(
         ds = ds.shuffle(seed=cfg.seed).select(range(cfg.max_pairs))
 
     # Claim the folder only now, so a refusal above leaves nothing that blocks a retry.
-    for stale in ("model", "adapter", "trainer", "model.tmp"):
-        shutil.rmtree(out / stale, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
     man = manifest(to_dict(cfg))
-    (out / RUN_FILE).write_text(json.dumps({"config": to_dict(cfg), "config_hash": chash, "data_hash": dhash,
-                                            "data_source": source, "manifest": man}, indent=2), encoding="utf-8")
+    if state.is_main_process:
+        for stale in ("model", "adapter", "trainer", "model.tmp"):
+            shutil.rmtree(out / stale, ignore_errors=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / RUN_FILE).write_text(json.dumps({"config": to_dict(cfg), "config_hash": chash, "data_hash": dhash,
+                                                "data_source": source, "manifest": man, "memory_plan": plan.to_dict()},
+                                               indent=2), encoding="utf-8")
+    gate.release()   # the other processes go on now; every process loads the model
 
-    dtype = torch.float32
-    model = transformers.AutoModelForCausalLM.from_pretrained(base.path, dtype=dtype)
+    model = _load_model(cfg, base.path, cuda, state)
     peft_config = None
     if cfg.lora:
         import peft
@@ -577,6 +701,7 @@ def train_dpo(
         report_to="none",
         disable_tqdm=not progress,
         **{_checkpointing_kwarg(trl): cfg.gradient_checkpointing},
+        **{_checkpointing_kwarg(trl) + "_kwargs": {"use_reentrant": False} if cfg.gradient_checkpointing else None},
         sync_ref_model=cfg.sync_ref_model,
         ref_model_mixup_alpha=cfg.ref_model_mixup_alpha,
         ref_model_sync_steps=cfg.ref_model_sync_steps,
@@ -606,7 +731,8 @@ def train_dpo(
     if cfg.lora:
         if main:
             trainer.model.save_pretrained(str(out / "adapter"))
-            merged = trainer.model.merge_and_unload()
+            merged = (_merge_into_bf16_base(base.path, out / "adapter") if cfg.load_in_4bit
+                      else trainer.model.merge_and_unload())
             merged.config.use_cache = True
             merged.save_pretrained(str(tmp))
             tok.save_pretrained(str(tmp))
@@ -654,7 +780,11 @@ def train_dpo(
         n_truncated=n_trunc, n_steps=n_steps,
         effective_batch_size=cfg.batch_size * cfg.gradient_accumulation_steps * int(args.world_size),
         config=to_dict(cfg), config_hash=chash, data_hash=dhash, data_source=source,
-        deviations_from_table20=deviations_from_table20(cfg), warnings=warnings, files=files, manifest=man,
+        deviations_from_table20=deviations_from_table20(cfg, world_size=int(args.world_size)), warnings=warnings,
+        files=files, manifest=man,
+        launch={"world_size": int(args.world_size), "distributed_type": str(trainer.accelerator.distributed_type),
+                "backend": state.backend, "device": str(trainer.accelerator.device)},
+        memory_plan=plan.to_dict(),
     )
     tmp_res = out / (RESULT_FILE + ".tmp")
     tmp_res.write_text(json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8")
@@ -666,3 +796,11 @@ def train_dpo(
             print(f"warning: {w}", flush=True)
         print(f"DPO done in {wall:.0f} s: {n_used} pairs, {n_steps} steps; model {result.model_spec}", flush=True)
     return result
+
+
+if __name__ == "__main__":   # python -m kgrag_lib.train.dpo_train ... (the flags of `kgrag train dpo`)
+    import sys
+
+    from kgrag_lib.commands.train import dpo_main
+
+    sys.exit(dpo_main())
