@@ -7,12 +7,12 @@ import errno
 import sqlite3
 import sys
 
-from .commands import cache, data, kg, run, score, study, sweep, train
+from .commands import cache, data, doctor, kg, run, score, study, sweep, train
 from .errors import KgragError
 from .paths import REPO_ROOT
 from .redact import redact
 
-COMMANDS = (run, study, sweep, score, data, kg, cache, train)
+COMMANDS = (run, study, sweep, score, data, kg, cache, train, doctor)
 # A full disk or a read-only folder ends a command in one line naming the path, not a traceback.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
 _STORAGE_ADVICE = ("free space or choose a writable folder (--out, --cache-dir or KGRAG_CACHE_DIR), "

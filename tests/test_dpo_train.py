@@ -468,7 +468,7 @@ def test_qlora_is_refused_without_cuda_or_bitsandbytes(monkeypatch):
 # ---- several processes: accelerate launch, 2 processes on CPU (gloo) vs 1 -----------------
 
 def test_two_processes_match_one_process(tiny_base, tmp_path):
-    """`accelerate launch` of `python -m kgrag_lib.train.dpo_train` with 2 processes on CPU (gloo,
+    """`accelerate launch` of `python -m kgrag_lib.train` with 2 processes on CPU (gloo,
     DDP) versus one process with 2 accumulation steps, on the same 2 pairs: a full fine-tune with
     TR-DPO sync after every step, 2 optimizer steps (the first is scored before any update, so the
     second loss and the trained weights are what the gradient all-reduce decides)."""
@@ -488,7 +488,7 @@ def test_two_processes_match_one_process(tiny_base, tmp_path):
     # on a machine without CUDA starts 2 torchrun workers, which accelerate runs on CPU with gloo.
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "-m", "kgrag_lib.train.dpo_train", "--training", "cpu-smoke", "--base-model", str(tiny_base),
+           "-m", "kgrag_lib.train", "--training", "cpu-smoke", "--base-model", str(tiny_base),
            "--pairs", str(pairs), "--out", str(tmp_path / "two"), "--quiet",
            "--set", "max_pairs=null", "--set", f"cache_dir={tmp_path / 'cache'}", "--set", "gradient_accumulation_steps=1",
            *[a for k, v in common.items() for a in ("--set", f"{k}={json.dumps(v)}")]]

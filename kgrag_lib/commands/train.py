@@ -8,9 +8,9 @@ One GPU (the default set when CUDA is visible: `gpu-paper`, a bf16 LoRA adapter)
 Table 20's full fine-tune on 4 GPUs (FSDP config shipped in kgrag_lib/train/accelerate/):
 
     accelerate launch --config_file kgrag_lib/train/accelerate/fsdp.yaml --num_processes 4 \\
-      -m kgrag_lib.train.dpo_train --training gpu-paper-full --pairs PAIRS.jsonl --out runs/dpo/paper-full
+      -m kgrag_lib.train --training gpu-paper-full --pairs PAIRS.jsonl --out runs/dpo/paper-full
 
-(`python -m kgrag_lib.train.dpo_train ...` takes the same flags as `kgrag train dpo ...`.) The
+(`python -m kgrag_lib.train ...` takes the same flags as `kgrag train dpo ...`.) The
 memory plan is printed before the model is loaded, and a plan that does not fit the visible GPU
 is refused (--no-memory-check to try anyway); `--plan-only` prints it for any GPU count and size
 without loading anything. A finished run in --out with the same settings and pairs is reused.
@@ -110,10 +110,10 @@ def handle_dpo(args: argparse.Namespace) -> int:
 
 
 def dpo_main(argv: list[str] | None = None) -> int:
-    """`python -m kgrag_lib.train.dpo_train ...`: the `kgrag train dpo` flags, errors as one line."""
+    """`python -m kgrag_lib.train ...`: the `kgrag train dpo` flags, errors as one line."""
     from ..errors import KgragError
 
-    parser = argparse.ArgumentParser(prog="python -m kgrag_lib.train.dpo_train", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m kgrag_lib.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dpo_arguments(parser)
     args = parser.parse_args(argv)

@@ -280,7 +280,7 @@ def refusal(plan: MemoryPlan, shape_source: str, cfg: Any) -> str:
         if k:
             hints.append(f"or run the full fine-tune sharded over >= {k} such GPUs: accelerate launch "
                          f"--config_file kgrag_lib/train/accelerate/fsdp.yaml --num_processes {k} "
-                         "-m kgrag_lib.train.dpo_train --training gpu-paper-full ...")
+                         "-m kgrag_lib.train --training gpu-paper-full ...")
     elif plan.mode == "lora":
         hints.append("load the base in 4 bit (load_in_4bit=True, QLoRA; needs bitsandbytes)")
     if not plan.gradient_checkpointing:

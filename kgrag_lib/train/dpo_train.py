@@ -796,11 +796,3 @@ def _train(cfg: DPOTrainConfig, rows: list[dict[str, Any]], source: str, dhash: 
             print(f"warning: {w}", flush=True)
         print(f"DPO done in {wall:.0f} s: {n_used} pairs, {n_steps} steps; model {result.model_spec}", flush=True)
     return result
-
-
-if __name__ == "__main__":   # python -m kgrag_lib.train.dpo_train ... (the flags of `kgrag train dpo`)
-    import sys
-
-    from kgrag_lib.commands.train import dpo_main
-
-    sys.exit(dpo_main())

@@ -1,0 +1,30 @@
+"""`kgrag doctor`: what this machine can run (CPU smoke, GPU smoke, paper scale) and what is missing.
+
+Probes only: no model is assembled or loaded, no data file is hashed, a named server gets one
+GET /v1/models with a short timeout. Exit 0 whatever is missing (the report says it); an
+internal error is the only non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..llm.presets import VLLM_URL_ENV
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from ..doctor.probes import probe_all
+    from ..doctor.report import render
+
+    print(render(probe_all(args.server or os.environ.get(VLLM_URL_ENV), args.root)))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("doctor", help="report what this machine can run (GPU, CUDA, vLLM, faiss-gpu, "
+                                             "models, server, data) and what to install for the rest")
+    p.add_argument("--server", default=None, metavar="URL",
+                   help=f"an OpenAI-compatible server to check (GET URL/v1/models); default ${VLLM_URL_ENV} if set")
+    p.add_argument("--root", default=None, help="data root (default: $KGRAG_DATA_ROOT or ../shared/data)")
+    p.set_defaults(func=cmd_doctor)

