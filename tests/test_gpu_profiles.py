@@ -121,3 +121,25 @@ def test_mistral_by_hub_id_keeps_its_prompting_through_any_backend():
     msgs = llm._prepare([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
     assert [m["role"] for m in msgs] == ["user"] and "Be brief." in msgs[0]["content"]
 
+
+
+def test_report_states_the_model_and_retriever_deviations_of_what_ran():
+    """The 4-bit quantization of the MetaQA paper is a stated deviation where the runs used the same
+    model in bf16 (by HF id), and each family's retriever is compared with its paper's."""
+    import pandas as pd
+
+    from kgrag_lib.report.study import setup_deviations
+
+    runs = pd.DataFrame([
+        {"method": "kg-rag", "model": "mistral-7b-instruct-v0.2-hf", "embedder": "multi-qa-mpnet-dot"},
+        {"method": "kg-infused", "model": "qwen2.5-7b-instruct", "embedder": "contriever-msmarco"},
+        {"method": "sa-rag", "model": "qwen2.5-7b-instruct", "embedder": "minilm"},
+    ])
+    lines = setup_deviations(runs)
+    assert any(line.startswith("KG-RAG on MetaQA: generated with mistral-7b-instruct-v0.2-hf")
+               and "without its 4-bit quantization" in line for line in lines)
+    assert not any(line.startswith("KG-Infused RAG") for line in lines)       # the paper's model and retriever
+    assert any("SA-RAG: retrieved with minilm, not the paper's bge-large-en-v1.5" in line for line in lines)
+    assert any(line.startswith("SA-RAG: generated with qwen2.5-7b-instruct: not the paper's model") for line in lines)
+    paper = pd.DataFrame([{"method": "llm-kg", "model": "mistral-7b-instruct-v0.2", "embedder": "multi-qa-mpnet-dot"}])
+    assert setup_deviations(paper) == []
