@@ -51,6 +51,8 @@ PROFILE_KEYS = {
     "description": "one line saying what the profile is for",
     "run": "RunConfig defaults of every run (n, seed, model, embedder, data_root, cache_dir, ...)",
     "models": "the LLM per study family (metaqa, kg-infused, ...): beats run.model for that family's methods",
+    "embedders": "the embedding model per study family (each paper's retriever): beats run.embedder for that "
+                 "family's methods",
     "methods": "per-method settings, one section per method name (each method's config dataclass)",
     "notebooks": "per-notebook settings, one section per notebook name (kgrag_lib.studies)",
 }
@@ -175,9 +177,10 @@ def check_profile_basics(data: dict[str, Any], where: str) -> None:
     """Refuse unknown top-level keys, a bad `run` section, and sections that are not mappings."""
     refuse_unknown(data, PROFILE_KEYS, where, "top-level key(s)")
     make_config(RunConfig, profile_mapping(data, "run", where), where=f"{where}, section run")
-    for fam, spec in profile_mapping(data, "models", where).items():
-        if spec is not None and not isinstance(spec, str):
-            raise ConfigError(f"{where}, models.{fam}: expected a model spec string, got {spec!r}")
+    for section in ("models", "embedders"):
+        for fam, spec in profile_mapping(data, section, where).items():
+            if spec is not None and not isinstance(spec, str):
+                raise ConfigError(f"{where}, {section}.{fam}: expected a model spec string, got {spec!r}")
     profile_mapping(data, "methods", where)
     profile_mapping(data, "notebooks", where)
 
@@ -327,7 +330,9 @@ class RunConfig:
     seed: int = opt(0, "seed of the question sample and of every sampled choice in the method", min=0)
     model: str | None = opt(None, "LLM preset, .gguf path, hf:<id|dir> or openai:<url>#<model> (None: the "
                                   "profile's models.<family>, else the embedded default)")
-    embedder: str = opt("minilm", "embedding model: minilm, mpnet, or a sentence-transformers id/path")
+    embedder: str = opt("minilm", "embedding model: minilm, mpnet (shipped), a paper's retriever (multi-qa-mpnet-dot, "
+                                  "contriever-msmarco, bge-large), hf:<hub id or folder>, a folder or a hub id; "
+                                  "the profile's embedders.<family> wins for that family")
     data_root: str | None = opt(None, "dataset root (default: $KGRAG_DATA_ROOT, then ../shared/data)")
     cache_dir: str | None = opt(None, "cache folder for LLM calls, embeddings and models (default: $KGRAG_CACHE_DIR, then .cache/)")
     concurrency: int | None = opt(None, "questions answered at once (None: the backend's default, 1 for in-process "

@@ -33,6 +33,14 @@ def resolve_model(profile: dict[str, Any], family: str | None, explicit: str | N
         or DEFAULT_SPEC
 
 
+def resolve_embedder(profile: dict[str, Any], family: str | None, explicit: str | None = None) -> str:
+    """The embedder of a run: an explicit choice, else the profile's `embedders[family]` (each
+    paper's own retriever in gpu-paper), else its `run.embedder`, else the shipped MiniLM."""
+    embedders = profile_section(profile, "embedders")
+    return explicit or (embedders.get(family) if family else None) \
+        or profile_section(profile, "run").get("embedder") or RunConfig.embedder
+
+
 @dataclass
 class ResolvedRun:
     """Everything that decides what a run computes, merged from the profile and the overrides."""
@@ -57,6 +65,7 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
                           {"method": method, "dataset": dataset, "out": str(out), "profile": prof["name"]},
                           run_over, where=f"profile {prof['name']!r} / run overrides")
     run_cfg.model = resolve_model(prof, spec.family, run_over.get("model"))
+    run_cfg.embedder = resolve_embedder(prof, spec.family, run_over.get("embedder"))
     method_cfg = {**profile_section(prof, "methods", method), **method_over}
     spec.check_config(method_cfg, where=f"method {method} (profile {prof['name']!r} + overrides)")
     return ResolvedRun(spec, run_cfg, method_cfg, prof)

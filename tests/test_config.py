@@ -12,8 +12,8 @@ from kgrag_lib.errors import ConfigError
 
 
 def test_shipped_profiles_load():
-    assert {"cpu-smoke", "gpu-paper"} <= set(available_profiles())
-    for name in ("cpu-smoke", "gpu-paper"):
+    assert {"cpu-smoke", "gpu-paper", "gpu-smoke"} <= set(available_profiles())
+    for name in available_profiles():
         prof = read_profile(name)
         assert prof["name"] == name
         assert profile_section(prof, "models")["metaqa"]

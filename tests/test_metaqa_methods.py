@@ -460,7 +460,7 @@ def test_few_shot_examples_use_real_facts_and_unseen_entities(real_store):
         assert ent not in topics
 
 
-@pytest.mark.parametrize("profile", ["cpu-smoke", "gpu-paper"])
+@pytest.mark.parametrize("profile", ["cpu-smoke", "gpu-paper", "gpu-smoke"])
 def test_profile_sections_build_valid_configs(profile):
     from kgrag_lib.config import make_config, profile_section
     from kgrag_lib.studies import load_profile

@@ -543,7 +543,7 @@ def test_kg_spec_template_and_paper_defaults(world):
         make_method("sa-rag-tot", world.ctx, {})
 
 
-@pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-reference", "gpu-paper"])
+@pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-reference", "gpu-paper", "gpu-smoke"])
 def test_shipped_profiles_configure_all_seven(profile):
     prof = load_profile(profile)
     for name in NAMES:

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from kgrag_lib.cli import main as kgrag
+from kgrag_lib.config import available_profiles
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.experiment import resolve_run
 from kgrag_lib.grid import GridRun
@@ -47,14 +48,14 @@ def test_every_notebook_has_settings_and_every_shipped_profile_resolves():
     from kgrag_lib.notebooks import study_notebooks
 
     assert sorted(p.stem for p in study_notebooks()) == sorted(NOTEBOOKS)
-    for profile in ("cpu-smoke", "gpu-paper"):
+    for profile in available_profiles():
         for name in NOTEBOOKS:
             notebook_settings(name, profile)
 
 
 # ------------------------------------------------------------------ profiles
 @pytest.mark.parametrize("text, match", [
-    ("method:\n  llm: {max_tokens: 3}\n", r"unknown top-level key\(s\) 'method'; accepted: description, methods"),
+    ("method:\n  llm: {max_tokens: 3}\n", r"unknown top-level key\(s\) 'method'; accepted: description, embedders, methods"),
     ("methods:\n  llm-kgg: {}\n", r"section methods: unknown method\(s\) 'llm-kgg'"),
     ("methods:\n  kg-rag: {hopz: 2}\n", r"methods.kg-rag.*unknown parameter 'hopz'.*accepted:.*hops"),
     ("methods:\n  kg-rag: {top_k: true}\n", r"'top_k'.*must be int, got True"),
@@ -82,18 +83,18 @@ def test_profile_errors_reach_the_cli_as_one_line(tmp_path, capsys):
 
 
 def test_shipped_profiles_pass_the_checks():
-    for name in ("cpu-smoke", "gpu-paper"):
+    for name in available_profiles():
         assert load_profile(name)["name"] == name
 
 
 # ------------------------------------------------------------------ model and run settings
 def test_model_is_resolved_once_per_family():
     r = resolve_run("kg-rag", "metaqa-2hop", "o", "gpu-paper")
-    assert r.run.model == "mistral-7b-instruct-v0.2"              # models.metaqa beats run.model
+    assert r.run.model == "mistral-7b-instruct-v0.2-hf"           # models.metaqa beats run.model
     assert resolve_run("kg-infused", "2wiki", "o", "gpu-paper").run.model == "qwen2.5-7b-instruct"
     assert resolve_run("kg-rag", "metaqa-2hop", "o", "gpu-paper", model="x.gguf").run.model == "x.gguf"
     nb = setup("12_metaqa_baselines", profile="gpu-paper", out_dir="/tmp/kgrag-test-nb12")
-    assert nb.model == "mistral-7b-instruct-v0.2"
+    assert nb.model == "mistral-7b-instruct-v0.2-hf"
 
 
 def test_impossible_method_dataset_pairs_are_refused_before_loading():

@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "openai:<url>#<model>[?flavor=vllm|sglang|llama-server|llama-cpp-python|ollama|openai], vllm:<model>, "
                    "ollama:<model>, or a server kgrag starts: vllm-serve:<id|dir>, llamacpp-server:<gguf|preset>, "
                    "llama-server:<gguf>")
-    p.add_argument("--embedder", default=None, help="minilm, mpnet or a sentence-transformers id/path")
+    p.add_argument("--embedder", default=None,
+                   help="minilm, mpnet (shipped), multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, "
+                        "a folder or a hub id (default: the profile's embedders.<family>, else run.embedder)")
     p.add_argument("--data-root", default=None, help="dataset root (default $KGRAG_DATA_ROOT, then ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="cache folder (default $KGRAG_CACHE_DIR, then .cache/)")
     p.add_argument("--request-timeout", type=float, default=None,

@@ -12,13 +12,14 @@ import json
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="execute all study notebooks with papermill", description=__doc__)
-    p.add_argument("--profile", default="cpu-smoke", help="cpu-smoke (default) or gpu-paper or a YAML path")
+    p.add_argument("--profile", default="cpu-smoke", help="cpu-smoke (default), cpu-reference, gpu-smoke, gpu-paper or a YAML path")
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 11")
     p.add_argument("--out", default=None, help="results folder (default results/<profile>)")
     p.add_argument("--model", default=None,
                    help="one LLM for every notebook (instead of the profile's models.<family>), e.g. "
                         "\"openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct\" for a running vLLM server")
-    p.add_argument("--embedder", default=None, help="embedding model of every notebook (minilm, mpnet, an id or path)")
+    p.add_argument("--embedder", default=None, help="embedding model of every notebook, instead of the profile's embedders.<family> (minilm, mpnet, "
+                        "multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, a folder or a hub id)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once in every run (default: the profile's run.concurrency, else 1 "
                         "for an in-process model, 8 for a server); the results do not depend on it")

@@ -112,7 +112,7 @@ def load_llm(
     if prefix == "hf" and rest:
         from .backends.hf import HFLLM
 
-        return _construct(HFLLM, spec, rest, name=spec, cache=c, **kw)
+        return _construct(HFLLM, spec, rest, name=spec, cache=c, **{**prompt_options(rest), **kw})
     if prefix == "openai" and rest:
         base_url, sep, model = rest.rpartition("#")
         model, query = _split_query(shown, model)
@@ -121,7 +121,7 @@ def load_llm(
                               "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct?flavor=vllm")
         from .backends.openai_compat import OpenAICompatLLM
 
-        kw = _flavor_from_query(shown, query, kw)
+        kw = {**prompt_options(model), **_flavor_from_query(shown, query, kw)}
         return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
     if prefix in ("vllm", "ollama") and rest:
         from .backends.openai_compat import OpenAICompatLLM
@@ -129,7 +129,7 @@ def load_llm(
         model, query = _split_query(shown, rest)
         default = os.environ.get(VLLM_URL_ENV, DEFAULT_VLLM_URL) if prefix == "vllm" else DEFAULT_OLLAMA_URL
         base_url = kw.pop("base_url", default)
-        kw = _flavor_from_query(shown, query, kw)
+        kw = {**prompt_options(model), **_flavor_from_query(shown, query, kw)}
         kw.setdefault("flavor", prefix)
         return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
     if prefix in MANAGED_PREFIXES and rest:
@@ -143,6 +143,19 @@ _SERVER_OPTIONS = ("server_args", "log_dir", "startup_timeout", "n_ctx", "alias"
 
 
 SERVER_PREFIXES = ("openai:", "vllm:", "ollama:", "vllm-serve:", "llamacpp-server:", "llama-server:")
+
+
+# Preset options that describe how the model is prompted, not where it runs: a hub id of a preset's
+# model keeps them through any backend (Mistral-7B-Instruct-v0.2's template refuses a system turn).
+_PROMPT_OPTIONS = ("fold_system_prompt", "chat")
+
+
+def prompt_options(model_id: str) -> dict[str, Any]:
+    """The prompting options of the preset whose hub model is `model_id` (case-insensitive), else {}."""
+    for p in PRESETS.values():
+        if p.model and p.model.lower() == model_id.strip().lower():
+            return {k: v for k, v in p.options.items() if k in _PROMPT_OPTIONS}
+    return {}
 
 
 def is_server_spec(spec: str) -> bool:
@@ -182,6 +195,8 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
     server_kw = {k: kw.pop(k) for k in _SERVER_OPTIONS if k in kw}
     if prefix == "vllm-serve":
         server, weights = ms.start_vllm(rest, **server_kw), None
+        for option, value in prompt_options(rest).items():
+            kw.setdefault(option, value)
     else:
         if rest in PRESETS:
             preset = PRESETS[rest]

@@ -102,7 +102,9 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "mistral-7b-instruct-v0.2-hf", "hf",
-            "Mistral-7B-Instruct-v0.2 in transformers on a GPU",
+            "Mistral-7B-Instruct-v0.2 (the MetaQA KG-RAG paper's model) by its HF id, bf16 in transformers on a "
+            "GPU, without the paper's 4-bit quantization (the repo is gated: accept its licence, set $HF_TOKEN); "
+            "served by vLLM: vllm:mistralai/Mistral-7B-Instruct-v0.2",
             model="mistralai/Mistral-7B-Instruct-v0.2",
             options={"fold_system_prompt": True}, needs_gpu=True,
         ),

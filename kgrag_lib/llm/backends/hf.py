@@ -4,12 +4,12 @@ or a GGUF file that transformers dequantizes. torch/transformers are imported on
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from ...errors import BackendUnavailableError
+from ...hub import hub_offline, snapshot  # noqa: F401  (hub_offline: the user's setting, read per call)
 from ..assets import file_sha256
 from ..base import LLM, Completion, Messages, SamplingParams, TokenLogprob, flatten_messages
 
@@ -21,14 +21,6 @@ _FINGERPRINT_FILES = (
     "model.safetensors.index.json", "pytorch_model.bin.index.json",
 )
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
-
-
-def _truthy(v: str | None) -> bool:
-    return (v or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def hub_offline() -> bool:
-    return _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(os.environ.get("TRANSFORMERS_OFFLINE"))
 
 
 def dir_fingerprint(folder: Path) -> str:
@@ -149,22 +141,7 @@ class HFLLM(LLM):
             return p.resolve(), None, f"hf-dir:{dir_fingerprint(p)}"
         if model.startswith((".", "/", "~")):
             raise BackendUnavailableError(f"model folder {model!r} does not exist")
-        offline = hub_offline() if local_only is None else local_only
-        try:
-            from huggingface_hub import snapshot_download
-        except ImportError:
-            raise BackendUnavailableError("huggingface_hub is not installed: `pip install huggingface_hub`") from None
-        try:
-            folder = Path(snapshot_download(repo_id=model, revision=revision,
-                                            local_files_only=offline, allow_patterns=_HUB_PATTERNS))
-        except Exception as e:  # hub errors come in many classes; all mean "not available"
-            where = ("it is not in the local Hugging Face cache and HF_HUB_OFFLINE=1"
-                     if offline else "downloading it from the hub failed")
-            raise BackendUnavailableError(
-                f"model {model!r} is unavailable: {where} ({type(e).__name__}: {str(e)[:300]}). "
-                f"Download it where the hub is reachable (`huggingface-cli download {model}`) "
-                f"and copy the HF cache, or pass 'hf:/path/to/folder'."
-            ) from None
+        folder = snapshot(model, _HUB_PATTERNS, revision=revision, local_only=local_only, what="model")
         # snapshot folders are named by the resolved commit hash
         return folder, None, f"hf:{model}@{folder.name}"
 

@@ -47,8 +47,11 @@ def clean_query(output: str) -> str:
 
 # ---- dense retrieval -----------------------------------------------------------------
 def embed_query(embedder: Any, text: str) -> np.ndarray:
-    """(1, dim) float32 query vector with the same embedder as the passages / descriptions."""
-    return np.asarray(embedder.encode([text]), dtype=np.float32)
+    """(1, dim) float32 query vector with the same embedder as the passages / descriptions (through
+    its query side: a retriever's query prompt, where it has one)."""
+    from ...retrieval import encode_queries
+
+    return encode_queries(embedder, [text])
 
 
 def top_k(index: SearchIndex, qvec: np.ndarray, k: int) -> list[tuple[int, float]]:

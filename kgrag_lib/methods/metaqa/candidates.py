@@ -15,6 +15,7 @@ import numpy as np
 
 from ...config import check_values
 from ...errors import ConfigError
+from ...retrieval.embedder import encode_queries
 from ...retrieval.index import top_k_dot
 
 DIRECTIONS = ("out", "in", "both")
@@ -96,7 +97,7 @@ class TripleSelector:
 
     def encode(self, text: str) -> np.ndarray:
         with torch_threads(self.cfg.query_threads):
-            return np.asarray(self.embedder.encode([text]), dtype=np.float32)[0]
+            return encode_queries(self.embedder, [text])[0]
 
     def select(self, text: str, candidate_ids: np.ndarray) -> Selection:
         scores, ids = top_k_dot(self.encode(text), self.kb.embeddings, self.cfg.top_k, candidate_ids)

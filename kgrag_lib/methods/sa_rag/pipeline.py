@@ -186,7 +186,10 @@ class SARAG(Method):
         return Reader(self.ctx.llm, params, params.replace(max_tokens=cfg.answer_max_tokens))
 
     def embed(self, text: str) -> np.ndarray:
-        return np.asarray(self.ctx.embedder.encode([text]), dtype=np.float32)[0]
+        """A query's vector (the retrievers embed queries only; bge's query prompt applies)."""
+        from ...retrieval import encode_queries
+
+        return encode_queries(self.ctx.embedder, [text])[0]
 
     def sa_settings(self, dataset: str) -> SASettings:
         """The SA-RAG settings for a question's dataset (k and n from the paper when null)."""

@@ -215,6 +215,12 @@ class TcrQF(Method):
     def embed(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self.ctx.embedder.encode(texts), dtype=np.float32)
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """A question's vector through the embedder's query side (a retriever's query prompt)."""
+        from ...retrieval import encode_queries
+
+        return encode_queries(self.ctx.embedder, [text])[0]
+
     def parts(self, spec: str) -> _Parts:
         if spec not in self._parts:
             from ...retrieval import embed_cached
@@ -321,7 +327,7 @@ class TcrQF(Method):
                 return None
             found = []
             for j, need in enumerate(needs):
-                rows = dense_top(p.chunk_vecs, self.embed([need])[0], cfg.feedback_top_k)
+                rows = dense_top(p.chunk_vecs, self.embed_query(need), cfg.feedback_top_k)
                 cids = [p.chunk_ids[i] for i in rows]
                 ext = parse_records(self.ctx.llm.generate(
                     feedback_messages(need, [p.kg.chunks[c].as_text() for c in cids]), params))
@@ -367,7 +373,7 @@ class TcrQF(Method):
             missing = coverage_issue(question, p.pids, "TCR-QF KG's chunks")
             if missing:
                 trace["issues"].append(missing)
-            qvec = self.embed([question.question])[0]
+            qvec = self.embed_query(question.question)
             rounds = cfg.max_iterations if v.feedback else 0
             ans = ""
             for it in range(rounds + 1):
@@ -453,7 +459,7 @@ class TcrQF(Method):
         missing = coverage_issue(q, st.parts.pids, "TCR-QF KG's chunks")
         if missing:
             trace["issues"].append(missing)
-        st.qvec = self.embed([q.question])[0]
+        st.qvec = self.embed_query(q.question)
         st.seconds += time.perf_counter() - t0
         return st
 
