@@ -9,15 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..cli_choices import profile_choices, profile_help
+from ..llm import spec_help
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="execute all study notebooks with papermill", description=__doc__)
-    p.add_argument("--profile", default="cpu-smoke", help="cpu-smoke (default) or gpu-paper or a YAML path")
+    p.add_argument("--profile", default="cpu-smoke", choices=profile_choices(), metavar="PROFILE", help=profile_help())
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 11")
     p.add_argument("--out", default=None, help="results folder (default results/<profile>)")
     p.add_argument("--model", default=None,
-                   help="one LLM for every notebook (instead of the profile's models.<family>), e.g. "
-                        "\"openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct\" for a running vLLM server")
+                   help="one LLM for every notebook (instead of the profile's models.<family>). " + spec_help())
     p.add_argument("--embedder", default=None, help="embedding model of every notebook (minilm, mpnet, an id or path)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once in every run (default: the profile's run.concurrency, else 1 "
