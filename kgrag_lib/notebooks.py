@@ -73,7 +73,8 @@ def execute(notebook: str | Path, executed_path: str | Path, parameters: dict[st
     executed_path = Path(executed_path)
     executed_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with _kernel_env({MODE_ENV: SUMMARY}):
+        # huggingface_hub's switch also silences transformers' "Loading weights" bars
+        with _kernel_env({MODE_ENV: SUMMARY, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}):
             pm.execute_notebook(
                 str(notebook), str(executed_path), parameters=parameters, progress_bar=progress,
                 cwd=str(cwd or notebook.parent), kernel_name="python3", log_output=False,

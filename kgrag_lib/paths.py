@@ -58,8 +58,10 @@ def shown_path(path: str | os.PathLike) -> str:
         root = data_root()
     except Exception:   # no data root configured: nothing to name relative to it
         root = None
-    for base, label in ((root, "<data root>"), (REPO_ROOT, None), (Path.cwd().resolve(), None),
-                        (Path.home().resolve(), "~")):
+    cwd = Path.cwd().resolve()
+    if len(cwd.parents) >= 2 and p.is_relative_to(cwd.parent) and not (root and p.is_relative_to(root)):
+        return os.path.relpath(p, cwd)   # a sibling of the working folder (a notebook's outputs beside executed/)
+    for base, label in ((root, "<data root>"), (REPO_ROOT, None), (cwd, None), (Path.home().resolve(), "~")):
         if base is None:
             continue
         try:
