@@ -16,6 +16,7 @@ from ..llm import spec_help
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="execute all study notebooks with papermill", description=__doc__)
     p.add_argument("--profile", default="cpu-smoke", choices=profile_choices(), metavar="PROFILE", help=profile_help())
+    p.add_argument("--list", action="store_true", help="list the study's notebooks (and where they are read from) and exit")
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 11")
     p.add_argument("--out", default=None, help="results folder (default results/<profile>)")
     p.add_argument("--model", default=None,
@@ -31,7 +32,12 @@ def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..concurrency import check_workers
-    from ..notebooks import run_study
+    from ..notebooks import NOTEBOOK_DIR, run_study, study_notebooks
+
+    if args.list:
+        print(f"notebooks in {NOTEBOOK_DIR}:")
+        print("\n".join(f"  {p.name}" for p in study_notebooks()))
+        return 0
 
     given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
     if given["concurrency"] is not None:

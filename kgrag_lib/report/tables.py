@@ -44,7 +44,8 @@ def metrics_table(metrics: Mapping[str, Any]) -> pd.DataFrame:
     rows += [{"metric": f"{k} per question", "value": cost[k]}
              for k in ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens", "seconds") if k in cost]
     table = pd.DataFrame(rows, columns=["metric", "value", "ci95 low", "ci95 high"]).set_index("metric")
-    return table.astype({"value": object})   # counts shown as counts, scores as scores
+    table["value"] = pd.Series([r["value"] for r in rows], index=table.index, dtype=object)  # counts stay counts
+    return table
 
 
 def question_scores(run_dir: Any, metrics: Sequence[str] = ("hit1", "hit1_exact", "hit1_first"),
