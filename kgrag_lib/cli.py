@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
+    parser.set_defaults(root_parser=parser)   # `kgrag completion` renders the whole parser
     return parser
 
 

@@ -19,7 +19,5 @@ def register(sub: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     import shtab
 
-    from ..cli import build_parser
-
-    print(shtab.complete(build_parser(), shell=args.shell))
+    print(shtab.complete(args.root_parser, shell=args.shell))
     return 0

@@ -34,7 +34,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..concurrency import check_workers
     from ..notebooks import NOTEBOOK_DIR, run_study, study_notebooks
 
-    if args.list:
+    if getattr(args, "list", False):
         print(f"notebooks in {NOTEBOOK_DIR}:")
         print("\n".join(f"  {p.name}" for p in study_notebooks()))
         return 0

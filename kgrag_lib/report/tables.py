@@ -33,6 +33,16 @@ def metrics_row(metrics: Mapping[str, Any], **labels: Any) -> dict[str, Any]:
     return row
 
 
+def ci_columns(metrics: Mapping[str, Any], names: Sequence[str] = ("hit1",)) -> dict[str, float]:
+    """`<name>_ci95_low` / `<name>_ci95_high` of a run's bootstrap 95% intervals (for figures that
+    draw a single seed's interval where a spread over seeds is undefined)."""
+    out: dict[str, float] = {}
+    for k in names:
+        lo, hi = metrics.get(f"{k}_ci95") or (None, None)
+        out[f"{k}_ci95_low"], out[f"{k}_ci95_high"] = lo, hi
+    return out
+
+
 def metrics_table(metrics: Mapping[str, Any]) -> pd.DataFrame:
     """A run's metrics.json as a reader's table: one row per score (percent) with its bootstrap 95%
     interval, then the questions, failures and the cost of one question; what a raw dict shows
