@@ -6,13 +6,15 @@ import argparse
 import errno
 import sqlite3
 import sys
+from pathlib import Path
 
-from .commands import cache, data, doctor, kg, run, score, study, sweep, train
+from . import __version__
+from .commands import cache, completion, data, doctor, kg, run, score, study, sweep, train
 from .errors import KgragError
 from .paths import REPO_ROOT
 from .redact import redact
 
-COMMANDS = (run, study, sweep, score, data, kg, cache, train, doctor)
+COMMANDS = (run, study, sweep, score, data, kg, cache, train, doctor, completion)
 # A full disk or a read-only folder ends a command in one line naming the path, not a traceback.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
 _STORAGE_ADVICE = ("free space or choose a writable folder (--out, --cache-dir or KGRAG_CACHE_DIR), "
@@ -36,15 +38,24 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kgrag",
         description="Reproduce KG-augmented RAG papers: run methods, score predictions, inspect data and KGs.",
     )
+    parser.add_argument("--version", action="version", version=f"kgrag {__version__}")
+    parser.add_argument("--data-root", dest="global_data_root", default=None, metavar="DIR",
+                        help="dataset root for every command (sets $KGRAG_DATA_ROOT; default: $KGRAG_DATA_ROOT, "
+                             "else ../shared/data beside a source checkout)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)
+    parser.set_defaults(root_parser=parser)   # `kgrag completion` renders the whole parser
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.global_data_root:   # through the environment, so notebook kernels started by papermill see it too
+        import os
+
+        os.environ["KGRAG_DATA_ROOT"] = str(Path(args.global_data_root).expanduser().resolve())
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

@@ -188,9 +188,12 @@ def test_a_profile_file_of_the_users_gets_its_own_results_and_figures_folders(tm
 
     seen = []
     monkeypatch.setattr(notebooks, "REPO_ROOT", tmp_path / "repo")
-    monkeypatch.setattr(notebooks, "execute", lambda nb, dest, params, progress=True: seen.append(params))
+    monkeypatch.setattr(notebooks, "execute", lambda nb, dest, params, progress=True, cwd=None:
+                        seen.append({**params, "cwd": cwd}))
     report = notebooks.run_study(str(mine), only=["00"], progress=False)
     assert report["out_root"] == (tmp_path / "repo" / "results" / label).resolve()
-    assert load_profile(seen[0]["profile"])["name"] == label          # so figures/<label>
+    assert seen[0]["profile"] == "../profile.yaml" and seen[0]["out_dir"] == "../00_quickstart"   # relative to
+    assert seen[0]["cwd"] == report["out_root"] / "executed"             # the kernel's folder, the executed copy's
+    assert load_profile(seen[0]["cwd"] / seen[0]["profile"])["name"] == label          # so figures/<label>
     notebooks.run_study("cpu-smoke", only=["00"], progress=False)
     assert seen[1]["profile"] == "cpu-smoke"                          # the shipped profile as it is

@@ -45,8 +45,8 @@ def register(subparsers) -> None:
     sub = p.add_subparsers(dest="data_command", required=True)
 
     c = sub.add_parser("check", help="per dataset of the manifest: present / missing / checksum-mismatch")
-    c.add_argument("--root", default=None, help="data root (default: $KGRAG_DATA_ROOT or ../shared/data)")
-    c.add_argument("--manifest", default=None, help=f"manifest file (default: {MANIFEST_PATH.name} in data/manifests)")
+    c.add_argument("--root", default=None, help="data root (default: $KGRAG_DATA_ROOT, else ../shared/data beside a source checkout)")
+    c.add_argument("--manifest", default=None, help=f"manifest file (default: the {MANIFEST_PATH.name} shipped in kgrag_lib/data/manifests)")
     c.add_argument("--json", action="store_true", help="print JSON instead of a table")
     c.set_defaults(func=cmd_check)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..config import available_profiles
+from ..cli_choices import dataset_names, method_names, profile_choices, profile_help
+from ..llm import spec_help
 from ..methods.registry import cli_flags
+
 
 def _parse_set(items: list[str]) -> dict:
     import yaml
@@ -28,17 +30,15 @@ def _parse_set(items: list[str]) -> dict:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run one method on one dataset", description=__doc__)
     p.add_argument("--list", action="store_true", help="list the available methods and exit")
-    p.add_argument("--method", help="method name (see `kgrag run --list`)")
-    p.add_argument("--dataset", help="metaqa-1hop|metaqa-2hop|metaqa-3hop|hotpotqa|2wiki|musique|bamboogle|strategyqa")
+    p.add_argument("--method", choices=method_names(), metavar="METHOD",
+                   help=f"method: {', '.join(method_names())} (see `kgrag run --list`)")
+    p.add_argument("--dataset", choices=dataset_names(), metavar="DATASET", help=f"dataset: {', '.join(dataset_names())}")
     p.add_argument("--split", default=None, help="dataset split (default: the dataset's own, e.g. MetaQA test; see `kgrag data check`)")
     p.add_argument("--qa-file", default=None, help="a question file in the dataset's own format")
     p.add_argument("--n", type=int, default=None, help="sample N questions (default: the profile's n)")
     p.add_argument("--seed", type=int, default=None, help="sample and method seed (default: profile's)")
-    p.add_argument("--profile", default="cpu-smoke", help=f"profile: {', '.join(available_profiles())} or a YAML path")
-    p.add_argument("--model", default=None, help="LLM: a preset, a .gguf path, hf:<id|dir>, a running server "
-                   "openai:<url>#<model>[?flavor=vllm|sglang|llama-server|llama-cpp-python|ollama|openai], vllm:<model>, "
-                   "ollama:<model>, or a server kgrag starts: vllm-serve:<id|dir>, llamacpp-server:<gguf|preset>, "
-                   "llama-server:<gguf>")
+    p.add_argument("--profile", default="cpu-smoke", choices=profile_choices(), metavar="PROFILE", help=profile_help())
+    p.add_argument("--model", default=None, help=spec_help())
     p.add_argument("--embedder", default=None,
                    help="minilm, mpnet (shipped), multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, "
                         "a folder or a hub id (default: the profile's embedders.<family>, else run.embedder)")

@@ -9,15 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..cli_choices import profile_choices, profile_help
+from ..llm import spec_help
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="execute all study notebooks with papermill", description=__doc__)
-    p.add_argument("--profile", default="cpu-smoke", help="cpu-smoke (default), cpu-reference, gpu-smoke, gpu-paper or a YAML path")
+    p.add_argument("--profile", default="cpu-smoke", choices=profile_choices(), metavar="PROFILE", help=profile_help())
+    p.add_argument("--list", action="store_true", help="list the study's notebooks (and where they are read from) and exit")
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes to run, e.g. 00 11")
     p.add_argument("--out", default=None, help="results folder (default results/<profile>)")
     p.add_argument("--model", default=None,
-                   help="one LLM for every notebook (instead of the profile's models.<family>), e.g. "
-                        "\"openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct\" for a running vLLM server")
+                   help="one LLM for every notebook (instead of the profile's models.<family>). " + spec_help())
     p.add_argument("--embedder", default=None, help="embedding model of every notebook, instead of the profile's embedders.<family> (minilm, mpnet, "
                         "multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, a folder or a hub id)")
     p.add_argument("--concurrency", type=int, default=None,
@@ -30,7 +33,12 @@ def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..concurrency import check_workers
-    from ..notebooks import run_study
+    from ..notebooks import NOTEBOOK_DIR, run_study, study_notebooks
+
+    if getattr(args, "list", False):
+        print(f"notebooks in {NOTEBOOK_DIR}:")
+        print("\n".join(f"  {p.name}" for p in study_notebooks()))
+        return 0
 
     given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
     if given["concurrency"] is not None:

@@ -1,4 +1,6 @@
-"""The data manifest (`data/manifests/datasets.yaml`): what each dataset's files are and how to get them.
+"""The data manifest (`kgrag_lib/data/manifests/datasets.yaml`, package data so that an installed
+kgrag checks data too; `data/manifests/datasets.yaml` links to it): what each dataset's files are
+and how to get them.
 
 Loaders use it to turn a missing file into a message that says where to obtain it; `kgrag data
 check` compares files on disk with its sizes and sha256 sums; `refresh_manifest` recomputes
@@ -17,9 +19,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
-from ..paths import REPO_ROOT
-
-MANIFEST_PATH = REPO_ROOT / "data" / "manifests" / "datasets.yaml"
+MANIFEST_PATH = Path(__file__).resolve().parent / "manifests" / "datasets.yaml"
 
 
 @functools.lru_cache(maxsize=4)
@@ -43,7 +43,7 @@ def obtain_hint(dataset: str, manifest: dict[str, Any] | None = None) -> str:
     """How to obtain a dataset, from the manifest (source and steps)."""
     entry = (manifest or load_manifest())["datasets"].get(dataset)
     if not entry:
-        return f"see {MANIFEST_PATH.relative_to(REPO_ROOT)} and the data/README.md of the repository"
+        return "see kgrag_lib/data/manifests/datasets.yaml and data/README.md of the repository"
     parts = [str(entry.get("obtain", "")).strip()]
     if entry.get("source"):
         parts.append(f"Source: {str(entry['source']).strip()}")

@@ -27,7 +27,7 @@ DEFAULT_SPEC = "qwen2.5-coder-0.5b-q4"
 __all__ = [
     "LLM", "Completion", "Generator", "SamplingParams", "Usage", "LLMCache", "ScriptedLLM", "PRESETS", "Preset",
     "LLMParseError", "PromptTooLongError", "load_llm", "describe_specs", "parse_json", "parse_list",
-    "parse_triples", "parse_yes_no", "clean_answer", "DEFAULT_SPEC", "default_cache_path",
+    "parse_triples", "parse_yes_no", "clean_answer", "DEFAULT_SPEC", "default_cache_path", "spec_help",
 ]
 
 
@@ -46,6 +46,14 @@ def describe_specs() -> str:
         "  llama-server:<gguf or preset>: start llama.cpp's llama-server binary (must be on PATH)",
     ]
     return "\n".join(lines)
+
+
+def spec_help() -> str:
+    """Every spec form `load_llm` accepts, on one line (the `--model` help of `kgrag run/study/sweep`)."""
+    return (f"LLM: a preset ({', '.join(PRESETS)}), a .gguf path, hf:<id|dir>, a running server "
+            f"openai:<url>#<model>[?flavor={'|'.join(FLAVORS)}], vllm:<model> (${VLLM_URL_ENV}), "
+            "ollama:<model>, or a server kgrag starts for the run: vllm-serve:<id|dir>, "
+            "llamacpp-server:<gguf|preset>, llama-server:<gguf|preset>")
 
 
 def _make_cache(cache: bool | LLMCache | None, cache_path: str | os.PathLike | None) -> LLMCache | None:

@@ -33,6 +33,31 @@ def metrics_row(metrics: Mapping[str, Any], **labels: Any) -> dict[str, Any]:
     return row
 
 
+def ci_columns(metrics: Mapping[str, Any], names: Sequence[str] = ("hit1",)) -> dict[str, float]:
+    """`<name>_ci95_low` / `<name>_ci95_high` of a run's bootstrap 95% intervals (for figures that
+    draw a single seed's interval where a spread over seeds is undefined)."""
+    out: dict[str, float] = {}
+    for k in names:
+        lo, hi = metrics.get(f"{k}_ci95") or (None, None)
+        out[f"{k}_ci95_low"], out[f"{k}_ci95_high"] = lo, hi
+    return out
+
+
+def metrics_table(metrics: Mapping[str, Any]) -> pd.DataFrame:
+    """A run's metrics.json as a reader's table: one row per score (percent) with its bootstrap 95%
+    interval, then the questions, failures and the cost of one question; what a raw dict shows
+    in a notebook, without the nesting."""
+    rows = [{"metric": k, "value": metrics[k], "ci95 low": (metrics.get(f"{k}_ci95") or [None, None])[0],
+             "ci95 high": (metrics.get(f"{k}_ci95") or [None, None])[1]} for k in SCORE_COLUMNS if k in metrics]
+    rows += [{"metric": k, "value": metrics[k]} for k in ("n", "failed", "questions_with_issues") if k in metrics]
+    cost = metrics.get("cost_per_question") or {}
+    rows += [{"metric": f"{k} per question", "value": cost[k]}
+             for k in ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens", "seconds") if k in cost]
+    table = pd.DataFrame(rows, columns=["metric", "value", "ci95 low", "ci95 high"]).set_index("metric")
+    table["value"] = pd.Series([r["value"] for r in rows], index=table.index, dtype=object)  # counts stay counts
+    return table
+
+
 def question_scores(run_dir: Any, metrics: Sequence[str] = ("hit1", "hit1_exact", "hit1_first"),
                     **labels: Any) -> list[dict[str, Any]]:
     """One row per question of a run (its predictions.jsonl): the labels, the qid and each

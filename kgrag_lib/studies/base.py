@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Sequence
 
 from ..config import RunConfig, make_config, opt, profile_section
 from ..methods.base import RunContext
+from ..paths import shown_path
 
 
 @dataclass
@@ -113,4 +114,4 @@ class Setup:
     def describe(self) -> str:
         shown = {k: v for k, v in dataclasses.asdict(self.settings).items()}
         return (f"notebook {self.name}, profile {self.profile_name}: {self.profile.get('description', '')}\n"
-                f"settings: {shown}\nmodel: {self.model}; outputs: {self.out_dir}")
+                f"settings: {shown}\nmodel: {self.model}; outputs: {shown_path(self.out_dir)}")

@@ -161,6 +161,12 @@ def plot_out_degrees(kgs: Mapping[str, Any], title: str = ""):
     return fig
 
 
+def _is_dark(rgba) -> bool:
+    """Relative luminance (ITU-R BT.709) below one half: a fill that needs white text."""
+    r, g, b = rgba[:3]
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5
+
+
 def draw_subgraph(G, title: str = "", max_label: int = 40, ax=None):
     """Figure 4's picture: entities as nodes coloured by activation round (seeds ringed),
     selected triples as labelled arrows. Seeds from which nothing was selected are named in
@@ -189,14 +195,20 @@ def draw_subgraph(G, title: str = "", max_label: int = 40, ax=None):
     rounds = sorted({d["round"] for _, d in G.nodes(data=True)})
     cmap = plt.get_cmap("viridis", max(len(rounds), 2))
     color = {r: cmap(i) for i, r in enumerate(rounds)}
-    short = {v: textwrap.shorten(str(v), max_label, placeholder="…") for v in G.nodes}
-    nx.draw_networkx_nodes(G, pos, ax=ax, node_size=900, alpha=0.85,
+    short = {v: textwrap.fill(textwrap.shorten(str(v), max_label, placeholder="…"), 12) for v in G.nodes}
+    # a node wide and tall enough for its wrapped label (points^2), so no name spills out of it
+    size = {v: max(1400, 40 * max(map(len, short[v].splitlines())) ** 2, 900 * len(short[v].splitlines()))
+            for v in G.nodes}
+    nx.draw_networkx_nodes(G, pos, ax=ax, node_size=[size[v] for v in G.nodes], alpha=0.9,
                            node_color=[color[G.nodes[v]["round"]] for v in G.nodes],
                            edgecolors=["#C44E52" if G.nodes[v].get("seed") else "#333333" for v in G.nodes],
                            linewidths=[3 if G.nodes[v].get("seed") else 1 for v in G.nodes])
-    nx.draw_networkx_labels(G, pos, labels={v: textwrap.fill(short[v], 16) for v in G.nodes}, font_size=7, ax=ax)
-    nx.draw_networkx_edges(G, pos, ax=ax, arrows=True, arrowstyle="-|>", arrowsize=14, node_size=900,
-                           edge_color="#555555", connectionstyle="arc3,rad=0.08")
+    for dark in (True, False):   # white names on dark fills, black on light ones
+        nodes = [v for v in G.nodes if _is_dark(color[G.nodes[v]["round"]]) == dark]
+        nx.draw_networkx_labels(G, pos, labels={v: short[v] for v in nodes}, font_size=7, ax=ax,
+                                font_color="white" if dark else "black")
+    nx.draw_networkx_edges(G, pos, ax=ax, arrows=True, arrowstyle="-|>", arrowsize=14,
+                           node_size=[size[v] for v in G.nodes], edge_color="#555555", connectionstyle="arc3,rad=0.08")
     elabels: dict[tuple[str, str], str] = {}
     for s, o, d in G.edges(data=True):
         key = (s, o)

@@ -74,7 +74,9 @@ def grouped_bars(agg: pd.DataFrame, group: str, bar: str, metric: str = "hit1", 
 
     `paper` (columns `group`, `bar`, `value`, optional `std`, percent) adds the paper's printed
     numbers as black diamonds at the matching bars; bars the paper prints no number for get none.
-    A single-seed std is undefined and drawn without an error bar.
+    A single-seed std is undefined: where `agg` has `<metric>_ci95_low_mean` and
+    `<metric>_ci95_high_mean` (aggregate_seeds over `tables.ci_columns` of the runs), that run's
+    bootstrap 95% interval over questions is drawn instead, else no error bar.
     """
     import matplotlib.pyplot as plt
 
@@ -95,6 +97,15 @@ def grouped_bars(agg: pd.DataFrame, group: str, bar: str, metric: str = "hit1", 
         if has_std.any():  # undefined (single-seed) deviations get no bar at all, not a zero-length one
             ax.errorbar(pos[has_std], means[has_std], yerr=stds[has_std], fmt="none", ecolor="black",
                         elinewidth=1, capsize=3)
+        lo_col, hi_col = f"{metric}_ci95_low_mean", f"{metric}_ci95_high_mean"
+        if lo_col in sub and hi_col in sub:   # one seed: its bootstrap 95% interval over questions instead
+            lo = np.array([float(sub.loc[g, lo_col]) if g in sub.index else np.nan for g in groups])
+            hi = np.array([float(sub.loc[g, hi_col]) if g in sub.index else np.nan for g in groups])
+            ci = ~has_std & ~np.isnan(lo) & ~np.isnan(hi) & ~np.isnan(means)
+            if ci.any():
+                ax.errorbar(pos[ci], means[ci], yerr=[means[ci] - lo[ci], hi[ci] - means[ci]], fmt="none",
+                            ecolor="#333333", elinewidth=1, capsize=3)
+                stds = np.where(ci, hi - means, stds)   # labels above the interval
         if annotate:
             for p, m, sd in zip(pos, means, stds):
                 if not np.isnan(m):
