@@ -9,12 +9,12 @@ after it) with at least `profile` and `out_dir`; the notebook writes its figures
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from .config import profile_label
 from .errors import KgragError
+from .executors.execute import execute  # noqa: F401  (kept importable from here)
 from .paths import REPO_ROOT
 from .redact import redact, refuse_secret
 
@@ -25,29 +25,6 @@ SUMMARY_FILE = "summary.json"
 def study_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:
     """The study's notebooks in run order (their numeric prefixes)."""
     return sorted(p for p in directory.glob("[0-9][0-9]_*.ipynb"))
-
-
-def execute(notebook: str | Path, executed_path: str | Path, parameters: dict[str, Any], *,
-            progress: bool = True, cwd: str | Path | None = None) -> Path:
-    """Run one notebook with papermill; a failing cell raises with the notebook and cell named."""
-    import papermill as pm
-
-    notebook = Path(notebook)
-    if not notebook.exists():
-        raise KgragError(f"notebook {notebook} not found; expected one of {[p.name for p in study_notebooks()]}")
-    executed_path = Path(executed_path)
-    executed_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        pm.execute_notebook(
-            str(notebook), str(executed_path), parameters=parameters, progress_bar=progress,
-            cwd=str(cwd or notebook.parent), kernel_name="python3", log_output=False,
-        )
-    except pm.PapermillExecutionError as exc:
-        raise KgragError(
-            f"{notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue}\n"
-            f"open the executed copy to see the whole trace: {executed_path}"
-        ) from exc
-    return executed_path
 
 
 def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: Path, name: str | None = None) -> Path:
@@ -91,30 +68,57 @@ def write_summary(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
 
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,
               progress: bool = True, extra: dict[str, Any] | None = None,
-              run_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Execute every study notebook in order; return the results folder, per-notebook wall time
-    and summary rows. `run_overrides` (e.g. concurrency) change the profile's `run` section for
-    every notebook: the effective profile is written to `<out_root>/profile.yaml` and passed to
-    the notebooks, so their executed copies name the file that holds their settings."""
+              run_overrides: dict[str, Any] | None = None, executor: Any = None,
+              notebook_dir: Path | None = None) -> dict[str, Any]:
+    """Execute every study notebook, each after the ones it needs (`studies.order`); return the
+    results folder, per-notebook wall time and summary rows. `run_overrides` (e.g. concurrency)
+    change the profile's `run` section for every notebook: the effective profile is written to
+    `<out_root>/profile.yaml` and passed to the notebooks, so their executed copies name the file
+    that holds their settings. `executor` (`executors.base.make_executor`) runs them; the
+    default runs them here one after another. A notebook that failed under the Ray executor is
+    reported in `failed` (the others go on); the local one stops at the first failure."""
+    import os
+
+    from .executors.base import NotebookTask, resources_for
+    from .executors.local import LocalExecutor
+    from .studies.order import study_graph
+
     label = profile_label(profile)
     out_root = Path(out_root or REPO_ROOT / "results" / label).resolve()  # notebooks run in notebooks/
     given = {k: v for k, v in (run_overrides or {}).items() if v is not None}
     if given or label != Path(str(profile)).stem:   # overrides, or a profile file of the user's
         profile = str(effective_profile(profile, given, out_root / "profile.yaml", name=label))
-    books = study_notebooks()
+    all_books = study_notebooks(notebook_dir or NOTEBOOK_DIR)
+    books = all_books
     if only:
         books = [b for b in books if any(b.stem.startswith(o) or b.name == o for o in only)]
         if not books:
-            raise KgragError(f"no notebook matches {only}; have {[b.name for b in study_notebooks()]}")
-    report: dict[str, Any] = {"profile": profile, "out_root": out_root, "notebooks": []}
-    for i, nb in enumerate(books, 1):
-        out_dir = out_root / nb.stem
-        print(f"[{i}/{len(books)}] {nb.name} (profile {profile}) -> {out_root / 'executed' / nb.name}", flush=True)
-        t0 = time.perf_counter()
-        params = {"profile": profile, "out_dir": str(out_dir), **(extra or {})}
-        execute(nb, out_root / "executed" / nb.name, params, progress=progress)
-        secs = round(time.perf_counter() - t0, 1)
-        rows = read_summary(out_dir)
-        report["notebooks"].append({"notebook": nb.name, "seconds": secs, "rows": rows})
-        print(f"    done in {secs} s, {len(rows)} result rows", flush=True)
+            raise KgragError(f"no notebook matches {only}; have {[b.name for b in all_books]}")
+    after = study_graph([b.stem for b in books])
+    figures_root = Path(os.environ.get("KGRAG_FIGURES_DIR") or REPO_ROOT / "figures")
+    tasks = [NotebookTask(key=nb.stem, notebook=nb, root=out_root, out_dir=out_root / nb.stem,
+                          executed=out_root / "executed" / nb.name,
+                          parameters={"profile": profile, **(extra or {})}, figures_root=figures_root,
+                          after=after[nb.stem], resources=resources_for(_notebook_model(nb.stem, profile)),
+                          label=f"{nb.name} (profile {profile})")
+             for nb in books]
+    results = (executor or LocalExecutor(progress=progress, run=execute)).run(tasks)
+    report: dict[str, Any] = {"profile": profile, "out_root": out_root, "notebooks": [], "failed": []}
+    for t in tasks:
+        r = results[t.key]
+        if not r.ok:
+            report["failed"].append({"notebook": t.notebook.name, "error": r.error, "blocked_by": r.blocked_by})
+            continue
+        rows = read_summary(t.out_dir)
+        report["notebooks"].append({"notebook": t.notebook.name, "seconds": r.seconds, "rows": rows})
     return report
+
+
+def _notebook_model(stem: str, profile: str) -> str | None:
+    """The LLM spec a study notebook loads (None: it loads none, or is not a study notebook)."""
+    from .experiment import resolve_model
+    from .studies import NOTEBOOKS, load_profile
+
+    if stem not in NOTEBOOKS or NOTEBOOKS[stem].family is None:
+        return None
+    return resolve_model(load_profile(profile), NOTEBOOKS[stem].family)
