@@ -16,6 +16,8 @@ chosen; kgrag imports and runs without it.
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -28,7 +30,15 @@ from .staging import (StagedResult, TaskFailed, driver_env, export_bytes, import
 INSTALL_HINT = "pip install 'kgrag[cluster]' (ray==2.60.0), or scripts/install.sh"
 
 
-def import_ray() -> Any:
+# Ray's own switch (read when ray is imported): "0" makes a started instance listen on loopback
+LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def import_ray(local: bool = False) -> Any:
+    """Ray, or a one-line error saying how to install it. `local`: Ray will start here for this
+    run only, so its processes listen on 127.0.0.1 (no other node is to join)."""
+    if local and "ray" not in sys.modules:
+        os.environ.setdefault(LOOPBACK_VAR, "0")
     try:
         import ray
     except ImportError as exc:
@@ -72,7 +82,7 @@ class RayExecutor:
             ) -> dict[str, TaskResult]:
         from ..llm.cache import default_cache_path
 
-        ray = import_ray()
+        ray = import_ray(local=not self.address)
         check_graph(tasks)
         started = self._connect(ray)
         try:
