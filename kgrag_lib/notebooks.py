@@ -94,6 +94,10 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
         books = [b for b in books if any(b.stem.startswith(o) or b.name == o for o in only)]
         if not books:
             raise KgragError(f"no notebook matches {only}; have {[b.name for b in all_books]}")
+    if hasattr(executor, "check_profile"):   # the Ray executor's own demands on a profile
+        from .studies import load_profile
+
+        executor.check_profile(load_profile(profile), f"profile {profile}")
     after = study_graph([b.stem for b in books])
     figures_root = Path(os.environ.get("KGRAG_FIGURES_DIR") or REPO_ROOT / "figures")
     tasks = [NotebookTask(key=nb.stem, notebook=nb, root=out_root, out_dir=out_root / nb.stem,
