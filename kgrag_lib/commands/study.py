@@ -11,6 +11,7 @@ import json
 
 from ..cli_choices import profile_choices, profile_help
 from ..llm import spec_help
+from ..executors import add_arguments as add_executor_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once in every run (default: the profile's run.concurrency, else 1 "
                         "for an in-process model, 8 for a server); the results do not depend on it")
+    add_executor_arguments(p)
     p.set_defaults(func=handle)
 
 
@@ -33,6 +35,7 @@ def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..concurrency import check_workers
+    from ..executors import make_executor
     from ..notebooks import NOTEBOOK_DIR, run_study, study_notebooks
 
     if getattr(args, "list", False):
@@ -43,12 +46,15 @@ def handle(args: argparse.Namespace) -> int:
     given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
     if given["concurrency"] is not None:
         check_workers(given["concurrency"], "--concurrency")
-    report = run_study(args.profile, args.out, only=args.only, run_overrides=given)
+    executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),
+                             num_cpus=getattr(args, "num_cpus", None))
+    report = run_study(args.profile, args.out, only=args.only, run_overrides=given, executor=executor)
     out_root = report["out_root"]
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
     pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)
     lines = [f"# kgrag study results ({report['profile']})", ""]
     lines += [f"- {nb['notebook']}: {nb['seconds']} s" for nb in report["notebooks"]]
+    lines += [f"- {f['notebook']}: FAILED" for f in report.get("failed") or []]
     lines += ["", f"executed notebooks: {out_root / 'executed'}"]
     for nb in report["notebooks"]:  # one table per notebook: their columns differ
         lines += ["", f"## {nb['notebook']}", "", notebook_table(nb["rows"])]
@@ -56,7 +62,18 @@ def handle(args: argparse.Namespace) -> int:
     (out_root / "study.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
     print("\n".join(lines))
     print(f"\nresults table: {out_root / 'results.md'} (all rows: {out_root / 'results.csv'})")
-    return 0
+    return _report_failures(report.get("failed") or [])
+
+
+def _report_failures(failed: list[dict]) -> int:
+    """The notebooks that failed (after their retry) or never ran because one they need failed;
+    exit status 1 when there are any (the rest of the study finished and is in the tables)."""
+    import sys
+
+    for f in failed:
+        why = f"not run: it needs {f['blocked_by']}, which failed" if f.get("blocked_by") else f["error"]
+        print(f"kgrag: error: {f['notebook']}: {why}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def notebook_table(rows: list[dict]) -> str:

@@ -16,14 +16,14 @@ import hashlib
 import itertools
 import json
 import keyword
-import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import yaml
 
+from ..executors import add_arguments as add_executor_arguments
 from ..redact import redact, refuse_secret
 
 
@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", default="cpu-smoke", help="profile passed to every run (unless swept)")
     p.add_argument("--out", default=None, help="sweep folder (default results/sweeps/<notebook>)")
     p.add_argument("--force", action="store_true", help="rerun combinations that already finished")
+    add_executor_arguments(p)
     p.set_defaults(func=handle)
 
 
@@ -113,8 +114,10 @@ def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..errors import ConfigError
+    from ..executors import make_executor
+    from ..executors.base import NotebookTask, resources_for
     from ..jsonl import atomic_json
-    from ..notebooks import NOTEBOOK_DIR, execute, read_summary
+    from ..notebooks import NOTEBOOK_DIR, read_summary
     from ..paths import REPO_ROOT
 
     nb = Path(args.notebook)
@@ -133,21 +136,32 @@ def handle(args: argparse.Namespace) -> int:
         # redacted: a token in the profile (a user's own file) goes into no folder name, cell.json, table or message
         identity = redact(_identity(nb, {"profile": args.profile, **combo}))
         cells.append((combo, identity, out_root / _slug(redact(combo), identity)))
-    rows = []
+    executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),
+                             num_cpus=getattr(args, "num_cpus", None))
+    tasks = []
     for i, (combo, identity, run_dir) in enumerate(cells, 1):
         done_marker = run_dir / "executed.ipynb"
-        params = {"profile": args.profile, **combo, "out_dir": str(run_dir)}
         if done_marker.exists() and read_summary(run_dir) and _same_cell(run_dir, identity) and not args.force:
             print(f"[{i}/{len(combos)}] {redact(combo)}: already done, skipped")
-        else:
-            print(f"[{i}/{len(combos)}] {redact(combo)}: running {nb.name}", flush=True)
-            done_marker.unlink(missing_ok=True)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_json(run_dir / CELL_FILE, identity)
-            # the kernel inherits our environment: this combination's figures go to its own folder
-            with mock.patch.dict(os.environ, {"KGRAG_FIGURES_DIR": str(run_dir / "figures")}):
-                execute(nb, run_dir / "executed.partial.ipynb", params)
-            (run_dir / "executed.partial.ipynb").replace(done_marker)
+            continue
+        if hasattr(executor, "check_profile"):
+            executor.check_profile(identity["profile"], f"profile {args.profile}")
+        done_marker.unlink(missing_ok=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_json(run_dir / CELL_FILE, identity)
+        # the kernel inherits the task's environment: this combination's figures go to its own folder
+        tasks.append(NotebookTask(
+            key=run_dir.name, notebook=nb, root=run_dir, out_dir=run_dir, executed=run_dir / "executed.partial.ipynb",
+            parameters={"profile": args.profile, **combo}, figures_root=run_dir / "figures",
+            resources=resources_for(combo.get("model") or _profile_model(identity["profile"])),
+            label=f"{redact(combo)}: running {nb.name}"))
+    results = executor.run(tasks, on_done=lambda t: t.executed.replace(t.root / "executed.ipynb"))
+    failed = [(t, results[t.key]) for t in tasks if not results[t.key].ok]
+    rows = []
+    for combo, identity, run_dir in cells:
+        done_marker = run_dir / "executed.ipynb"
+        if not done_marker.exists():
+            continue   # failed: reported below
         for r in read_summary(run_dir) or [{}]:
             rows.append(redact({**combo, **r, "executed": str(done_marker)}))
     table = pd.DataFrame(rows)
@@ -156,7 +170,22 @@ def handle(args: argparse.Namespace) -> int:
     (out_root / "sweep.md").write_text(table.to_markdown(index=False) if _has_tabulate() else table.to_string(index=False))
     print(table.to_string(index=False))
     print(json.dumps({"combinations": len(combos), "table": str(out_root / "sweep.csv")}))
-    return 0
+    for t, r in failed:
+        print(f"kgrag: error: {t.name}: {r.error or f'not run: it needs {r.blocked_by}, which failed'}",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _profile_model(profile: dict[str, Any]) -> str | None:
+    """The LLM a cell loads when its notebook does not sweep `model`: the profile's run.model
+    (per-family choices count as well: the task holds what the largest of them needs)."""
+    models = [m for m in (profile.get("models") or {}).values() if m] + [(profile.get("run") or {}).get("model")]
+    specs = [m for m in models if isinstance(m, str)]
+    if not specs:
+        return None
+    from ..executors.base import resources_for
+
+    return max(specs, key=lambda m: (resources_for(m).num_gpus, resources_for(m).num_cpus))
 
 
 def _same_cell(run_dir: Path, identity: dict[str, Any]) -> bool:

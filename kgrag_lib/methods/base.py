@@ -107,6 +107,18 @@ class RunContext:
         return _cache_dir(self._cache_dir)
 
     @property
+    def llm_cache_path(self) -> Path:
+        """The LLM call cache: `<cache_dir>/llm_cache.sqlite` when the context was given a cache
+        folder, else $KGRAG_LLM_CACHE when set (a Ray task points it at its own scratch copy,
+        see `executors.ray_executor`), else `<cache_dir>/llm_cache.sqlite` as `paths` resolves it."""
+        import os
+
+        env = os.environ.get("KGRAG_LLM_CACHE")
+        if self._cache_dir is None and env:
+            return Path(env).expanduser()
+        return self.cache_dir / "llm_cache.sqlite"
+
+    @property
     def llm(self) -> Any:
         """The run's LLM, loaded (with the call cache of `cache_dir`) on first use."""
         if self._llm is None:
@@ -114,7 +126,7 @@ class RunContext:
 
             options = self.server_options if is_server_spec(self.model) else {}
             with _cache_dir_scope(self._cache_dir):  # the model assembly goes there too
-                self._llm = load_llm(self.model, cache_path=self.cache_dir / "llm_cache.sqlite", **options)
+                self._llm = load_llm(self.model, cache_path=self.llm_cache_path, **options)
         return self._llm
 
     @llm.setter

@@ -177,4 +177,4 @@ def judge(nb: "Setup") -> "LLM":
     wanted = nb.settings.judge_model
     if wanted is None or wanted == nb.model:
         return nb.ctx.llm
-    return nb.ctx.memo(f"judge:{wanted}", lambda: load_llm(wanted, cache_path=nb.ctx.cache_dir / "llm_cache.sqlite"))
+    return nb.ctx.memo(f"judge:{wanted}", lambda: load_llm(wanted, cache_path=nb.ctx.llm_cache_path))

@@ -527,7 +527,7 @@ def _judge_llm(cfg: DPODataConfig, ctx: RunContext, judge_llm: Any) -> Any:
     from ..llm import load_llm
 
     return ctx.memo(f"dpo-judge:{cfg.judge}",
-                    lambda: load_llm(cfg.judge, cache_path=ctx.cache_dir / "llm_cache.sqlite"))
+                    lambda: load_llm(cfg.judge, cache_path=ctx.llm_cache_path))
 
 
 def _identity(cfg: DPODataConfig, ctx: RunContext, judge: Any, qids: list[str]) -> dict[str, Any]:

@@ -215,7 +215,7 @@ def load_generator(ctx: RunContext, spec: str) -> Any:
     def build() -> Any:
         from ...llm import load_llm
 
-        return load_llm(spec, cache_path=ctx.cache_dir / "llm_cache.sqlite", chat=False)
+        return load_llm(spec, cache_path=ctx.llm_cache_path, chat=False)
 
     return ctx.memo(f"self-rag-generator:{spec}", build)
 

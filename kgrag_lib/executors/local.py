@@ -1,0 +1,51 @@
+"""The default executor: the tasks one after another in this process tree, each writing straight
+into the driver's folders (what `kgrag study` and `kgrag sweep` always did). A failing notebook
+stops the rest, as before; the error names its executed copy."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+from unittest import mock
+
+from .base import NotebookTask, TaskResult, check_graph
+from .execute import execute, param_path
+
+
+class LocalExecutor:
+    def __init__(self, progress: bool = True, run: Callable[..., Any] = execute) -> None:
+        self.progress = progress
+        self._execute = run   # `execute`, or the module-level name a caller resolves (tests replace it)
+
+    def run(self, tasks: list[NotebookTask], on_done: Callable[[NotebookTask], None] | None = None
+            ) -> dict[str, TaskResult]:
+        check_graph(tasks)   # the list order is the run order; it already respects every `after`
+        results: dict[str, TaskResult] = {}
+        for i, task in enumerate(tasks, 1):
+            print(f"[{i}/{len(tasks)}] {task.name} -> {task.executed}", flush=True)
+            t0 = time.perf_counter()
+            # the kernel inherits our environment: the task's figures go under its figures root
+            with mock.patch.dict(os.environ, {"KGRAG_FIGURES_DIR": str(task.figures_root)}):
+                params, cwd = self.relative(task)
+                self._execute(task.notebook, task.executed, params, progress=self.progress, cwd=cwd)
+            secs = round(time.perf_counter() - t0, 1)
+            results[task.key] = TaskResult(task.key, seconds=secs)
+            print(f"    done in {secs} s", flush=True)
+            if on_done:
+                on_done(task)
+        return results
+
+    @staticmethod
+    def relative(task: NotebookTask) -> tuple[dict[str, Any], Path]:
+        """The parameters and kernel folder of a local run: the kernel runs where the executed copy
+        lies, with `out_dir` (and a profile file) relative to it, so the copy shows no machine path
+        and reruns as it is when opened in JupyterLab."""
+        cwd = Path(task.executed).parent
+        cwd.mkdir(parents=True, exist_ok=True)
+        params = {**task.parameters, "out_dir": param_path(Path(task.out_dir), cwd)}
+        prof = params.get("profile")
+        if isinstance(prof, str) and prof.endswith((".yaml", ".yml")) and Path(prof).is_file():
+            params["profile"] = param_path(Path(prof).resolve(), cwd)
+        return params, cwd
