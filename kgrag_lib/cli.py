@@ -64,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     except KgragError as exc:
         print(f"kgrag: error: {redact(str(exc))}", file=sys.stderr)   # a message that quotes a spec keeps no token
         return 2
+    except BrokenPipeError:   # `kgrag completion bash | head`: the reader closed the pipe, nothing failed
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 0
     except OSError as exc:
         if exc.errno not in _STORAGE_ERRNOS:
             raise

@@ -109,3 +109,13 @@ def test_model_help_names_every_spec_form(capsys):
         text = text.replace("- ", "-")   # argparse wraps at hyphens
         missing = [f for f in forms if f not in text]
         assert not missing, (command, missing)
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`kgrag completion bash | head -1`: the reader closing the pipe is not an error (no traceback)."""
+    import subprocess
+
+    proc = subprocess.run(f'"{sys.executable}" -m kgrag_lib completion bash | head -1; exit ${{PIPESTATUS[0]}}',
+                          shell=True, executable="/bin/bash", capture_output=True, text=True, cwd=REPO_ROOT)
+    assert proc.returncode == 0 and proc.stdout.startswith("#"), (proc.returncode, proc.stderr[-500:])
+    assert "Traceback" not in proc.stderr
