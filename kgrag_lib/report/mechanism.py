@@ -223,18 +223,3 @@ def kg_domain_note(kg: str, datasets: Any, labels: Mapping[str, str] | None = No
             f"about {'these datasets' if len(off) > 1 else 'this dataset'}'s questions, so KG comparisons there are "
             f"{NOT_TESTABLE_DATA}.")
 
-
-def final_answer_note(question_rows: Mapping[str, Any]) -> str:
-    """A figure caption for TCR-QF runs (label -> their per-question rows, `questions.jsonl`) whose
-    reasoning output gave a `Final Answer:` line for fewer than half the questions: their
-    comparisons are `NOT_TESTABLE_MODEL`. "" when every run parsed for at least half."""
-    parts = []
-    for label, rows in question_rows.items():
-        rows = list(rows)
-        x = sum(not any(i.startswith(NO_FINAL_ANSWER) for i in _issues(r)) for r in rows)
-        if rows and x < len(rows) / 2:
-            parts.append(f"{label} {x} of {len(rows)}")
-    if not parts:
-        return ""
-    return ("Final answer parsed for " + "; ".join(parts) + f": the TCR-QF comparisons are {NOT_TESTABLE_MODEL} "
-            "(scores of 0 here measure the output format, not the method).")
