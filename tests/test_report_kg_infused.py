@@ -387,3 +387,18 @@ def test_the_oracle_kg_is_no_upper_bound_beside_another_dataset():
     notes = dict(zip(out["dataset"], out["note"]))
     assert notes["2wiki"] == "" and "holds no hotpotqa gold facts" in notes["hotpotqa"]
     assert "not an upper bound" in notes["hotpotqa"]
+
+
+def test_avg_interval_and_off_domain_caption_of_the_figures():
+    """Avg's interval is the bootstrap of each question's (acc + f1 + em) / 3, and a dataset the
+    KG holds no fact of is named in the caption as not testable."""
+    from kgrag_lib.report import mechanism
+    from kgrag_lib.report.kg_infused import avg_ci95
+
+    qs = [{"acc": 1.0, "f1": 1.0, "em": 1.0}] * 5 + [{"acc": 0.0, "f1": 0.0, "em": 0.0}] * 5
+    lo, hi = avg_ci95(qs)
+    assert lo < 50 < hi and 0 <= lo and hi <= 100
+    assert avg_ci95([{"acc": 1.0}]) is None
+    note = mechanism.kg_domain_note("2wiki-evidence-heldout", ["2wiki", "hotpotqa"], {"hotpotqa": "HotpotQA"})
+    assert note.startswith("HotpotQA") and mechanism.NOT_TESTABLE_DATA in note
+    assert mechanism.kg_domain_note("2wiki-evidence-heldout", ["2wiki"]) == ""

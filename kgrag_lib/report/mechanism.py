@@ -206,3 +206,20 @@ def changed_verdicts(claims: pd.DataFrame) -> list[dict[str, Any]]:
     ch = claims[claims["verdict"] != claims["statistical verdict"]]
     return [{"claim": r["claim"], "dataset": r["dataset"], "metric": r.get("metric"),
              "old": r["statistical verdict"], "new": r["verdict"], "why": r["mechanism"]} for r in ch.to_dict("records")]
+
+
+def kg_domain_note(kg: str, datasets: Any, labels: Mapping[str, str] | None = None) -> str:
+    """A figure caption for the datasets whose questions search a KG holding none of their facts
+    (`KG_DOMAINS`), so that a reader does not read a KG comparison on them as the paper's; "" when
+    every dataset is in the KG's domain or the KG is not listed."""
+    domain = KG_DOMAINS.get(str(kg))
+    if domain is None:
+        return ""
+    labels = dict(labels or {})
+    off = [labels.get(d, d) for d in dict.fromkeys(datasets) if d not in domain]
+    if not off:
+        return ""
+    return (f"{', '.join(off)}: the KG {kg} holds {', '.join(labels.get(d, d) for d in domain)} facts only, none "
+            f"about {'these datasets' if len(off) > 1 else 'this dataset'}'s questions, so KG comparisons there are "
+            f"{NOT_TESTABLE_DATA}.")
+

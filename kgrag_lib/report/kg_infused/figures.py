@@ -11,31 +11,44 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ..figures import add_note, bar_values, errorbar_of
 from . import paper_numbers
 from .tables import (ABLATION_LABELS, METRIC_LABELS, ROUND_VARIANTS, VARIANT_LABELS, metrics_for, out_degrees,
                      paper_table4)
 
 
-def _bars_beside_paper(ax, labels: Sequence[str], ours: Sequence[float], paper: Sequence[float]) -> None:
-    """One panel of our bars (values on top) beside the paper's hatched ones, a pair per row label."""
+def _bars_beside_paper(ax, labels: Sequence[str], ours: Sequence[float], paper: Sequence[float],
+                       ci: Sequence[Sequence[float] | None] | None = None) -> None:
+    """One panel of our bars (values on top, 95% intervals where `ci` has them) beside the
+    paper's hatched ones, a pair per row label."""
     import numpy as np
 
     x = np.arange(len(labels))
-    bars = ax.bar(x - 0.2, ours, 0.4, label="ours", color="#4C72B0")
-    ax.bar_label(bars, labels=["–" if np.isnan(v) else f"{v:.0f}" for v in ours], fontsize=6, padding=1)
+    err = errorbar_of(ci, ours)
+    ax.bar(x - 0.2, ours, 0.4, label="ours", color="#4C72B0", yerr=err,
+           error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#222222"})
     ax.bar(x + 0.2, paper, 0.4, label="paper", color="#BBBBBB", hatch="//", edgecolor="#777777")
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=7, rotation=35, ha="right")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 108)
+    ax.set_yticks(range(0, 101, 20))
+    bar_values(ax, x - 0.2, ours, err)
     ax.grid(axis="y", alpha=0.3)
 
 
+def _row_ci(rows: Iterable[Mapping[str, Any]] | None, key: str) -> dict[tuple[str, str], Sequence[float]]:
+    """(label, dataset) -> the row's `<key>_ci95` interval, for the rows that carry one."""
+    return {(r["label"], r["dataset"]): r[f"{key}_ci95"] for r in rows or () if r.get(f"{key}_ci95") is not None}
+
+
 def plot_side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, metric: str = "Avg", title: str = "",
-                      match: Mapping[str, str] | None = None):
+                      match: Mapping[str, str] | None = None, rows: Iterable[Mapping[str, Any]] | None = None,
+                      note: str = ""):
     """Grouped bars per dataset: each of our rows beside the paper row it reproduces.
 
     `match` maps our row label to the paper's (default: same label). StrategyQA falls back to
-    Acc (its only metric).
+    Acc (its only metric). `rows` (`grid_rows`) supply the 95% bootstrap intervals drawn on our
+    bars (`avg_ci95` for Avg); `note` is a caption under the figure (e.g. `kg_domain_note`).
     """
     import matplotlib.pyplot as plt
     import numpy as np
@@ -49,21 +62,27 @@ def plot_side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, metric: str = "Av
         ov = [ours.loc[l, (ds, m)] for l in labels]
         pv = [paper.loc[match.get(l, l), (ds, m)] if match.get(l, l) in paper.index and (ds, m) in paper.columns
               else np.nan for l in labels]
-        _bars_beside_paper(ax, labels, ov, pv)
-        ax.set_title(f"{ds} ({m})", fontsize=9)
-    axes[0][0].set_ylabel("score (%)")
-    axes[0][-1].legend(fontsize=7, loc="upper right")
+        key = {v: k for k, v in METRIC_LABELS.items()}.get(m, m.lower())
+        ci = _row_ci(rows, key)
+        dkey = {v: k for k, v in paper_numbers.DATASET_LABELS.items()}.get(ds, ds)
+        _bars_beside_paper(ax, labels, ov, pv, [ci.get((l, dkey)) for l in labels])
+        n = {int(r["n"]) for r in rows or () if r["dataset"] == dkey and r.get("n")}
+        ax.set_title(f"{ds} ({m}{', n=' + '/'.join(map(str, sorted(n))) if n else ''})", fontsize=9)
+    axes[0][0].set_ylabel(f"score (%){'; ours with 95% CI' if rows else ''}")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    add_note(fig, note)
     return fig
 
 
 def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
-                baselines: Iterable[Mapping[str, Any]] = (), title: str = ""):
+                baselines: Iterable[Mapping[str, Any]] = (), title: str = "", note: str = ""):
     """Figure 2's layout: one panel per dataset, score against activation rounds, one line per
-    KG variant (offset sideways by ±0.06 so equal values stay visible); baselines (no rounds:
-    Vanilla RAG, Vanilla QE) as dashed horizontal lines."""
+    KG variant (offset sideways by ±0.06 so equal values stay visible; 95% intervals as error
+    bars where the rows carry `<metric>_ci95`); baselines (no rounds: Vanilla RAG, Vanilla QE)
+    as dashed horizontal lines. `note` is a caption under the figure (e.g. `kg_domain_note`)."""
     import matplotlib.pyplot as plt
 
     rows = list(rows)
@@ -75,13 +94,15 @@ def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
     for ax, ds in zip(axes[0], datasets):
         m = metric if metric in metrics_for(ds) else "acc"
         for j, variant in enumerate(ROUND_VARIANTS):
-            pts = sorted((r["rounds"], r.get(m)) for r in rows
+            pts = sorted((r["rounds"], r.get(m), r.get(f"{m}_ci95")) for r in rows
                          if r["dataset"] == ds and r["variant"] == variant and r.get("rounds"))
             if pts:
                 color, marker = styles[variant]
                 shift = 0.06 * (j - 1)  # a small sideways offset keeps equal values visible
-                ax.plot([p[0] + shift for p in pts], [p[1] for p in pts], marker=marker, color=color, alpha=0.9,
-                        label=ABLATION_LABELS[variant] if variant != "kg-infused" else "KG-Infused RAG")
+                ys = [p[1] for p in pts]
+                ax.errorbar([p[0] + shift for p in pts], ys, yerr=errorbar_of([p[2] for p in pts], ys),
+                            marker=marker, color=color, alpha=0.9, capsize=2, elinewidth=0.8,
+                            label=ABLATION_LABELS[variant] if variant != "kg-infused" else "KG-Infused RAG")
         for b in baselines:
             if b["dataset"] == ds and b.get(m) is not None:
                 ax.axhline(b[m], ls="--", lw=1, color=base_colors.get(b["variant"], "#777777"),
@@ -101,11 +122,13 @@ def plot_rounds(rows: Iterable[Mapping[str, Any]], metric: str = "avg",
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    add_note(fig, note, y=-0.10)
     return fig
 
 
-def plot_recall(ours: pd.DataFrame, k: int = 6, title: str = ""):
-    """Table 4 as bars: our R@k per dataset for each run, the paper's beside it (hatched)."""
+def plot_recall(ours: pd.DataFrame, k: int = 6, title: str = "", note: str = ""):
+    """Table 4 as bars: our R@k per dataset for each run, the paper's beside it (hatched); `note`
+    is a caption under the figure (e.g. `kg_domain_note`)."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -121,10 +144,11 @@ def plot_recall(ours: pd.DataFrame, k: int = 6, title: str = ""):
         ns = ", ".join(str(int(ours.loc[l, (ds, "n")])) for l in labels[:1])
         ax.set_title(f"{ds} (n={ns})", fontsize=9)
     axes[0][0].set_ylabel(f"Recall@{k} (%)")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    add_note(fig, note)
     return fig
 
 

@@ -196,6 +196,24 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, ours_name: str = "ours
                      names=["source"])
 
 
+def avg_ci95(question_rows: Iterable[Mapping[str, Any]]) -> list[float] | None:
+    """95% bootstrap interval (percent) of Avg from per-question rows (`questions.jsonl`, scores
+    in [0, 1]): Avg is the mean of Acc, F1 and EM, so it is the mean over questions of each
+    question's own (acc + f1 + em) / 3, and that per-question value is resampled. None when a row
+    lacks a score."""
+    from ...eval.bootstrap import bootstrap_ci
+
+    vals = []
+    for r in question_rows:
+        parts = [r.get(k) for k in ("acc", "f1", "em")]
+        if any(v is None for v in parts):
+            return None
+        vals.append(100 * sum(float(v) for v in parts) / 3)
+    if not vals:
+        return None
+    return [round(v, 2) for v in bootstrap_ci(vals)]
+
+
 def grid_rows(report: Any, runs: Sequence[Any], setting: Setting | None = None,
               ablation: bool = False) -> list[dict[str, Any]]:
     """One `result_row` per (configuration, dataset) of a grid (`kgrag_lib.grid.run_grid`), from
@@ -206,6 +224,8 @@ def grid_rows(report: Any, runs: Sequence[Any], setting: Setting | None = None,
         for cell in (c for c in report.cells if c.run == run):
             row = result_row(run.method, cell.dataset, cell.metrics, rounds=dict(run.cfg).get("rounds"),
                              setting=setting, ablation=ablation, config=run.label)
+            if "avg" in row and cell.rows:
+                row["avg_ci95"] = avg_ci95(cell.rows)
             row["requests_per_q"] = (cell.metrics.get("cost_per_question") or {}).get("llm_requests")
             out.append(row)
     return out

@@ -1,0 +1,92 @@
+"""Redraw the reference figures that the committed compact results suffice for, without any model.
+
+    PYTHONPATH=. .venv/bin/python scripts/regen_reference_figures.py [results/reference]
+
+Reads each notebook's summary.json and its runs' questions.jsonl (for the Avg intervals) and
+writes the PNGs into <reference>/figures/, as the notebooks would. Figures whose inputs are
+traces or training logs (25's subgraph, 27's curves, 32/33's activations) are not redrawn here:
+they need the notebook to run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from kgrag_lib.report import kg_infused as K  # noqa: E402
+from kgrag_lib.report import mechanism  # noqa: E402
+from kgrag_lib.report.kg_infused import paper_numbers  # noqa: E402
+
+
+def _rows(ref: Path, nb: str) -> list[dict]:
+    """The notebook's result rows (one per configuration and dataset), Avg interval added from the
+    run's questions.jsonl."""
+    out = []
+    for r in json.loads((ref / nb / "summary.json").read_text(encoding="utf-8")):
+        if "variant" not in r or "avg" not in r:
+            continue
+        folder = str(r["config"]).replace("[", "_").replace("]", "")   # GridRun.folder of the label
+        hits = sorted((ref / nb / "runs" / r["dataset"]).glob(f"n{r['n']}_seed*/{folder}/questions.jsonl"))
+        if hits:
+            qs = [json.loads(x) for x in hits[0].read_text(encoding="utf-8").splitlines() if x.strip()]
+            r["avg_ci95"] = K.avg_ci95(qs)
+        out.append(r)
+    return out
+
+
+def _save(fig, ref: Path, name: str) -> None:
+    path = ref / "figures" / f"{name}.png"
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    print("wrote", path)
+
+
+def main(ref: Path) -> None:
+    datasets = ["2wiki", "hotpotqa"]
+    labels = paper_numbers.DATASET_LABELS
+    # 21: Table 1
+    rows = _rows(ref, "21_kg_infused_main")
+    model, kg = rows[0]["model"], rows[0]["kg"]
+    note = mechanism.kg_domain_note(kg, datasets, labels)
+    main_label = K.round_label("kg-infused", 2)
+    fig = K.plot_side_by_side(K.layout(rows, datasets=datasets), K.paper_table1("Qwen2.5-7B", datasets=datasets),
+                              metric="Avg", match={main_label: "KG-Infused RAG (w/ 2-Round)"}, rows=rows, note=note,
+                              title=f"Table 1 layout: ours ({model}, KG {kg}) vs paper (Qwen2.5-7B)")
+    _save(fig, ref, "21_table1_avg")
+    # 22: Table 3
+    rows = _rows(ref, "22_kg_infused_ablation")
+    match = {"Vanilla RAG": "Vanilla RAG (LLaMA3.1-8B)"}
+    match.update({K.round_label(v, 2, ablation=True): K.round_label(v, 2, ablation=True) for v in K.ROUND_VARIANTS})
+    fig = K.plot_side_by_side(K.layout(rows, datasets=datasets), K.paper_table3(datasets=datasets), metric="Avg",
+                              match=match, rows=rows, note=note,
+                              title=f"Table 3 layout: ours ({model}, KG {kg}) vs paper (LLaMA3.1-8B, DPO)")
+    _save(fig, ref, "22_table3_avg")
+    # 23: Figure 2
+    rows = _rows(ref, "23_activation_rounds")
+    n = {d: next(r["n"] for r in rows if r["dataset"] == d) for d in datasets}
+    fig = K.plot_rounds([r for r in rows if r["variant"] in K.ROUND_VARIANTS], metric="avg",
+                        baselines=[r for r in rows if r["variant"] in ("vanilla-rag", "vanilla-qe")], note=note,
+                        title=f"Score vs activation rounds — {model}, KG {kg}, n per dataset: "
+                              + ", ".join(f"{labels[d]} {k}" for d, k in n.items()))
+    _save(fig, ref, "23_fig2_rounds")
+    # 24: Table 4 (recall rows of the summary: label, dataset label, recall@6, n)
+    import pandas as pd
+
+    recs = [r for r in json.loads((ref / "24_retrieval_recall" / "summary.json").read_text(encoding="utf-8"))
+            if "recall@6" in r]
+    ds_labels = list(dict.fromkeys(r["dataset"] for r in recs))
+    ours = pd.DataFrame({(d, c): {r["label"]: r["recall@6" if c == "R@6" else "n"] for r in recs if r["dataset"] == d}
+                         for d in ds_labels for c in ("R@6", "n")})
+    ours = ours.loc[list(dict.fromkeys(r["label"] for r in recs))]
+    kg24 = recs[0]["kg"]
+    fig = K.plot_recall(ours, k=6, note=mechanism.kg_domain_note(kg24, datasets, labels),
+                        title=f"Recall@6 of gold passages — ours ({kg24}, local corpora) vs paper")
+    _save(fig, ref, "24_table4_recall")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/reference"))
