@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 
 from kgrag_lib.report import kg_infused as K  # noqa: E402
 from kgrag_lib.report import mechanism  # noqa: E402
+from kgrag_lib.report import tcr_qf as T  # noqa: E402
 from kgrag_lib.report.kg_infused import paper_numbers  # noqa: E402
 
 
@@ -88,5 +89,57 @@ def main(ref: Path) -> None:
     _save(fig, ref, "24_table4_recall")
 
 
+def _summary(ref: Path, nb: str) -> list[dict]:
+    return json.loads((ref / nb / "summary.json").read_text(encoding="utf-8"))
+
+
+def _tcr_note(ref: Path, nb: str, rows: list[dict]) -> str:
+    """`mechanism.tcr_parse_note` of the notebook's runs, read from their questions.jsonl."""
+    import pandas as pd
+
+    runs = [{"notebook": nb, "method": r["method"], "dataset": r["dataset"], "model": r.get("model"), "folder": str(f)}
+            for r in rows for f in sorted((ref / nb / "runs" / r["dataset"]).glob(f"n{r['n']}_seed*/{r['config']}"))]
+    health = mechanism.health_table(pd.DataFrame(runs).drop_duplicates("folder")) if runs else pd.DataFrame()
+    return mechanism.tcr_parse_note(health, rows[0].get("model", "the model"), T.paper_numbers.DATASET_LABELS)
+
+
+def tcr_qf(ref: Path) -> None:
+    """41-43: Tables 1-2, Fig. 3 and Fig. 4 with intervals, n and the mechanism-health caption."""
+    import pandas as pd
+
+    rows = [r for r in _summary(ref, "41_tcr_qf_main") if "config" in r and "em" in r]
+    model, ds = rows[0]["model"], list(dict.fromkeys(r["dataset"] for r in rows))
+    note = _tcr_note(ref, "41_tcr_qf_main", rows)
+    table = T.table1(rows, ds)
+    for metric in ("EM", "F1"):
+        fig = T.plot_table(table, metric, rows=rows, note=note,
+                           title=f"Table 1 layout, {metric}: ours ({model}) vs paper (gpt-4o-mini)")
+        _save(fig, ref, f"41_table1_{metric.lower()}")
+    summ = _summary(ref, "42_tcr_qf_ablation")
+    rows = [r for r in summ if "config" in r and "em" in r]
+    note = _tcr_note(ref, "42_tcr_qf_ablation", rows)
+    fig = T.plot_table(T.table2(rows, ds), "EM", rows=rows, note=note,
+                       title=f"Table 2 layout, EM: ours ({model}) vs paper (gpt-4o-mini)")
+    _save(fig, ref, "42_table2_em")
+    frame = pd.DataFrame([r for r in summ if r.get("label") == "Fig. 3: EM by round"])
+    frame = frame.drop(columns="label").rename(columns={"system": "label"})
+    fig = T.plot_rounds(frame, "em", note=note,
+                        title=f"Fig. 3 layout: EM by round ({model}; rounds 0-{int(frame['round'].max())})")
+    _save(fig, ref, "42_fig3_em_by_round")
+    summ = _summary(ref, "43_tcr_qf_kg_growth")
+    rows = [r for r in summ if "config" in r and "em" in r]
+    note = _tcr_note(ref, "43_tcr_qf_kg_growth", rows)
+    for r in rows:
+        d = r["dataset"]
+        growth = pd.DataFrame([g for g in summ if str(g.get("label", "")).startswith("Table 3: KG growth")
+                               and g["dataset"] == d]).sort_values("round")
+        fig = T.plot_kg_growth(growth, paper=(d == "2wiki"), note=note,
+                               title=f"Fig. 4 layout, {T.dataset_label(d)} (n={r['n']}): {T.system_label(r['method'])}, "
+                                     f"{model}")
+        _save(fig, ref, f"43_fig4_kg_growth_{d}")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/reference"))
+    ref = Path(sys.argv[1] if len(sys.argv) > 1 else "results/reference")
+    main(ref)
+    tcr_qf(ref)

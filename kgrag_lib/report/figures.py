@@ -27,14 +27,16 @@ def save_figure(fig, name: str, profile: str = "cpu-smoke", root: str | Path | N
     return path
 
 
-def add_note(fig, note: str, y: float = -0.01, width: int = 130) -> None:
+def add_note(fig, note: str, y: float = -0.01, width: int | None = None) -> None:
     """A caption under the figure (wrapped, dark red): what a reader must know before comparing
     bars, e.g. that a panel's KG holds none of its dataset's facts. `y` is in figure coordinates;
-    `save_figure` saves with a tight box, so a caption below 0 is kept."""
+    `save_figure` saves with a tight box, so a caption below 0 is kept. `width` (characters per
+    line) defaults to what the figure's width holds, so the caption does not widen the figure."""
     if not note:
         return
     import textwrap
 
+    width = width or max(60, int(fig.get_figwidth() * 17))
     fig.text(0.5, y, "\n".join(textwrap.fill(p, width) for p in str(note).split("\n")), ha="center", va="top",
              fontsize=7.5, color="#8B1A1A", style="italic")
 

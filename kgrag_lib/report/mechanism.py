@@ -223,3 +223,32 @@ def kg_domain_note(kg: str, datasets: Any, labels: Mapping[str, str] | None = No
             f"about {'these datasets' if len(off) > 1 else 'this dataset'}'s questions, so KG comparisons there are "
             f"{NOT_TESTABLE_DATA}.")
 
+
+
+def tcr_parse_note(health: pd.DataFrame, model: str, labels: Mapping[str, str] | None = None) -> str:
+    """A figure caption for TCR-QF figures (Tables 1-2, Figs. 3-4) on the datasets where a TCR-QF
+    run parsed a `Final Answer:` line for fewer than half of its questions (`testability`'s rule):
+    there the scores are the fallback's, not the mechanism's, so the figure cannot test the paper.
+    `health` is `health_table` of the figure's runs; "" when every TCR run parsed enough."""
+    if health.empty or "method" not in health:
+        return ""
+    labels = dict(labels or {})
+    parts = []
+    for ds, h in health[health["method"].isin(TCR_METHODS)].groupby("dataset", sort=False):
+        counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m)
+                  for r, m in zip(h["ran"], h["method"]) if isinstance(r, str)]
+        low = [(x, n, m) for x, n, m in counts if x < n / 2]
+        if low:
+            parts.append(f"{labels.get(ds, ds)}: " + ", ".join(f"{m} {x} of {n}" for x, n, m in low))
+    if not parts:
+        return ""
+    return (f"{NOT_TESTABLE_MODEL}: {model}'s reasoning gave a parseable `Final Answer:` line for fewer than half "
+            f"of the questions (questions parsed, per run: {'; '.join(parts)}), so these runs' scores are the "
+            "fallback answer's, not the TCR-QF mechanism's (mechanism health).")
+
+
+def grid_runs(reports: Mapping[str, Any], notebook: str, model: str | None = None) -> pd.DataFrame:
+    """The runs of a notebook's grids (`{dataset: GridReport}`) as `health_table` takes them:
+    method, dataset and the folder whose predictions it reads."""
+    return pd.DataFrame([{"notebook": notebook, "method": c.run.method, "dataset": c.dataset, "model": model,
+                          "folder": str(c.out)} for rep in reports.values() for c in rep.cells])

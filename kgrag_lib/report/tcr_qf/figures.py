@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..figures import add_note
 from ..figures import plot_ours_and_paper as _plot_bars
 from . import paper_numbers
 from .tables import paper_growth
@@ -16,17 +17,33 @@ from .tables import paper_growth
 PALETTE = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 
 
-def plot_table(table: pd.DataFrame, metric: str = "EM", title: str = ""):
-    """One panel per dataset we ran: each system's `metric` (ours, blue) beside the paper's
-    (hatched); the paper-only datasets of `tables.table1` are left out."""
+def plot_table(table: pd.DataFrame, metric: str = "EM", title: str = "", rows=None, note: str = ""):
+    """One panel per dataset we ran: each system's `metric` (ours, blue, with its bootstrap 95%
+    interval `<metric>_ci95` from the result `rows` where given, and n in the panel title) beside
+    the paper's (hatched); the paper-only datasets of `tables.table1` are left out. `note` is a
+    caption under the figure (e.g. `mechanism.tcr_parse_note`)."""
+    from .tables import dataset_label, system_label
+
     ran = [c for c in table.columns if c[2] == "ours" and c[1] == metric]
     keep = {c[0] for c in ran}
-    return _plot_bars(table.loc[:, [c for c in table.columns if c[0] in keep]], metric, title)
+    sub = table.loc[:, [c for c in table.columns if c[0] in keep]]
+    ci = None
+    if rows:
+        key = {v: k for k, v in paper_numbers.METRIC_LABELS.items()}.get(metric, metric.lower())
+        ci = {(dataset_label(r["dataset"]), system_label(r["method"])): r.get(f"{key}_ci95") for r in rows}
+        n = {}
+        for r in rows:
+            n.setdefault(dataset_label(r["dataset"]), set()).add(r.get("n"))
+        names = {d: f"{d} (n={'/'.join(str(k) for k in sorted(v, key=str))})" for d, v in n.items()}
+        ci = {(names.get(d, d), s): v for (d, s), v in ci.items()}
+        sub = sub.rename(columns=names, level=0)
+    return _plot_bars(sub, metric, title, ci=ci, note=note)
 
 
-def plot_rounds(frame: pd.DataFrame, metric: str = "em", title: str = ""):
+def plot_rounds(frame: pd.DataFrame, metric: str = "em", title: str = "", note: str = ""):
     """Fig. 3's layout: one panel per dataset, `metric` (percent) at each round, one line per
-    variant (`tables.rounds_frame`); a variant without feedback is flat."""
+    variant (`tables.rounds_frame`); a variant without feedback is flat. `note`: a caption
+    (`add_note`)."""
     import matplotlib.pyplot as plt
 
     datasets = list(dict.fromkeys(frame["dataset"])) if len(frame) else []
@@ -44,17 +61,19 @@ def plot_rounds(frame: pd.DataFrame, metric: str = "em", title: str = ""):
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"{metric.upper()} (%)")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    add_note(fig, note)
     return fig
 
 
-def plot_kg_growth(growth: pd.DataFrame, title: str = "", paper: bool = True):
+def plot_kg_growth(growth: pd.DataFrame, title: str = "", paper: bool = True, note: str = ""):
     """Fig. 4's layout in three panels: our KG's nodes and edges by round; their growth in
     percent of round 0 beside the paper's (dashed); EM and F1 by round beside the paper's
-    (dashed). The paper's KG is ~100 times ours, so only the relative growth is comparable."""
+    (dashed). The paper's KG is ~100 times ours, so only the relative growth is comparable.
+    `note`: a caption (`add_note`)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
@@ -98,4 +117,5 @@ def plot_kg_growth(growth: pd.DataFrame, title: str = "", paper: bool = True):
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    add_note(fig, note)
     return fig
