@@ -139,7 +139,24 @@ def tcr_qf(ref: Path) -> None:
         _save(fig, ref, f"43_fig4_kg_growth_{d}")
 
 
+def sa_rag(ref: Path) -> None:
+    """31: Table 1 (correctness, F1) with intervals, n and, for correctness, the judge-controls caption."""
+    from kgrag_lib.report import sa_rag as SR
+
+    rows = [r for r in _summary(ref, "31_sa_rag_main") if "config" in r and "f1" in r]
+    model, judge = rows[0]["model"], rows[0].get("judge_model")
+    paper_model = "phi4"
+    note = mechanism.judge_note(mechanism.judge_health({"31_sa_rag_main": rows}), SR.paper_numbers.DATASET_LABELS)
+    table = SR.table1(rows, paper_model, list(dict.fromkeys(r["dataset"] for r in rows)))
+    for metric in ("Correctness", "F1"):
+        fig = SR.plot_table1(table, metric, rows=rows, note=note if metric == "Correctness" else "",
+                             title=f"Table 1 layout, {metric}: ours ({model}, judge {judge}) "
+                                   f"vs paper ({paper_model}, manual correctness)")
+        _save(fig, ref, f"31_table1_{metric.lower()}")
+
+
 if __name__ == "__main__":
     ref = Path(sys.argv[1] if len(sys.argv) > 1 else "results/reference")
     main(ref)
     tcr_qf(ref)
+    sa_rag(ref)

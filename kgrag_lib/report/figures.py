@@ -68,6 +68,18 @@ def bar_values(ax, x, values, err=None, fontsize: int = 6) -> None:
                 fontsize=fontsize)
 
 
+def intervals_and_n(table: "pd.DataFrame", rows, key: str, dataset_of, system_of):
+    """From a notebook's result `rows`: `table` with each dataset column renamed "<dataset> (n=N)"
+    and the `ci` mapping of `plot_ours_and_paper` ((renamed dataset, system) -> `<key>_ci95`).
+    `dataset_of` / `system_of` give a row's dataset column and system (index) label."""
+    n: dict[str, set] = {}
+    for r in rows:
+        n.setdefault(dataset_of(r), set()).add(r.get("n"))
+    names = {d: f"{d} (n={'/'.join(str(k) for k in sorted(v, key=str))})" for d, v in n.items()}
+    ci = {(names[dataset_of(r)], system_of(r)): r.get(f"{key}_ci95") for r in rows}
+    return table.rename(columns=names, level=0), ci
+
+
 def plot_ours_and_paper(table: "pd.DataFrame", metric: str = "Correctness", title: str = "",
                         ci: "Mapping[tuple[str, str], Sequence[float]] | None" = None, note: str = ""):
     """One panel per dataset: each system's `metric` (ours, blue, with its 95% interval where `ci`

@@ -252,3 +252,24 @@ def grid_runs(reports: Mapping[str, Any], notebook: str, model: str | None = Non
     method, dataset and the folder whose predictions it reads."""
     return pd.DataFrame([{"notebook": notebook, "method": c.run.method, "dataset": c.dataset, "model": model,
                           "folder": str(c.out)} for rep in reports.values() for c in rep.cells])
+
+
+def judge_note(judges: pd.DataFrame, labels: Mapping[str, str] | None = None) -> str:
+    """A figure caption for a correctness figure whose LLM judge failed its controls
+    (`judge_health`): there the bars measure what the judge accepts, not the answers, so they
+    are not a measure of correctness; "" when every judge passed."""
+    if judges.empty or "controls passed" not in judges:
+        return ""
+    labels = dict(labels or {})
+    bad = judges[~judges["controls passed"].astype(bool)]
+    if bad.empty:
+        return ""
+    parts = [f"{labels.get(r['dataset'], r['dataset'])}: judge {r['judge']} accepted {_pct(r['gold accepted %'])} of "
+             f"the gold answers and {_pct(r['wrong accepted %'])} of other questions' answers"
+             for r in bad.to_dict("records")]
+    return ("Not a measure of correctness: the LLM judge failed its controls (" + "; ".join(parts)
+            + "), so these bars show what the judge accepts, not which answers are right.")
+
+
+def _pct(v: Any) -> str:
+    return "–" if v is None or (isinstance(v, float) and pd.isna(v)) else f"{float(v):.0f}%"

@@ -13,15 +13,23 @@ from typing import Mapping
 
 import pandas as pd
 
-from ..figures import plot_ours_and_paper
+from ..figures import intervals_and_n, plot_ours_and_paper
 from . import paper_numbers
 
 GOLDEN, ACTIVATED, BOTH, OTHER = "#F2D13B", "#D9534F", "#F4A6C8", "#A9D3F0"
 
 
-def plot_table1(table: pd.DataFrame, metric: str = "Correctness", title: str = ""):
-    """One panel per dataset: each system's `metric` (ours, blue) beside the paper's (hatched)."""
-    return plot_ours_and_paper(table, metric, title)
+def plot_table1(table: pd.DataFrame, metric: str = "Correctness", title: str = "", rows=None, note: str = ""):
+    """One panel per dataset: each system's `metric` (ours, blue, with its 95% interval
+    `<metric>_ci95` from the result `rows` where given, and n in the panel title) beside the
+    paper's (hatched). `note`: a caption, e.g. `mechanism.judge_note` when the judge failed its
+    controls (then the correctness bars measure the judge, not the answers)."""
+    ci = None
+    if rows:
+        key = {v: k for k, v in paper_numbers.METRIC_LABELS.items()}.get(metric, metric.lower())
+        table, ci = intervals_and_n(table, rows, key, lambda r: paper_numbers.DATASET_LABELS.get(r["dataset"], r["dataset"]),
+                                    lambda r: r["label"])
+    return plot_ours_and_paper(table, metric, title, ci=ci, note=note)
 
 
 def subgraph_view(frame: pd.DataFrame, links: pd.DataFrame, max_nodes: int = 40):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..figures import add_note
+from ..figures import add_note, intervals_and_n
 from ..figures import plot_ours_and_paper as _plot_bars
 from . import paper_numbers
 from .tables import paper_growth
@@ -30,13 +30,8 @@ def plot_table(table: pd.DataFrame, metric: str = "EM", title: str = "", rows=No
     ci = None
     if rows:
         key = {v: k for k, v in paper_numbers.METRIC_LABELS.items()}.get(metric, metric.lower())
-        ci = {(dataset_label(r["dataset"]), system_label(r["method"])): r.get(f"{key}_ci95") for r in rows}
-        n = {}
-        for r in rows:
-            n.setdefault(dataset_label(r["dataset"]), set()).add(r.get("n"))
-        names = {d: f"{d} (n={'/'.join(str(k) for k in sorted(v, key=str))})" for d, v in n.items()}
-        ci = {(names.get(d, d), s): v for (d, s), v in ci.items()}
-        sub = sub.rename(columns=names, level=0)
+        sub, ci = intervals_and_n(sub, rows, key, lambda r: dataset_label(r["dataset"]),
+                                  lambda r: system_label(r["method"]))
     return _plot_bars(sub, metric, title, ci=ci, note=note)
 
 
