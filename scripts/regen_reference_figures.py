@@ -155,8 +155,29 @@ def sa_rag(ref: Path) -> None:
         _save(fig, ref, f"31_table1_{metric.lower()}")
 
 
+def metaqa(ref: Path) -> None:
+    """13: the error categories of the decomposing method, from the summary's category counts."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from kgrag_lib.report.metaqa import dataset_label
+    from kgrag_lib.report.metaqa.errors import CATEGORIES, plot_categories
+
+    rows = [r for r in _summary(ref, "13_metaqa_qualitative") if all(c in r for c in CATEGORIES) and "n" in r]
+    method = next(r["method"] for r in rows if r["method"] != "llm")
+    mine = [r for r in rows if r["method"] == method]
+    table = pd.DataFrame(mine).assign(dataset=lambda t: t["dataset"].map(dataset_label))
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(table) + 1.2))
+    plot_categories(table, label="dataset", ax=ax)
+    manifest = next((ref / "13_metaqa_qualitative" / "runs").glob(f"*/{method}/n*/manifest.json"))
+    profile = json.loads(manifest.read_text(encoding="utf-8")).get("profile")
+    ax.set_title(f"Error categories of {method} ({profile}, {mine[0]['model']})", fontsize=10)
+    _save(fig, ref, "13_metaqa_error_categories")
+
+
 if __name__ == "__main__":
     ref = Path(sys.argv[1] if len(sys.argv) > 1 else "results/reference")
     main(ref)
     tcr_qf(ref)
     sa_rag(ref)
+    metaqa(ref)

@@ -30,6 +30,7 @@ counts ~16% of 1-hop questions) and `under_decomposed`.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -144,10 +145,14 @@ CATEGORY_COLORS = {
 
 
 def plot_categories(table: pd.DataFrame, label: str = "dataset", ax: Any = None) -> Any:
-    """Horizontal stacked bars: the share of each category per group (rule order, left to right)."""
+    """Horizontal stacked bars: the share of each category per group (rule order, left to right).
+    Categories with no question in any group are left out of the bars and the legend and named
+    in the legend's title instead, so that the legend lists only colours the bars show."""
     import matplotlib.pyplot as plt
 
-    cats = [c for c in CATEGORIES if c in table.columns]
+    present = [c for c in CATEGORIES if c in table.columns]
+    cats = [c for c in present if float(pd.to_numeric(table[c], errors="coerce").fillna(0).sum()) > 0]
+    empty = [c for c in present if c not in cats]
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.45 * len(table) + 1.2))
     left = np.zeros(len(table))
@@ -159,5 +164,7 @@ def plot_categories(table: pd.DataFrame, label: str = "dataset", ax: Any = None)
     ax.set_xlim(0, 100)
     ax.set_xlabel("questions (%)")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              title=("none in any group:\n" + "\n".join(textwrap.wrap(", ".join(empty), 34))) if empty else None,
+              title_fontsize=7, alignment="left")
     return ax
