@@ -443,6 +443,7 @@ def plot_curves(history: list[dict[str, Any]], path: Path, title: str = "") -> P
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     steps = [h for h in history if "loss" in h]
     x = [h["step"] for h in steps]
@@ -451,7 +452,7 @@ def plot_curves(history: list[dict[str, Any]], path: Path, title: str = "") -> P
     a1.axhline(LN2, color="grey", ls=":", lw=1, label="ln 2 (policy = reference)")
     a1.set_xlabel("optimizer step")
     a1.set_ylabel("loss")
-    a1.legend(fontsize=8)
+    a1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
     a2.plot(x, [h.get("rewards/margins", float("nan")) for h in steps], marker="o", color="tab:green",
             label="reward margin")
     a2.set_xlabel("optimizer step")
@@ -463,11 +464,14 @@ def plot_curves(history: list[dict[str, Any]], path: Path, title: str = "") -> P
     a3.set_ylim(-0.05, 1.05)
     h1, l1 = a2.get_legend_handles_labels()
     h2, l2 = a3.get_legend_handles_labels()
-    a2.legend(h1 + h2, l1 + l2, fontsize=8, loc="best")
+    # below the panel: inside it, a legend covers markers of the two series that span the whole height
+    a2.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+    for ax in (a1, a2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # optimizer steps are whole numbers
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
