@@ -153,6 +153,12 @@ def sa_rag(ref: Path) -> None:
                              title=f"Table 1 layout, {metric}: ours ({model}, judge {judge}) "
                                    f"vs paper ({paper_model}, manual correctness)")
         _save(fig, ref, f"31_table1_{metric.lower()}")
+    # 33: recall vs context over c x tau_a (the summary's rows are recall_table's)
+    import pandas as pd
+
+    recall = pd.DataFrame([r for r in _summary(ref, "33_sa_rag_c_sweep") if r.get("label") == "recall vs context (c x tau_a)"])
+    fig = SR.plot_recall_vs_context(recall, title=f"SA-RAG recall vs context size over c x tau_a ({recall['model'].iloc[0]})")
+    _save(fig, ref, "33_recall_vs_context")
 
 
 def metaqa(ref: Path) -> None:

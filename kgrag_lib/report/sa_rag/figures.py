@@ -138,9 +138,13 @@ def plot_c_dynamics(frames: Mapping[float, pd.DataFrame], tau_a: float,
 
 def plot_recall_vs_context(table: pd.DataFrame, x: str = "context_words", title: str = ""):
     """Recall of gold paragraphs against context size (mean per (c, tau_a)), one panel per dataset,
-    one line per c through its tau_a values (labelled); the paper's setting (c 0.4, tau_a 0.5) ringed."""
+    one line per c through its tau_a values (each distinct point labelled with the tau_a values
+    that reach it); the paper's setting (c 0.4, tau_a 0.5) ringed. The x range is at least +-5%
+    of the mean context, so that a sweep that barely changes the context looks flat."""
     import matplotlib.pyplot as plt
     import numpy as np
+
+    from matplotlib.ticker import FormatStrFormatter
 
     datasets = list(dict.fromkeys(table["dataset"])) if not table.empty else []
     fig, axes = plt.subplots(1, max(len(datasets), 1), figsize=(4.6 * max(len(datasets), 1), 3.6), squeeze=False)
@@ -149,9 +153,18 @@ def plot_recall_vs_context(table: pd.DataFrame, x: str = "context_words", title:
         for c, g in t.groupby("c"):
             g = g.sort_values("tau_a")
             ax.plot(g[x], g["recall"], marker="o", label=f"c = {c}")
-            for _, r in g.iterrows():
-                ax.annotate(f"{r['tau_a']:g}", (r[x], r["recall"]), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")
+        # one label per distinct point (several (c, tau_a) often land on the same one), on four
+        # levels above and below so that neighbouring points' labels do not overlap
+        spots = t.assign(_x=t[x].round(1), _y=t["recall"].round(1)).groupby(["_x", "_y"], sort=True)["tau_a"]
+        for i, ((px, py), taus) in enumerate(spots):
+            text = ",".join(f"{v:g}" for v in sorted(set(taus)))
+            dy = (6, -7, 15, -16)[i % 4]
+            ax.annotate(text, (px, py), fontsize=6, ha="center", va="bottom" if dy > 0 else "top",
+                        xytext=(0, dy), textcoords="offset points", color="#333333")
+        lo, hi = float(t[x].min()), float(t[x].max())
+        mid, half = (lo + hi) / 2, max((hi - lo) / 2 * 1.2, 0.05 * abs((lo + hi) / 2), 1.0)
+        ax.set_xlim(mid - half, mid + half)   # a sweep whose context barely changes is shown as such
+        ax.xaxis.set_major_formatter(FormatStrFormatter("%.0f"))
         paper = t[np.isclose(t["c"], 0.4) & np.isclose(t["tau_a"], 0.5)]
         if not paper.empty:
             ax.scatter(paper[x], paper["recall"], s=160, facecolors="none", edgecolors="#C44E52", linewidths=1.5,
@@ -163,7 +176,8 @@ def plot_recall_vs_context(table: pd.DataFrame, x: str = "context_words", title:
         ax.set_ylabel("recall of gold paragraphs (%)")
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    if datasets:
+        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
