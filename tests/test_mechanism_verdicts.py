@@ -72,3 +72,21 @@ def test_committed_report_has_no_verdict_on_an_off_domain_kg():
     rows = [ln for ln in report.splitlines() if ln.startswith("| ") and ".hotpotqa" in ln and "kg_infused_over" in ln]
     assert rows and all("not testable with the data here" in ln for ln in rows)
     assert "## Mechanism health" in report
+
+
+def test_figure_captions_from_mechanism_and_judge_health():
+    """The TCR-QF caption names each run that parsed a Final Answer for fewer than half of its
+    questions, with its count; the correctness caption appears only for a judge that failed."""
+    import pandas as pd
+
+    from kgrag_lib.report import mechanism as M
+
+    health = pd.DataFrame([{"method": "tcr-qf", "dataset": "2wiki", "ran": "0 of 10", "n": 10},
+                           {"method": "tog", "dataset": "2wiki", "ran": "8 of 10", "n": 10}])
+    note = M.tcr_parse_note(health, "tiny-model", {"2wiki": "2Wiki"})
+    assert note.startswith(M.NOT_TESTABLE_MODEL) and "2Wiki: tcr-qf 0 of 10" in note and "tog" not in note
+    assert M.tcr_parse_note(health.assign(ran="9 of 10"), "tiny-model") == ""
+    judges = M.judge_health({"31": [{"dataset": "musique", "judge_model": "j", "judge_informative": False,
+                                     "judge_gold_accepted": 100.0, "judge_wrong_accepted": 90.0}]})
+    assert "accepted 100% of the gold answers and 90% of other questions' answers" in M.judge_note(judges)
+    assert M.judge_note(judges.assign(**{"controls passed": True})) == ""
