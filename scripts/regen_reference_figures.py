@@ -2,10 +2,11 @@
 
     PYTHONPATH=. .venv/bin/python scripts/regen_reference_figures.py [results/reference]
 
-Reads each notebook's summary.json and its runs' questions.jsonl (for the Avg intervals) and
-writes the PNGs into <reference>/figures/, as the notebooks would. Figures whose inputs are
-traces or training logs (25's subgraph, 27's curves, 32/33's activations) are not redrawn here:
-they need the notebook to run.
+Reads each notebook's summary.json and its runs' questions.jsonl (Avg intervals, TCR-QF's
+mechanism health) and writes the PNGs into <reference>/figures/, as the notebooks would: 13's error
+categories, 21-24, 31's Table 1, 33's recall vs context, 41-43. Figures whose inputs are traces or
+training logs (13's sub-question counts, 25's subgraph, 27's curves, 32/33's activations) are not
+redrawn here: they need the notebook to run.
 """
 
 from __future__ import annotations
