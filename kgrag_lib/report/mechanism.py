@@ -64,6 +64,12 @@ def mechanism_record(trace: Mapping[str, Any], question: str | None = None) -> d
     if "expanded_query" in trace and question is not None:
         out["qe_changed"] = bool(trace.get("expanded_query")) and \
             " ".join(str(trace["expanded_query"]).split()).lower() != " ".join(question.split()).lower()
+    steps = [st for st in trace.get("steps") or [] if isinstance(st, Mapping)]
+    if "activation" not in trace and any(isinstance(st.get("activation"), Mapping) for st in steps):
+        # Self-Ask + KG-Infused RAG: one activation per follow-up question; the KG reached the
+        # answer when any follow-up's subgraph holds a triple
+        out["subgraph_triples"] = sum(len((st.get("activation") or {}).get("subgraph") or []) for st in steps)
+        return out
     act = trace.get("activation")
     if isinstance(act, Mapping) and "subgraph" in act:
         out["subgraph_triples"] = len(act.get("subgraph") or [])
@@ -94,10 +100,15 @@ def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
         rec.update(signal="decomposition parsed", ran=x)
     elif method in KG_METHODS:
         mech = [r.get("mechanism") for r in rows if isinstance(r.get("mechanism"), Mapping)]
-        if mech and len(mech) == n:
+        mech_ok = bool(mech) and len(mech) == n and all("subgraph_triples" in m for m in mech)
+        if mech_ok and method == "kg-qe-only":
+            # KG-based query expansion ran when the KG gave a subgraph and q' differs from q
+            ran = sum(1 for m in mech if m["subgraph_triples"] and m.get("qe_changed"))
+            rec.update(signal="q' != q from a non-empty subgraph", ran=ran,
+                       **{"q' != q": f"{sum(bool(m.get('qe_changed')) for m in mech)} of {n}"})
+        elif mech_ok:
             qe = [m["qe_changed"] for m in mech if "qe_changed" in m]
-            sub = [m["subgraph_triples"] for m in mech if "subgraph_triples" in m]
-            rec.update(signal="subgraph non-empty", ran=sum(1 for v in sub if v),
+            rec.update(signal="subgraph non-empty", ran=sum(1 for m in mech if m["subgraph_triples"]),
                        **{"q' != q": f"{sum(qe)} of {len(qe)}" if qe else "–"})
         else:
             rec.update(signal="q' != q, subgraph non-empty", ran=None, note=NOT_RECORDED)
@@ -179,7 +190,19 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         return None, text
     parts = [f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else f"{r['method']}: {r['signal']} {NOT_RECORDED}"
              for r in h.to_dict("records") if (not sides or r["method"] in sides)]
-    return None, "; ".join(dict.fromkeys(parts))
+    text = "; ".join(dict.fromkeys(parts))
+    # a KG-Infused claim: its KG side's mechanism on the claim's own KG (not the oracle upper bound)
+    kg_side = h[h["method"].isin([s for s in sides if s in KG_METHODS])] if sides else h.iloc[0:0]
+    if "kg" in kg_side and not kg_side.empty:
+        main = [k for k in kg_side["kg"].dropna().unique() if not str(k).endswith("oracle")]
+        kg_side = kg_side[kg_side["kg"].isin(main)] if main else kg_side
+    counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m)
+              for r, m in zip(kg_side.get("ran", []), kg_side.get("method", [])) if isinstance(r, str)]
+    if counts and claim.get("verdict") != "not run":
+        x, n, m = min(counts)
+        if x < n / 2:
+            return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})", f"{text} (fewest: {m})"
+    return None, text
 
 
 def apply_testability(claims: pd.DataFrame, runs: pd.DataFrame, health: pd.DataFrame) -> pd.DataFrame:
