@@ -140,3 +140,23 @@ def test_committed_kg_infused_2wiki_claims_read_their_mechanism():
                 "f2.round2_over_round1.2wiki", "t4.kg_qe_recall.2wiki"):
         row = next(ln for ln in report.splitlines() if ln.startswith("| ") and f" {cid} " in ln)
         assert "not testable at this model (mechanism ran for" in row, cid
+
+
+def test_sa_rag_activation_beyond_its_seeds_in_every_step():
+    step = {"retriever": "sa", "seeds": [{"entity": "A"}, {"entity": "B"}], "activation": {"A": 1.0, "B": 1.0, "C": 0.6}}
+    still = {"retriever": "sa", "seeds": [{"entity": "A"}], "activation": {"A": 1.0}}
+    assert mechanism_record({"retrieval": still}, "q") == {"activated_beyond_seeds": 0}
+    assert mechanism_record({"steps": [{"retrieval": step}, {"retrieval": still}]}, "q") == {"activated_beyond_seeds": 1}
+    assert mechanism_record({"subquestions": [{"retrieval": step}], "final_retrieval": step}, "q") == \
+        {"activated_beyond_seeds": 2}
+
+
+def test_sa_rag_claims_read_whether_activation_spread(tmp_path):
+    spread, stuck = {"activated_beyond_seeds": 3}, {"activated_beyond_seeds": 0}
+    runs = pd.DataFrame([_kg_run(tmp_path, "sa", "sa-rag", "text:2wiki", [stuck] * 8 + [spread] * 2, "31_x"),
+                         _kg_run(tmp_path, "sa2", "sa-rag", "text:musique", [spread] * 6 + [stuck] * 4, "31_y")])
+    runs.loc[1, "dataset"] = "musique"
+    claims = pd.DataFrame([_claim("c1.sa_rag_over_iterative.2wiki.qd-rag@f1", "2wiki", "31_x", "not separable at this n"),
+                           _claim("c1.sa_rag_over_iterative.musique.qd-rag@f1", "musique", "31_y", "confirmed")])
+    out = apply_testability(claims, runs, health_table(runs))
+    assert list(out["verdict"]) == ["not testable at this model (mechanism ran for 2 of 10)", "confirmed"]

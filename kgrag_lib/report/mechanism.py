@@ -38,6 +38,8 @@ KG_DOMAINS: dict[str, tuple[str, ...]] = {
 KG_METHODS = ("kg-infused", "kg-qe-only", "kg-aug-only", "self-ask-kg-infused", "self-rag-kg-infused")
 # TCR-QF and its ablations read the answer from a `Final Answer:` line.
 TCR_METHODS = ("tcr-qf", "tog", "tog-tcr", "tog-qf", "tcr-af")
+# SA-RAG and its combinations spread activation from seed entities over the LLM-built KG.
+SA_RAG_METHODS = ("sa-rag", "sa-rag-cot", "sa-rag-qd")
 NO_FINAL_ANSWER = "answer: no 'Final Answer:' line"
 DECOMPOSITION_FAILED = "decomposition: fell back to the original question"
 DECOMPOSING = ("kg-rag", "llm-qd")
@@ -61,6 +63,12 @@ def mechanism_record(trace: Mapping[str, Any], question: str | None = None) -> d
     KG-Infused RAG's q' differs from the question and its subgraph size; SA-RAG's activated
     entities beyond the seeds; TCR-QF's triples the feedback added. Empty when the trace holds none."""
     out: dict[str, Any] = {}
+    spread = _sa_retrievals(trace)
+    if spread:   # SA-RAG (and its CoT / decomposition combinations): one retrieval per step
+        out["activated_beyond_seeds"] = sum(
+            len(set(r.get("activation") or {}) - {s.get("entity") for s in r.get("seeds") or [] if isinstance(s, Mapping)})
+            for r in spread)
+        return out
     if "expanded_query" in trace and question is not None:
         out["qe_changed"] = bool(trace.get("expanded_query")) and \
             " ".join(str(trace["expanded_query"]).split()).lower() != " ".join(question.split()).lower()
@@ -80,6 +88,17 @@ def mechanism_record(trace: Mapping[str, Any], question: str | None = None) -> d
     if "kg_added" in trace:
         out["feedback_triples"] = len(trace.get("kg_added") or [])
     return out
+
+
+def _sa_retrievals(o: Any) -> list[Mapping[str, Any]]:
+    """Every spreading-activation retrieval recorded anywhere in a trace."""
+    if isinstance(o, Mapping):
+        if o.get("retriever") == "sa":
+            return [o]
+        return [r for v in o.values() for r in _sa_retrievals(v)]
+    if isinstance(o, list):
+        return [r for v in o for r in _sa_retrievals(v)]
+    return []
 
 
 def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,8 +131,12 @@ def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
                        **{"q' != q": f"{sum(qe)} of {len(qe)}" if qe else "–"})
         else:
             rec.update(signal="q' != q, subgraph non-empty", ran=None, note=NOT_RECORDED)
-    elif method.startswith("sa-rag"):
-        rec.update(signal="activated beyond seeds", ran=None, note=NOT_RECORDED)
+    elif method in SA_RAG_METHODS:
+        mech = [r.get("mechanism") for r in rows if isinstance(r.get("mechanism"), Mapping)]
+        if mech and len(mech) == n and all("activated_beyond_seeds" in m for m in mech):
+            rec.update(signal="activated beyond seeds", ran=sum(1 for m in mech if m["activated_beyond_seeds"]))
+        else:
+            rec.update(signal="activated beyond seeds", ran=None, note=NOT_RECORDED)
     else:
         rec.update(signal="", ran=None)
     return rec
@@ -188,6 +211,16 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         if x < n / 2:
             return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})", text
         return None, text
+    sa = h[h["method"].isin(SA_RAG_METHODS)]
+    if "sa_rag" in str(claim.get("claim")) and not sa.empty and claim.get("verdict") != "not run":
+        counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m) for r, m in zip(sa["ran"], sa["method"])
+                  if isinstance(r, str)]
+        if counts:
+            x, n, m = min(counts)
+            text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"
+            if x < n / 2 and not str(claim.get("verdict")).startswith("not testable"):
+                return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})", text
+            return None, text
     parts = [f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else f"{r['method']}: {r['signal']} {NOT_RECORDED}"
              for r in h.to_dict("records") if (not sides or r["method"] in sides)]
     text = "; ".join(dict.fromkeys(parts))
