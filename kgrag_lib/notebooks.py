@@ -54,6 +54,8 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
     prof["run"] = {**(prof.get("run") or {}), **run_overrides}
     if run_overrides.get("model"):
         prof.pop("models", None)   # one model for every family: the profile's per-family choices would win
+    if run_overrides.get("embedder"):
+        prof.pop("embedders", None)   # likewise one embedder for every family
     load_profile(dict(prof))  # refuse a bad override here, not in the first notebook
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(prof, sort_keys=False), encoding="utf-8")
