@@ -15,7 +15,7 @@ from typing import Any
 
 from .config import profile_label
 from .errors import KgragError
-from .executors.execute import execute, export_html, machine_prefixes, param_path, scrub_paths  # noqa: F401
+from .executors.execute import execute, export_html
 from .paths import IN_CHECKOUT, PACKAGE_DIR, REPO_ROOT
 from .redact import redact, refuse_secret
 

@@ -188,6 +188,18 @@ def _claim_sides(claim_id: str) -> tuple[str, ...]:
     return ()
 
 
+def _fewest(rows: pd.DataFrame) -> tuple[int, int, str] | None:
+    """(x, n, method) of the health row whose mechanism ran for the fewest questions ("x of n"
+    as `health_table` writes it), or None when no row records a count."""
+    counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m)
+              for r, m in zip(rows.get("ran", []), rows.get("method", [])) if isinstance(r, str)]
+    return min(counts) if counts else None
+
+
+def _dead(x: int, n: int) -> str:
+    return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})"
+
+
 def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFrame) -> tuple[str | None, str]:
     """(verdict that replaces the statistical one or None, the health text shown beside it)."""
     nb, dataset = claim.get("notebook"), claim.get("dataset")
@@ -202,25 +214,18 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     if health.empty:
         return None, ""
     h = health[(health["notebook"] == nb) & (health["dataset"] == dataset)]
-    tcr = h[h["method"].isin(TCR_METHODS)]
-    if not tcr.empty and claim.get("verdict") != "not run":
-        counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m) for r, m in zip(tcr["ran"], tcr["method"])
-                  if isinstance(r, str)]
-        x, n, m = min(counts)
+    run = claim.get("verdict") != "not run"
+    tcr = _fewest(h[h["method"].isin(TCR_METHODS)])
+    if tcr and run:
+        x, n, m = tcr
         text = f"final answer parsed for {x} of {n} ({m}; fewest among the TCR-QF runs compared)"
-        if x < n / 2:
-            return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})", text
-        return None, text
-    sa = h[h["method"].isin(SA_RAG_METHODS)]
-    if "sa_rag" in str(claim.get("claim")) and not sa.empty and claim.get("verdict") != "not run":
-        counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m) for r, m in zip(sa["ran"], sa["method"])
-                  if isinstance(r, str)]
-        if counts:
-            x, n, m = min(counts)
-            text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"
-            if x < n / 2 and not str(claim.get("verdict")).startswith("not testable"):
-                return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})", text
-            return None, text
+        return (_dead(x, n) if x < n / 2 else None), text
+    sa = _fewest(h[h["method"].isin(SA_RAG_METHODS)])
+    if sa and run and "sa_rag" in str(claim.get("claim")):
+        x, n, m = sa
+        text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"
+        judged = str(claim.get("verdict")).startswith("not testable")   # the judge's own reason stands
+        return (_dead(x, n) if x < n / 2 and not judged else None), text
     parts = [f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else f"{r['method']}: {r['signal']} {NOT_RECORDED}"
              for r in h.to_dict("records") if (not sides or r["method"] in sides)]
     text = "; ".join(dict.fromkeys(parts))
@@ -229,12 +234,9 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     if "kg" in kg_side and not kg_side.empty:
         main = [k for k in kg_side["kg"].dropna().unique() if not str(k).endswith("oracle")]
         kg_side = kg_side[kg_side["kg"].isin(main)] if main else kg_side
-    counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m)
-              for r, m in zip(kg_side.get("ran", []), kg_side.get("method", [])) if isinstance(r, str)]
-    if counts and claim.get("verdict") != "not run":
-        x, n, m = min(counts)
-        if x < n / 2:
-            return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})", f"{text} (fewest: {m})"
+    kg = _fewest(kg_side)
+    if kg and run and kg[0] < kg[1] / 2:
+        return _dead(kg[0], kg[1]), f"{text} (fewest: {kg[2]})"
     return None, text
 
 
