@@ -48,6 +48,8 @@ def opt(default: Any, help: str, *, min: float | None = None, max: float | None 
 
 PROFILE_KEYS = {
     "name": "the profile's name (default: the file's stem)",
+    "extends": "a profile (shipped name or YAML path; a relative path is read beside this file) whose sections this "
+               "one starts from: mappings merge key by key, any other value (a list, a number) replaces",
     "description": "one line saying what the profile is for",
     "run": "RunConfig defaults of every run (n, seed, model, embedder, data_root, cache_dir, ...)",
     "models": "the LLM per study family (metaqa, kg-infused, ...): beats run.model for that family's methods",
@@ -81,15 +83,46 @@ def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck) -> dict
         where = f"profile {data['name']!r}"
     else:
         p = Path(name_or_path)
-        if not p.suffix:
+        if _is_name(name_or_path):
             p = PROFILE_DIR / f"{name_or_path}.yaml"
         data = _read_yaml(p, name_or_path)
         data.setdefault("name", p.stem)
         where = str(p)
+        data = _extend(data, p, where, seen=(p.resolve(),))
     check_profile_basics(data, where)
     for check in checks:
         check(data, where)
     return data
+
+
+def _is_name(profile: str | Path) -> bool:
+    """A shipped profile's name (cpu-reference-1.5b: its ".5b" is no file suffix), not a YAML path."""
+    return Path(profile).suffix.lower() not in (".yaml", ".yml")
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {**base, **{k: _merge(base.get(k), v) if k in base else v for k, v in over.items()}}
+    return over
+
+
+def _extend(data: dict[str, Any], p: Path, where: str, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """`data` laid over the profile its `extends` names (recursively), so a variant of a profile
+    (another model, another n) states only what differs instead of copying every section."""
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{where}, extends: expected a profile name or YAML path, got {parent!r}")
+    q = Path(parent)
+    q = PROFILE_DIR / f"{parent}.yaml" if _is_name(parent) else (q if q.is_absolute() else p.parent / q)
+    if q.resolve() in seen:
+        raise ConfigError(f"{where}, extends: {parent!r} extends itself through "
+                          f"{' -> '.join(str(s) for s in seen)}; a profile chain must end")
+    base = _read_yaml(q, parent)
+    base.setdefault("name", q.stem)
+    base = _extend(base, q, str(q), seen=(*seen, q.resolve()))
+    return _merge(base, data)
 
 
 def profile_label(profile: str | Path) -> str:
@@ -98,7 +131,7 @@ def profile_label(profile: str | Path) -> str:
     shares a shipped profile's file name (some/dir/cpu-smoke.yaml) never writes into that
     profile's folders, and two different files never share one."""
     p = Path(profile)
-    if not p.suffix:
+    if _is_name(profile):
         return str(profile)
     if p.resolve().parent == PROFILE_DIR:
         return p.stem

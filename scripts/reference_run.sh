@@ -8,13 +8,18 @@
 # results/reference/llm-cache/ and committed, so a kill or a fresh checkout loses at most those
 # minutes even inside a long notebook. Never run it beside another model job.
 #
-#   bash scripts/reference_run.sh [--commit] [--every MINUTES] [NOTEBOOK_PREFIX ...]   (default: every notebook)
+# --profile P runs another reference profile (e.g. cpu-reference-1.5b: the 1.5B re-runs); its
+# results, LLM-cache parts and commits go to that profile's notebooks.90_report.publish_dir.
+#
+#   bash scripts/reference_run.sh [--profile P] [--commit] [--every MINUTES] [NOTEBOOK_PREFIX ...]   (default: every notebook)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 commit=0
 every=15
+profile=cpu-reference
 while [ $# -gt 0 ]; do
   case "$1" in
+    --profile) profile="$2"; shift 2 ;;
     --commit) commit=1; shift ;;
     --every) every="$2"; shift 2 ;;
     *) break ;;
@@ -24,25 +29,28 @@ books=("$@")
 if [ ${#books[@]} -eq 0 ]; then
   books=($(ls notebooks/[0-9][0-9]_*.ipynb | xargs -n1 basename | cut -c1-2 | grep -v '^90$'))
 fi
-parts=results/reference/llm-cache
+dest=$(.venv/bin/python -c "import sys; from kgrag_lib.studies.profiles import load_profile; \
+print((load_profile(sys.argv[1]).get('notebooks', {}).get('90_report') or {}).get('publish_dir') or '')" "$profile")
+if [ -z "$dest" ]; then echo "reference_run: profile $profile has no notebooks.90_report.publish_dir" >&2; exit 2; fi
+parts=$dest/llm-cache
 lock=results/.reference-publish.lock
-mkdir -p results/reference
+mkdir -p "$dest"
 if [ -d "$parts" ]; then .venv/bin/kgrag cache import "$parts"; fi
-if [ -f results/reference/llm-cache.jsonl.gz ]; then .venv/bin/kgrag cache import results/reference/llm-cache.jsonl.gz; fi
+if [ -f "$dest/llm-cache.jsonl.gz" ]; then .venv/bin/kgrag cache import "$dest/llm-cache.jsonl.gz"; fi
 
-commit_reference() {  # $1: message; commits only results/reference, retrying while git is busy
+commit_reference() {  # $1: message; commits only $dest, retrying while git is busy
   [ "$commit" = 1 ] || return 0
-  [ -n "$(git status --porcelain results/reference)" ] || return 0
+  [ -n "$(git status --porcelain "$dest")" ] || return 0
   for try in 1 2 3 4 5; do
-    git add results/reference && git commit -q -m "$1" -- results/reference && return 0 || sleep 10
+    git add "$dest" && git commit -q -m "$1" -- "$dest" && return 0 || sleep 10
   done
-  echo "reference_run: could not commit ($1); the files stay in results/reference" >&2
+  echo "reference_run: could not commit ($1); the files stay in $dest" >&2
 }
 
 checkpoint() {  # under the lock: never beside notebook 90's publishing of the same folder
   ( flock 9
     .venv/bin/kgrag cache export --parts "$parts" || exit 0
-    commit_reference "Reference run: checkpoint of the LLM answers ($(date -u +%FT%TZ))" ) 9>"$lock"
+    commit_reference "Reference run ($profile): checkpoint of the LLM answers ($(date -u +%FT%TZ))" ) 9>"$lock"
 }
 
 if [ "$commit" = 1 ]; then
@@ -52,10 +60,10 @@ if [ "$commit" = 1 ]; then
 fi
 for nb in "${books[@]}"; do
   echo "== $(date +%T) notebook $nb"
-  .venv/bin/kgrag study --profile cpu-reference --only "$nb"
+  .venv/bin/kgrag study --profile "$profile" --only "$nb"
   ( flock 9
-    .venv/bin/kgrag study --profile cpu-reference --only 90
-    commit_reference "Reference run: notebook $nb done (compact results, REPORT.md)" ) 9>"$lock"
+    .venv/bin/kgrag study --profile "$profile" --only 90
+    commit_reference "Reference run ($profile): notebook $nb done (compact results, REPORT.md)" ) 9>"$lock"
 done
 checkpoint
 echo "== $(date +%T) done"

@@ -55,7 +55,7 @@ def test_every_notebook_has_settings_and_every_shipped_profile_resolves():
 
 # ------------------------------------------------------------------ profiles
 @pytest.mark.parametrize("text, match", [
-    ("method:\n  llm: {max_tokens: 3}\n", r"unknown top-level key\(s\) 'method'; accepted: description, embedders, methods"),
+    ("method:\n  llm: {max_tokens: 3}\n", r"unknown top-level key\(s\) 'method'; accepted: description, embedders, extends, methods"),
     ("methods:\n  llm-kgg: {}\n", r"section methods: unknown method\(s\) 'llm-kgg'"),
     ("methods:\n  kg-rag: {hopz: 2}\n", r"methods.kg-rag.*unknown parameter 'hopz'.*accepted:.*hops"),
     ("methods:\n  kg-rag: {top_k: true}\n", r"'top_k'.*must be int, got True"),

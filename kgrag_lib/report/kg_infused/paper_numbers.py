@@ -186,7 +186,7 @@ DEVIATIONS = (
     "gives the yes/no prompt to StrategyQA only); F1 is the max over golds (the paper's code kept the last).",
     "KG-Infused RAG: the DPO preference pairs come from 2Wiki dev4000 questions (none of which any run evaluates), not from a training split as the paper's; notebook 26 says so.",
     "KG-Infused RAG: our Self-RAG plug-in differs from the official short-form inference: 20 log-probabilities read per token (official: 5,000), relevance read at the first relevance token (official: position 0), w_use 0.5 (official command: 1.0), and the answer cut at its first line.",
-    "KG-Infused RAG: the answer prompt contains the words \"no explanation, no full sentence\", which the 0.5B model echoes in 6-11 of 100 HotpotQA answers; substring Acc then credits a gold \"no\" falsely. Stated, not yet fixed (the prompt change needs the runs redone).",
+    "KG-Infused RAG: the committed 0.5B runs (results/reference) were made with an answer prompt containing the words \"no explanation, no full sentence\", which the 0.5B model echoed in 6-11 of 100 HotpotQA answers (substring Acc then credits a gold \"no\" falsely); the prompt now reads \"Reply with the answer alone, in as few words as it takes.\" and the 1.5B re-runs (results/reference-1.5b) use it.",
     "HotpotQA and 2Wiki F1 follow the official scripts (hotpot_evaluate_v1.py; 2Wiki's v1.1 copies it): F1 0 when either side is yes/no/noanswer and they differ. The committed HotpotQA runs were rescored from their per-question files (F1 0.66-1.00 points lower); the F1 intervals of those runs are today's bootstrap.",
 )
 
