@@ -1,0 +1,48 @@
+"""A profile that extends another: the variant states only what differs (cpu-reference-1.5b)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgrag_lib.config import profile_label, read_profile
+from kgrag_lib.errors import ConfigError
+from kgrag_lib.studies.profiles import load_profile
+
+
+def test_shipped_variant_merges_over_its_parent():
+    base, p = load_profile("cpu-reference"), load_profile("cpu-reference-1.5b")
+    assert p["name"] == "cpu-reference-1.5b" and profile_label("cpu-reference-1.5b") == "cpu-reference-1.5b"
+    assert p["run"] == {**base["run"], "model": "qwen2.5-coder-1.5b-q4", "n": 30}
+    assert set(p["models"].values()) == {"qwen2.5-coder-1.5b-q4"}
+    assert p["methods"] == base["methods"]                       # untouched sections come whole
+    nb = p["notebooks"]["21_kg_infused_main"]                   # mappings merge key by key ...
+    assert nb == {"upper_bound_kg": "2wiki-evidence-oracle", "datasets": ["2wiki"]}
+    assert p["notebooks"]["23_activation_rounds"]["rounds"] == [1, 2]
+    assert p["notebooks"]["90_report"]["publish_dir"] == "results/reference-1.5b"
+    assert "extends" not in p
+
+
+def test_lists_replace_and_relative_paths_read_beside_the_file(tmp_path):
+    (tmp_path / "base.yaml").write_text("run: {n: 5, seed: 1}\nnotebooks:\n  23_activation_rounds: {rounds: [1, 2, 3]}\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nrun: {n: 7}\nnotebooks:\n  23_activation_rounds: {rounds: [4]}\n")
+    p = load_profile(tmp_path / "child.yaml")
+    assert p["run"] == {"n": 7, "seed": 1} and p["notebooks"]["23_activation_rounds"]["rounds"] == [4]
+    assert p["name"] == "child"
+
+
+def test_a_mistake_in_the_parent_is_refused_through_the_child(tmp_path):
+    (tmp_path / "base.yaml").write_text("methods:\n  kg-infused: {roundz: 2}\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\n")
+    with pytest.raises(ConfigError, match="roundz"):
+        load_profile(tmp_path / "child.yaml")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("extends: [cpu-reference]\n", "expected a profile name or YAML path"),
+    ("extends: nowhere.yaml\n", "not found"),
+    ("extends: loop.yaml\n", "extends itself"),
+])
+def test_bad_extends_is_refused(tmp_path, text, match):
+    (tmp_path / "loop.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        read_profile(tmp_path / "loop.yaml")
