@@ -6,7 +6,9 @@ every run of a method with a mechanism signal).
 
 A replay sends no model call: a request missing from the committed answers fails its question, and
 the run is then left untouched. A replay whose predictions differ from the published ones is refused
-too, so a record is only ever added from the same run.
+too, so a record is only ever added from the same run. KG-Infused runs made before the answer prompt
+was reworded (2026-11-25: the committed 0.5B runs) no longer replay: their last request is not among the
+committed answers, so they keep the records they have (without `gold_in_subgraph`).
 """
 
 from __future__ import annotations

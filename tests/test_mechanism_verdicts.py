@@ -61,6 +61,12 @@ def test_mechanism_record_from_a_trace():
              "activated_entities": ["Jaws", "Steven Spielberg"], "subgraph": ["Jaws | director | Steven Spielberg"]}}
     assert mechanism_record(trace, "who directed Jaws?") == {"qe_changed": False, "subgraph_triples": 1,
                                                              "activated_beyond_seeds": 1}
+    # the gold-bearing triple: a gold named by a triple, whole words, normalised as EM is
+    assert mechanism_record(trace, "q", ["Steven  Spielberg."])["gold_in_subgraph"] is True
+    assert mechanism_record(trace, "q", ["Spiel"])["gold_in_subgraph"] is False
+    assert "gold_in_subgraph" not in mechanism_record(trace, "q", ["yes"])     # no triple spells out yes/no
+    steps = {"steps": [{"activation": {"subgraph": ["<A | b | C>"]}}, {"activation": {"subgraph": ["<C | d | The Gold>"]}}]}
+    assert mechanism_record(steps, "q", ["gold"]) == {"subgraph_triples": 2, "gold_in_subgraph": True}
     assert mechanism_record({"kg_added": [1, 2]}) == {"feedback_triples": 2}
     assert mechanism_record({}) == {}
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
@@ -58,10 +58,24 @@ def _issues(row: Mapping[str, Any]) -> list[str]:
     return [str(i) for i in (row.get("issues") or (row.get("trace") or {}).get("issues") or [])]
 
 
-def mechanism_record(trace: Mapping[str, Any], question: str | None = None) -> dict[str, Any]:
+def answer_in_triples(triples: Iterable[Any], answers: Iterable[Any] | None) -> bool | None:
+    """Does a verbalised triple name a gold answer (normalised as EM normalises, whole words)?
+    None when no gold can be looked for: no golds, or yes/no golds, which no triple spells out."""
+    from ..eval.metrics import normalize_answer
+
+    golds = [g for g in (normalize_answer(str(a)) for a in answers or []) if g and g not in ("yes", "no")]
+    if not golds:
+        return None
+    texts = [f" {normalize_answer(str(t))} " for t in triples]
+    return any(f" {g} " in t for g in golds for t in texts)
+
+
+def mechanism_record(trace: Mapping[str, Any], question: str | None = None,
+                     answers: Iterable[Any] | None = None) -> dict[str, Any]:
     """What a run's trace says about its mechanism, small enough to publish with every question:
-    KG-Infused RAG's q' differs from the question and its subgraph size; SA-RAG's activated
-    entities beyond the seeds; TCR-QF's triples the feedback added. Empty when the trace holds none."""
+    KG-Infused RAG's q' differs from the question, its subgraph size and whether the subgraph
+    names a gold answer (the gold-bearing triple was reached); SA-RAG's activated entities beyond
+    the seeds; TCR-QF's triples the feedback added. Empty when the trace holds none."""
     out: dict[str, Any] = {}
     spread = _sa_retrievals(trace)
     if spread:   # SA-RAG (and its CoT / decomposition combinations): one retrieval per step
@@ -76,11 +90,14 @@ def mechanism_record(trace: Mapping[str, Any], question: str | None = None) -> d
     if "activation" not in trace and any(isinstance(st.get("activation"), Mapping) for st in steps):
         # Self-Ask + KG-Infused RAG: one activation per follow-up question; the KG reached the
         # answer when any follow-up's subgraph holds a triple
-        out["subgraph_triples"] = sum(len((st.get("activation") or {}).get("subgraph") or []) for st in steps)
+        triples = [t for st in steps for t in (st.get("activation") or {}).get("subgraph") or []]
+        out["subgraph_triples"] = len(triples)
+        _gold_reached(out, triples, answers)
         return out
     act = trace.get("activation")
     if isinstance(act, Mapping) and "subgraph" in act:
         out["subgraph_triples"] = len(act.get("subgraph") or [])
+        _gold_reached(out, act.get("subgraph") or [], answers)
         out["activated_beyond_seeds"] = len(set(act.get("activated_entities") or [])
                                             - set(act.get("seed_entities") or []))
     elif isinstance(act, Mapping) and isinstance(trace.get("subgraph"), Mapping):   # SA-RAG: entity -> activation
@@ -88,6 +105,12 @@ def mechanism_record(trace: Mapping[str, Any], question: str | None = None) -> d
     if "kg_added" in trace:
         out["feedback_triples"] = len(trace.get("kg_added") or [])
     return out
+
+
+def _gold_reached(out: dict[str, Any], triples: list[Any], answers: Iterable[Any] | None) -> None:
+    hit = answer_in_triples(triples, answers)
+    if hit is not None:
+        out["gold_in_subgraph"] = hit
 
 
 def _sa_retrievals(o: Any) -> list[Mapping[str, Any]]:
@@ -99,6 +122,9 @@ def _sa_retrievals(o: Any) -> list[Mapping[str, Any]]:
     if isinstance(o, list):
         return [r for v in o for r in _sa_retrievals(v)]
     return []
+
+
+GOLD_COLUMN = "gold answer in subgraph"   # of the questions whose golds are not yes/no
 
 
 def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,6 +155,9 @@ def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
             qe = [m["qe_changed"] for m in mech if "qe_changed" in m]
             rec.update(signal="subgraph non-empty", ran=sum(1 for m in mech if m["subgraph_triples"]),
                        **{"q' != q": f"{sum(qe)} of {len(qe)}" if qe else "–"})
+        if mech_ok:
+            gold = [m["gold_in_subgraph"] for m in mech if "gold_in_subgraph" in m]
+            rec[GOLD_COLUMN] = f"{sum(gold)} of {len(gold)}" if gold else NOT_RECORDED
         else:
             rec.update(signal="q' != q, subgraph non-empty", ran=None, note=NOT_RECORDED)
     elif method in SA_RAG_METHODS:

@@ -328,7 +328,7 @@ def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[
     for i, r in enumerate(rows):
         rec = {**{k: r.get(k) for k in keep}, "issues": (r.get("trace") or {}).get("issues") or [],
                **{m: items[m][i] for m in items}}
-        mech = mechanism_record(r.get("trace") or {}, r.get("question"))
+        mech = mechanism_record(r.get("trace") or {}, r.get("question"), r.get("answers"))
         if mech:
             rec["mechanism"] = mech
         out.append(rec)
