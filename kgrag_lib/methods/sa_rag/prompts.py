@@ -8,12 +8,19 @@
   template serves the dense and the SA-RAG loop: its wording covers the "key relationships"
   section that only SA-RAG's context has.
 - `DECOMPOSE` (Listing 3): the question as a short sequence of single-fact sub-questions.
-- KG extraction (§3.1, `extraction`): two calls per chunk, one listing the entities (name, type,
-  aliases, a one-sentence description), the other the relations among exactly those entities,
-  each with a sentence saying how they are related; a third prompt repairs an output that does
-  not parse. Any change to their bytes or a schema must bump `EXTRACTION_PROMPT_VERSION`: it
-  names the KG build folder, so a changed prompt builds a new KG instead of mixing old and new
-  extractions.
+- KG extraction (§3.1, Listings 4 and 5, `extraction`): two calls per chunk, one listing the
+  entities (name, type, aliases, a description holding the facts the paper's per-type rules
+  name), the other the relations the text states among exactly those entities, pronouns
+  resolved, each with a sentence saying how they are related; each call shows one worked
+  example (our own passage, `DEMO_TEXT`) before the chunk, as the paper's one-shot
+  demonstrations do. The paper's output is a bare list of entities (their text in
+  `entity_information`) and a list of [entity, relation, entity] triples; ours is an object per
+  call, constrained to a schema, whose relations carry a description sentence: SA-RAG embeds a
+  related_to link by its text, and the parser and the cut-off salvage read one object shape. A
+  third prompt repairs an output that does not parse. Any change to their bytes or a schema
+  must bump `EXTRACTION_PROMPT_VERSION`: it names the KG build folder, so a changed prompt
+  builds a new KG instead of mixing old and new extractions (tkg2, the prompts of the committed
+  cpu-reference runs, had no per-type rules and no demonstrations).
 
 Plain format strings without run-dependent parts: equal inputs give byte-identical requests,
 so the LLM cache shares a stage between the variants (SA-RAG's single step and the first
