@@ -203,7 +203,7 @@ class ExtractionConfig:
 
 
 CAP_COUNTS = ("entities", "aliases", "relations", "strings")
-_DEMO_NAMES = {normalize(e["name"]) for e in DEMO_ENTITIES} | {normalize(a) for e in DEMO_ENTITIES for a in e["aliases"]}
+_DEMO_NAMES = {normalize(form) for e in DEMO_ENTITIES for form in (e["name"], *e["aliases"])}
 
 
 def _cut(value: str, limit: int, over: dict[str, int]) -> str:
@@ -233,7 +233,8 @@ def cap_entities(entities: list[dict[str, Any]], config: ExtractionConfig, text:
     return out, over, echoes
 
 
-def cap_relations(relations: list[dict[str, str]], config: ExtractionConfig) -> tuple[list[dict[str, str]], dict[str, int]]:
+def cap_relations(relations: list[dict[str, str]], config: ExtractionConfig
+                  ) -> tuple[list[dict[str, str]], dict[str, int]]:
     """`relations` within the caps, and how many items were dropped or strings cut over each cap."""
     over = dict.fromkeys(CAP_COUNTS, 0)
     over["relations"] = max(0, len(relations) - config.max_relations)
@@ -303,7 +304,7 @@ def _extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig) -> dict[s
 
     found = _structured(llm, entity_messages(text), base.replace(json_schema=config.entity_schema()),
                         parse_entities, "entities", record) or []
-    if len(found) >= config.max_entities:
+    if found and len(found) >= config.max_entities:
         record["at_cap"].append("entities")
     entities, over, record["demo_echoes"] = cap_entities(found, config, text)
     count(over)
@@ -313,7 +314,7 @@ def _extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig) -> dict[s
         record["asked"].append("relations")
         found = _structured(llm, relation_messages(text, names), base.replace(json_schema=config.relation_schema()),
                             parse_relations, "relations", record) or []
-        if len(found) >= config.max_relations:
+        if found and len(found) >= config.max_relations:
             record["at_cap"].append("relations")
         record["relations"], over = cap_relations(found, config)
         count(over)

@@ -125,8 +125,8 @@ def _text(max_length: int) -> dict:
     return {"type": "string", "maxLength": max_length}
 
 
-def entity_schema(max_entities: int = MAX_ENTITIES, max_aliases: int = MAX_ALIASES, max_name_chars: int = MAX_NAME_CHARS,
-                  max_description_chars: int = MAX_DESCRIPTION_CHARS) -> str:
+def entity_schema(max_entities: int = MAX_ENTITIES, max_aliases: int = MAX_ALIASES,
+                  max_name_chars: int = MAX_NAME_CHARS, max_description_chars: int = MAX_DESCRIPTION_CHARS) -> str:
     """The JSON schema of an entity-call output under the given caps (compact JSON text)."""
     return json.dumps({
         "type": "object",
@@ -322,7 +322,8 @@ def entity_messages(text: str) -> Messages:
 def relation_messages(text: str, entity_names: list[str]) -> Messages:
     """The relation-extraction request for one chunk and the entity names extracted from it."""
     return [{"role": "system", "content": _EXTRACTION_SYSTEM},
-            {"role": "user", "content": _RELATION_RULES + _RELATION_INPUT.format(text=text, entities=_names(entity_names))}]
+            {"role": "user",
+             "content": _RELATION_RULES + _RELATION_INPUT.format(text=text, entities=_names(entity_names))}]
 
 
 def repair_messages(output: str, error: str, schema: str) -> Messages:
