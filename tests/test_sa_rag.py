@@ -353,7 +353,7 @@ def responder(reasoning=(NOT_YET, DONE), decomposition=SUBS):
         prompt = messages[-1]["content"]
         stage = stage_of(prompt)
         if stage in ("entities", "relations"):
-            return json.dumps(EXTRACTION[(prompt.split("<<<\n", 1)[1].split("\n", 1)[0], stage)])
+            return json.dumps(EXTRACTION[(prompt.rsplit("<<<\n", 1)[1].split("\n", 1)[0], stage)])
         if stage == "decompose":
             return decomposition if isinstance(decomposition, str) else json.dumps(decomposition)
         if stage == "reason":

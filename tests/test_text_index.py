@@ -73,7 +73,7 @@ def scripted(outputs: dict, repairs: dict[str, str] | None = None, *, fail_on: s
         kind, prompt = kind_of(messages), messages[-1]["content"]
         if kind == "repair":
             return next(fixed for bad, fixed in (repairs or {}).items() if bad in prompt)
-        title = prompt.split("<<<\n", 1)[1].split("\n", 1)[0]
+        title = prompt.rsplit("<<<\n", 1)[1].split("\n", 1)[0]
         if title == fail_on:
             raise RuntimeError("killed")
         return outputs[(title, kind)]
@@ -86,7 +86,7 @@ def prompts_of(llm: ScriptedLLM) -> list[tuple[str, str]]:
     out = []
     for r in llm.requests:
         kind = kind_of(r.messages)
-        out.append((kind, "" if kind == "repair" else r.messages[-1]["content"].split("<<<\n", 1)[1].split("\n", 1)[0]))
+        out.append((kind, "" if kind == "repair" else r.messages[-1]["content"].rsplit("<<<\n", 1)[1].split("\n", 1)[0]))
     return out
 
 

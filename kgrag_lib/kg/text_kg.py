@@ -241,6 +241,13 @@ def index_stats(chunks: Sequence[Chunk], records: Sequence[dict[str, Any]], coun
         "repairs_attempted": sum(r["repairs"] for r in records),
         "repairs_succeeded": sum(r["repaired"] for r in records),
         "entity_types_coerced": sum(r["types_coerced"] for r in records),
+        # the caps of `methods.sa_rag.extraction.ExtractionConfig` (absent from journals written before them)
+        **{f"{k}_over_cap": sum(r.get("over_cap", {}).get(k, 0) for r in records)
+           for k in ("entities", "aliases", "relations")},
+        "strings_cut": sum(r.get("over_cap", {}).get("strings", 0) for r in records),
+        "entity_outputs_at_cap": sum("entities" in r.get("at_cap", ()) for r in records),
+        "relation_outputs_at_cap": sum("relations" in r.get("at_cap", ()) for r in records),
+        "demo_entities_dropped": sum(r.get("demo_echoes", 0) for r in records),
         "llm_requests": usage["requests"], "llm_calls": usage["calls"],
         "prompt_tokens": usage["prompt_tokens"], "completion_tokens": usage["completion_tokens"],
     }

@@ -16,6 +16,17 @@ An entity type outside PERSON / ORGANIZATION / GPE / MISC becomes MISC (counted)
 whose source or target is not an entity extracted from the same chunk, or that links an
 entity to itself, is dropped (counted: SA-RAG's code drops them silently).
 
+Caps (`ExtractionConfig`; the paper states none, we bound every call for the CPU budget and
+against small models looping under a grammar): output tokens per call, entities, aliases per
+entity and relations per call, characters per name, label and description. The JSON schema
+carries the list and string caps, so a backend with constrained decoding never exceeds them;
+a backend without it may, and then the parser enforces them the same way (items beyond a list
+cap dropped, strings cut) and counts every dropped item and cut string (`over_cap`), as well
+as the outputs whose list reached its cap (`at_cap`: more may have been cut there). An entity
+the model copied from the prompt's demonstration (a demonstration name the chunk does not
+contain) is dropped and counted (`demo_echoes`). The journal keeps the first 300 characters
+of a failed output (a record, not an input of the KG).
+
 `text_source` plans the `text:` KG of `kg.sources` (provided to it when this package is
 imported). Resumable (`kg.extraction.extract_journaled`): each extracted chunk is one fsynced
 journal line; a rerun extracts only the chunks the journal lacks.
@@ -26,10 +37,11 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ...config import check_values, opt
 from ...errors import ConfigError
 from ...kg.extraction import Chunk, chunk_passages, extract_journaled, metered, normalize
 from ...kg.sources import SourcePlan, provide, text_tables
@@ -38,8 +50,9 @@ from ...kg.text_kg import TextKG, assemble, index_stats
 from ...llm.base import PromptTooLongError
 from ...llm.parsing import strip_think
 from ...records import Passage
-from .prompts import (ENTITY_SCHEMA, ENTITY_TYPES, EXTRACTION_PROMPT_VERSION, RELATION_SCHEMA, entity_messages,
-                      relation_messages, repair_messages)
+from .prompts import (DEMO_ENTITIES, ENTITY_TYPES, EXTRACTION_PROMPT_VERSION, MAX_ALIASES, MAX_DESCRIPTION_CHARS,
+                      MAX_ENTITIES, MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_RELATIONS, entity_messages, entity_schema,
+                      relation_messages, relation_schema, repair_messages)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...llm.base import LLM, Messages, SamplingParams
@@ -144,14 +157,90 @@ def parse_relations(text: str) -> tuple[list[dict[str, str]], int]:
 # ---- extraction ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ExtractionConfig:
-    """Everything besides the model and the prompts that changes what is extracted."""
+    """Everything besides the model and the prompts that changes what is extracted (§3.1 gives the
+    chunking; every cap is ours: the paper states none). The caps bound the cost of one call on
+    CPU and turn a small model's loop under a grammar into a short, valid answer; the KG build's
+    identity and stats record every field."""
 
-    chunk_size: int = 500
-    overlap: int = 200
-    max_tokens: int = 1024
+    chunk_size: int = opt(500, "words per chunk (§3.1: 500)", min=1)
+    overlap: int = opt(200, "words shared by consecutive chunks (§3.1: 200)", min=0)
+    max_tokens: int = opt(1024, "max new tokens of one entity, relation or repair call (ours; the paper states "
+                                "none): an output cut off there keeps its complete items", min=1)
+    max_entities: int = opt(MAX_ENTITIES, "entities kept per chunk, in output order (ours: the schema's maxItems; "
+                                          "further ones are dropped and counted)", min=1)
+    max_aliases: int = opt(MAX_ALIASES, "aliases kept per entity (ours: the schema's maxItems; further ones are "
+                                        "dropped and counted)", min=0)
+    max_relations: int = opt(MAX_RELATIONS, "relations kept per chunk, in output order (ours: the schema's maxItems; "
+                                            "further ones are dropped and counted)", min=0)
+    max_name_chars: int = opt(MAX_NAME_CHARS, "characters of an entity name, alias, relation source or target "
+                                              "(ours: the schema's maxLength; longer ones are cut and counted)", min=1)
+    max_label_chars: int = opt(MAX_LABEL_CHARS, "characters of a relation label (ours: the schema's maxLength; "
+                                                "longer ones are cut and counted)", min=1)
+    max_description_chars: int = opt(MAX_DESCRIPTION_CHARS, "characters of an entity or relation description (ours: "
+                                                            "the schema's maxLength; longer ones are cut and counted)",
+                                     min=1)
+
+    def __post_init__(self) -> None:
+        check_values(self, "ExtractionConfig")
+
+    def cross_check(self) -> None:
+        if self.overlap >= self.chunk_size:
+            raise ConfigError(f"parameter 'overlap' must be below chunk_size={self.chunk_size}, got {self.overlap!r}")
 
     def key(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+    def caps(self) -> dict[str, int]:
+        """The cap fields and their values (for the build's stats)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name.startswith("max_")}
+
+    def entity_schema(self) -> str:
+        return entity_schema(self.max_entities, self.max_aliases, self.max_name_chars, self.max_description_chars)
+
+    def relation_schema(self) -> str:
+        return relation_schema(self.max_relations, self.max_name_chars, self.max_label_chars,
+                               self.max_description_chars)
+
+
+CAP_COUNTS = ("entities", "aliases", "relations", "strings")
+_DEMO_NAMES = {normalize(form) for e in DEMO_ENTITIES for form in (e["name"], *e["aliases"])}
+
+
+def _cut(value: str, limit: int, over: dict[str, int]) -> str:
+    if len(value) <= limit:
+        return value
+    over["strings"] += 1
+    return value[:limit].rstrip()
+
+
+def cap_entities(entities: list[dict[str, Any]], config: ExtractionConfig, text: str
+                 ) -> tuple[list[dict[str, Any]], dict[str, int], int]:
+    """`entities` within the caps (what the schema asks a constrained backend for), how many items
+    were dropped or strings cut over each cap, and how many demonstration entities were dropped:
+    a name of the prompt's demonstration that `text` (the chunk) does not contain was copied from
+    the prompt, not read in the chunk."""
+    over = dict.fromkeys(CAP_COUNTS, 0)
+    within = normalize(text)
+    kept = [e for e in entities if normalize(e["name"]) not in _DEMO_NAMES or normalize(e["name"]) in within]
+    echoes = len(entities) - len(kept)
+    over["entities"] = max(0, len(kept) - config.max_entities)
+    out = []
+    for e in kept[:config.max_entities]:
+        over["aliases"] += max(0, len(e["aliases"]) - config.max_aliases)
+        aliases = [_cut(a, config.max_name_chars, over) for a in e["aliases"][:config.max_aliases]]
+        out.append({"name": _cut(e["name"], config.max_name_chars, over), "type": e["type"], "aliases": aliases,
+                    "description": _cut(e["description"], config.max_description_chars, over)})
+    return out, over, echoes
+
+
+def cap_relations(relations: list[dict[str, str]], config: ExtractionConfig
+                  ) -> tuple[list[dict[str, str]], dict[str, int]]:
+    """`relations` within the caps, and how many items were dropped or strings cut over each cap."""
+    over = dict.fromkeys(CAP_COUNTS, 0)
+    over["relations"] = max(0, len(relations) - config.max_relations)
+    limits = {"source": config.max_name_chars, "relation": config.max_label_chars, "target": config.max_name_chars,
+              "description": config.max_description_chars}
+    return [{k: _cut(r[k], limits[k], over) for k in limits} for r in relations[:config.max_relations]], over
 
 
 def _ask(llm: "LLM", messages: "Messages", params: "SamplingParams") -> tuple[str | None, str]:
@@ -205,17 +294,30 @@ def extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig = Extractio
 def _extract_chunk(llm: "LLM", chunk: Chunk, config: ExtractionConfig) -> dict[str, Any]:
     base = llm.default_params.replace(max_tokens=config.max_tokens)
     record: dict[str, Any] = {"chunk": chunk.cid, "entities": [], "relations": [], "asked": ["entities"],
-                              "failures": [], "salvaged": 0, "repairs": 0, "repaired": 0, "types_coerced": 0}
+                              "failures": [], "salvaged": 0, "repairs": 0, "repaired": 0, "types_coerced": 0,
+                              "over_cap": dict.fromkeys(CAP_COUNTS, 0), "at_cap": [], "demo_echoes": 0}
     text = chunk.as_text()
-    entities = _structured(llm, entity_messages(text), base.replace(json_schema=ENTITY_SCHEMA),
-                           parse_entities, "entities", record) or []
+
+    def count(over: dict[str, int]) -> None:
+        for k, v in over.items():
+            record["over_cap"][k] += v
+
+    found = _structured(llm, entity_messages(text), base.replace(json_schema=config.entity_schema()),
+                        parse_entities, "entities", record) or []
+    if found and len(found) >= config.max_entities:
+        record["at_cap"].append("entities")
+    entities, over, record["demo_echoes"] = cap_entities(found, config, text)
+    count(over)
     record["entities"] = entities
     names = list(dict.fromkeys(e["name"] for e in entities))
     if len({normalize(n) for n in names}) >= 2:
         record["asked"].append("relations")
-        record["relations"] = _structured(llm, relation_messages(text, names),
-                                          base.replace(json_schema=RELATION_SCHEMA), parse_relations, "relations",
-                                          record) or []
+        found = _structured(llm, relation_messages(text, names), base.replace(json_schema=config.relation_schema()),
+                            parse_relations, "relations", record) or []
+        if found and len(found) >= config.max_relations:
+            record["at_cap"].append("relations")
+        record["relations"], over = cap_relations(found, config)
+        count(over)
     return record
 
 
@@ -225,10 +327,11 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
                   about: dict[str, Any] | None = None) -> tuple[KGStore, dict[str, Any], TextKG]:
     """Index `passages` into a KG, resuming from `journal`; returns the store, stats and side tables.
 
-    Stats: `about` (what the corpus is), the model and prompt version, chunking, the counts of
-    `assemble`, and from the journal: entities and relations per chunk, chunks with zero
+    Stats: `about` (what the corpus is), the model and prompt version, chunking, the caps, the
+    counts of `assemble`, and from the journal: entities and relations per chunk, chunks with zero
     entities, outputs asked for / unparsable after repair (by stage) / their rate, repairs
-    attempted and succeeded, entity types coerced, and LLM requests, backend calls and tokens
+    attempted and succeeded, entity types coerced, items dropped and strings cut over a cap,
+    outputs that reached a list cap, demonstration entities dropped, and LLM requests, backend calls and tokens
     summed over the chunks when first extracted (tokens of cache hits included); `*_this_build`
     count what this call itself extracted and sent.
     """
@@ -243,6 +346,7 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
         "kg": "text", **(about or {}),
         "model": llm.name, "model_identity": llm.identity, "prompt_version": EXTRACTION_PROMPT_VERSION,
         "chunk_size": config.chunk_size, "chunk_overlap": config.overlap, "max_tokens": config.max_tokens,
+        "caps": config.caps(),
         "passages": len(passages),
         **index_stats(chunks, records, counts),
         "chunks_extracted_this_build": extracted, "llm_calls_this_build": meter.usage.calls,

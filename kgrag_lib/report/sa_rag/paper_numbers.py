@@ -146,5 +146,4 @@ DEVIATIONS = (
     "reasoning chain (MuSiQue decomposition answers, 2Wiki evidence triples), matched by normalized name or alias.",
     "SA-RAG: Figure 5 prints no values; ours shows each subgraph entity's activation against its hop distance "
     "from the seeds for c = 0.5, 0.4, 0.3, and recall of gold paragraphs against context size over c x tau_a.",
-    "SA-RAG: the entity and relation extraction prompts (paper Listings 4/5) are ours without the paper's type-specific attribute rules and one-shot demonstrations; the extraction is capped (output tokens and entities/relations per chunk, see the profile's methods.sa-rag settings), caps the paper does not state.",
 )
