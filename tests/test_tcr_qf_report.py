@@ -477,7 +477,7 @@ def test_kg_tables_and_cost():
 # ------------------------------------------------------------------ the notebooks' path with a scripted LLM
 ADA = ["Ada Lovelace was born in London.", "She was tutored by Mary Somerville."]
 BABBAGE = ["Charles Babbage designed the Analytical Engine.", "Babbage lived in London."]
-MISSING_HEAD = MP.missing_messages("\x00", "\x00", "\x00", 1)[-1]["content"].split("\x00")[0][:60]
+MISSING_HEAD = MP.missing_messages("\x00", "\x00")[-1]["content"].split("\x00")[0][:60]
 
 
 def twowiki_root(root: Path) -> Path:
@@ -524,7 +524,7 @@ def scripted_world(messages, params):
         name = next(k for k in item if k != "score")
         options = item[name]["enum"][:schema[key]["maxItems"]]
         return json.dumps({key: [{name: o, "score": 0.5} for o in options]})
-    knows = "Mary Somerville" in text.split("Question:")[0]
+    knows = "Mary Somerville" in text.rsplit("Question:", 1)[0]
     if text.startswith(MISSING_HEAD):
         return "Who tutored Ada Lovelace?" if "Who tutored" in text and not knows else "NONE"
     return "Final Answer: Mary Somerville" if "Who tutored" in text and knows else "Final Answer: London"
