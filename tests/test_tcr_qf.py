@@ -310,6 +310,48 @@ def test_tog_prunes_relations_and_entities_and_stops_when_enough(tmp_path, fake_
     assert not any("Give each a score" in r.prompt for r in llm.requests)
 
 
+def test_tog_scores_of_the_candidates_sum_to_one_in_every_branch(tmp_path):
+    """Pruning skipped (<= width relations: 1/k each; one target: 1) or scored by the LLM (its
+    scores divided by their sum), every candidate set sums to 1, so path products share a scale."""
+    store = KGStore.from_triples([("Film X", "directed by", "Ann Lee"), ("Film X", "released in", "1999"),
+                                  ("Film X", "genre", "drama"), ("Film X", "starring", "Bob Ray"),
+                                  ("Film X", "starring", "Cy Dee"), ("Ann Lee", "born in", "Oslo"),
+                                  ("Ann Lee", "award", "Prize A")])
+    from kgrag_lib.kg.tcr_kg import Entity
+    from kgrag_lib.kg.extraction import normalize
+
+    kg = TcrKG(store, {normalize(n): Entity(n, "Thing", "", []) for n in
+                       ("Film X", "Ann Lee", "1999", "drama", "Bob Ray", "Cy Dee", "Oslo", "Prize A")}, {}, {})
+
+    def llm_fn(messages, params):
+        text = messages[-1]["content"]
+        if "Choose at most" in text:   # Film X: 4 relations > width 3; scores that do not sum to 1
+            assert "adding up to 1" in text
+            return ('{"relations": [{"relation": "directed by", "score": 0.9}, {"relation": "starring", "score": 0.6},'
+                    ' {"relation": "genre", "score": 0.3}]}')
+        if "Give each a score" in text:   # starring: two targets
+            assert "adding up to 1" in text
+            return '{"entities": [{"entity": "Bob Ray", "score": 3}, {"entity": "Cy Dee", "score": 1}]}'
+        if "Are they enough" in text:
+            return '{"enough": false}'
+        raise AssertionError(text)
+
+    res = tog_search(kg, ScriptedLLM(llm_fn, identity="scripted:scale"), "Who directed Film X?", ["Film X"], width=3,
+                     depth=2, max_candidates=20, explore=SamplingParams(max_tokens=64, temperature=0.4),
+                     reason=SamplingParams(max_tokens=64))
+    first, second = res.trace[0], res.trace[1]
+    assert first["relations"]["Film X"] == pytest.approx({"directed by": 0.5, "starring": 1 / 3, "genre": 1 / 6})
+    assert first["entities"]["Film X -> starring"] == pytest.approx({"Bob Ray": 0.75, "Cy Dee": 0.25})
+    assert first["entities"]["Film X -> directed by"] == {"Ann Lee": 1.0}   # one target: no call
+    # Ann Lee has 3 relations (born in, award, directed by (reverse)) <= width: no call, 1/3 each
+    assert second["relations"]["Ann Lee"] == pytest.approx({r: 1 / 3 for r in ("born in", "award",
+                                                                               "directed by (reverse)")})
+    for step in res.trace:
+        for scores in [*step["relations"].values(), *step["entities"].values()]:
+            assert sum(scores.values()) == pytest.approx(1.0)
+    assert first["beam"] == [["Ann Lee", 0.5], ["Bob Ray", 0.25], ["drama", 0.1667]]
+
+
 def test_topic_entities_named_first_then_similar(tmp_path, fake_embedder):
     kg = _tog_kg(tmp_path)
     index = entity_index(kg, lambda texts: fake_embedder.encode(texts))
@@ -658,6 +700,60 @@ def test_config_and_dataset_are_checked():
         make_method("tog-x", RunContext())
     with pytest.raises(ConfigError, match="does not run on dataset 'metaqa-1hop'"):
         check_dataset(get_method("tcr-qf"), "metaqa-1hop")
+
+
+def test_missing_knowledge_prompt_carries_the_papers_inputs_and_examples():
+    context = prompts.format_context([("Ada Lovelace", "born in", "London")], ["Ada Lovelace was born in London."])
+    text = prompts.missing_messages("Who tutored Ada Lovelace?", context)[-1]["content"]
+    real = text.split("Now the real data.", 1)[1]
+    assert 'Question: "Who tutored Ada Lovelace?"' in real and real.rstrip().endswith("Output:")
+    assert "Triples:\n<Ada Lovelace | born in | London>" in real and "Related Text:\nAda Lovelace was born" in real
+    # the three worked examples (Einstein's prize, the Moon's orbit, Apple's founding), before the real data
+    examples = text.split("Now the real data.", 1)[0]
+    for subject in ("<1921 Nobel Prize in Physics | awarded to | Albert Einstein>", "<The Moon | orbits | Earth>",
+                    "<Apple Inc. | founded by | Steve Jobs>"):
+        assert subject in examples
+    assert examples.count("Output:\n") == 3 and "background" in examples and "NONE" in examples
+    # an example's output reads as the questions it shows (the parser the real output goes through)
+    shown = examples.split("Example 2", 1)[0].split("Output:\n", 1)[1]
+    assert len(prompts.missing_questions(shown, 10)) == 4
+
+
+def test_enrichment_prompt_shows_the_existing_triples_capped():
+    known = [(f"E{i}", "linked to", f"F{i}") for i in range(prompts.MAX_EXISTING_TRIPLES + 5)]
+    text = prompts.feedback_messages("Who tutored Ada Lovelace?", ["Ada Lovelace\nShe was tutored by Mary."],
+                                     known)[-1]["content"]
+    real = text.split("Now the real data.", 1)[1]
+    assert real.index("Existing Triples:") < real.index("Sub-questions:\nWho tutored Ada Lovelace?") < \
+        real.index("Related Sentences:\n[1] Ada Lovelace\nShe was tutored by Mary.") < real.index("Records:")
+    shown = [l for l in real.split("Sub-questions:")[0].splitlines() if l.startswith("<")]
+    assert shown == [f"<E{i} | linked to | F{i}>" for i in range(prompts.MAX_EXISTING_TRIPLES)]
+    assert real.count("<") == prompts.MAX_EXISTING_TRIPLES
+    capped = prompts.feedback_messages("q?", ["p"], known, max_existing=2)[-1]["content"].split("Now the real data.")[1]
+    assert capped.count("<E") == 2
+    assert "Existing Triples:\n(none)" in prompts.feedback_messages("q?", ["p"])[-1]["content"]
+    # the worked example (Marie Curie's shared prize) is valid records, each quote exact
+    example = text.split("Now the real data.")[0].rsplit("Example", 1)[1]
+    sentence = example.split("Related Sentences:\n", 1)[1].split("\n\n", 1)[0]
+    ext = parse_records(example.split("Records:\n", 1)[1])
+    assert len(ext.entities) == 3 and len(ext.relations) == 2 and not ext.rejected
+    assert all(r["quote"] in sentence for r in ext.relations)
+    assert "<Marie Curie | won Nobel Prize in Physics | 1903>" in example
+
+
+def test_feedback_gives_the_rounds_retrieved_triples_as_existing_triples(tmp_path, fake_embedder):
+    folder = _saved_kg(tmp_path)
+    ctx = _ctx(tmp_path, fake_embedder, _method_llm(), identity="scripted:existing")
+    m = make_method("tcr-qf", ctx, {"max_iterations": 1}, seed=0, kg_folder=lambda spec: folder)
+    t = m.answer(Q[0]).trace
+    retrieved = t["rounds"][0]["triples"]
+    assert retrieved
+    enrich = [r.prompt for r in ctx.llm.requests if ENRICH in r.prompt]
+    assert enrich
+    real = enrich[0].split("Now the real data.", 1)[1].split("Sub-questions:")[0]
+    assert [l for l in real.splitlines() if l.startswith("<")] == [f"<{h} | {r} | {o}>" for h, r, o in retrieved]
+    missing = next(r.prompt for r in ctx.llm.requests if MISSING in r.prompt)
+    assert "Final Answer" not in missing.split("Now the real data.", 1)[1]   # the paper's prompt takes no answer
 
 
 def test_prompt_parsers():
