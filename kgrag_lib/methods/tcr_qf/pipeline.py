@@ -13,9 +13,11 @@
 | tcr-af         | TCR-AF                       | ToG beam search           | yes | answer   |
 
 §3.4's loop, as we run it: answer from the retrieved subgraph (with restored sentences under
-TCR) -> QF: the LLM lists the missing knowledge as questions (at most `max_missing`); each is
-answered by dense retrieval of `feedback_top_k` chunks of the corpus, from which new triples are
-extracted in the EID-record format and added to the KG (edit-distance de-duplication, `kg.tcr_kg`)
+TCR) -> QF: the LLM lists the missing knowledge as questions from the question and the round's
+contextual information (at most `max_missing` kept); each is answered by dense retrieval of
+`feedback_top_k` chunks of the corpus, from which new triples are extracted in the EID-record
+format, given the round's retrieved triples as the paper's Existing Triples, and added to the KG
+(edit-distance de-duplication and the quote check `quote_check`, `kg.tcr_kg`)
 -> the subgraph is retrieved again from the grown KG and the question answered again. AF instead
 extracts the triples of the model's own answer. The loop stops when nothing is missing
 (ΔK = ∅), when the KG did not change (the next answer would repeat: same KG, same greedy
@@ -60,7 +62,8 @@ DEVIATIONS = (
     "sampled questions, as the paper does following HotpotQA's setting.",
     "TCR-QF: ToG runs over the extracted KG with topic entities found by name match and description similarity "
     "(ToG takes them from the dataset); relation pruning and entity scoring answer JSON restricted to the "
-    "candidates; no call is sent when an entity has at most `width` relations or a relation one target.",
+    "candidates; no call is sent when an entity has at most `width` relations (each scores 1/k) or a relation one "
+    "target (it scores 1), so every candidate set's scores sum to 1 as ToG's do (the LLM's are normalised).",
     "TCR-QF: the dense retriever of feedback and Naive RAG is the run's embedder (MiniLM on CPU), not OpenAI's "
     "text-embedding-small; feedback reads the top feedback_top_k chunks per missing question.",
     "TCR-QF: feedback rounds run over the whole sample (schedule=sample, the default): round r answers every open "
