@@ -28,8 +28,9 @@ listed again) and its worked example (Marie Curie's shared prize) in our words. 
 Existing Triples from the same contextual information the missing-knowledge step saw; ours are
 the triples of the round's retrieved subgraph, at most `MAX_EXISTING_TRIPLES` (30) of them in
 search order: the paper sets no cap, and ToG keeps at most width x depth triples (9 at its
-defaults), so the cap binds only for a wider or deeper search, where it bounds the prompt. One call per missing question (§3.4's ExtractTriples(k_q,
-D_relevant)), so Sub-questions holds one question.
+defaults), so the cap binds only for a wider or deeper search, where it bounds the prompt.
+One call per missing question (§3.4's ExtractTriples(k_q, D_relevant)), so Sub-questions holds
+one question.
 
 KG extraction (§3.1, appendix "Triples Extraction Prompt"; read by `records.parse_records`):
 bracketed records, entities first, then relations between registered entity ids, each relation
