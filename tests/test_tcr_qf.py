@@ -119,8 +119,9 @@ def test_build_merges_entities_keeps_sources_quotes_and_counts(tmp_path):
     assert sorted(kg.sources("London")) == ["doc:p1/chunk:0", "doc:p2/chunk:0"]
     assert kg.entity("Charles Babbage").description == "inventor"  # the first description seen
     tid = int(np.flatnonzero([store.triple(i).r == "lived in" for i in range(store.num_triples)])[0])
-    assert kg.quotes[tid] == [["Babbage lived in Paris", "doc:p2/chunk:0"]]
+    assert kg.quotes[tid] == [["Babbage lived in Paris", "doc:p2/chunk:0", False]]  # the text says London
     assert (stats["chunks"], stats["unregistered_eid_relations"], stats["quotes_not_in_chunk"]) == (2, 1, 1)
+    assert stats["edges_without_chunk_quote"] == 1
     assert stats["relations_dropped_same_entity"] == 0 and stats["relation_records"] == 4
     assert stats["llm_calls"] == 2 and stats["failed_outputs"] == 0 and stats["edges"] == 4
     assert all(r.params.grammar == GRAMMAR for r in llm.requests)  # decoding constrained to the format
@@ -186,6 +187,83 @@ def test_feedback_triples_dedupe_by_edit_distance_and_replay(tmp_path):
     assert base.num_edges == kg.num_edges and base.num_nodes == kg.num_nodes
 
 
+def test_quote_in_text_ignores_spacing_and_case_only():
+    from kgrag_lib.kg.tcr_kg import quote_in_text
+
+    chunk = "Ada Lovelace\nAda Lovelace was born in London. She worked with Charles Babbage."
+    assert quote_in_text("ada  LOVELACE was\nborn in london", chunk)
+    assert quote_in_text("Ｌondon", chunk)                      # NFKC: a full-width letter is a letter
+    assert not quote_in_text("Lovelace was born in Paris", chunk)   # a changed word is not the quote
+    assert not quote_in_text("", chunk)
+
+
+def test_quotes_not_in_chunk_are_flagged_or_dropped_and_counted(tmp_path):
+    _, _, built, _ = _build(tmp_path / "build")
+    built.store.save(tmp_path / "kg")
+    built.save(tmp_path / "kg")
+    lived = ("Charles Babbage", "lived in", "London")
+
+    def triples(kg):
+        return {(t.s, t.r, t.o) for t in (kg.store.triple(i) for i in range(kg.num_edges))}
+
+    flag = TcrKG.load(tmp_path / "kg")   # the default: keep, marked
+    assert flag.quote_counts() == {"quote_check": "flag", "relations_kept": 4, "relations_flagged": 1,
+                                   "relations_dropped": 0, "edges_kept": 4}
+    assert lived in triples(flag)
+    drop = TcrKG.load(tmp_path / "kg", quote_check="drop")
+    assert drop.quote_counts() == {"quote_check": "drop", "relations_kept": 3, "relations_flagged": 0,
+                                   "relations_dropped": 1, "edges_kept": 3}
+    assert triples(drop) == triples(flag) - {lived} and drop.num_nodes == flag.num_nodes  # entities stay
+    for tid, entries in drop.quotes.items():   # quotes follow the rebuilt ids
+        assert all(e[2] is True and quote_in_text_of(drop, e) for e in entries)
+        assert drop.store.provenance_of_triple(tid) == [e[1] for e in entries]
+    assert drop.store.description(drop.store.entity_id("Charles Babbage")) == "inventor"
+    with pytest.raises(ValueError, match="quote_check"):
+        TcrKG(flag.store, flag.entities, {}, {}, quote_check="keep")
+
+    # a side table written before the flag existed: the flags are computed on load
+    tables = json.loads((tmp_path / "kg" / "tcr_kg.json").read_text())
+    tables["quotes"] = {k: [q[:2] for q in v] for k, v in tables["quotes"].items()}
+    (tmp_path / "kg" / "tcr_kg.json").write_text(json.dumps(tables))
+    assert TcrKG.load(tmp_path / "kg").quotes == flag.quotes
+
+    # feedback: the quote must be in one of the passages read; flagged, or dropped, and counted
+    ext = parse_records('[entity | E1 | Person | "Mary Somerville" | tutor]\n'
+                        '[entity | E2 | Person | "Ada Lovelace" | pupil]\n'
+                        '[entity | E3 | Person | "Charles Babbage" | inventor]\n'
+                        '[relation | E1 | tutored | E2 | "Somerville tutored Lovelace"]\n'
+                        '[relation | E2 | worked with | E3 | "she  WORKED with Charles Babbage"]\n')
+    got = flag.add(ext, "q#0:0", ["doc:p1/chunk:0"])
+    assert [(t["relation"], t["quote_in_chunk"]) for t in got.triples] == [("tutored", False)]
+    assert (got.quotes_not_in_chunk, got.dropped_quote, got.duplicates) == (1, 0, 1)   # worked with: known
+    assert flag.quote_counts()["relations_flagged"] == 2
+    got = drop.add(ext, "q#0:0", ["doc:p1/chunk:0"])
+    assert (got.triples, got.quotes_not_in_chunk, got.dropped_quote) == ([], 0, 1)
+    assert drop.quote_counts()["relations_dropped"] == 2
+    af = TcrKG.load(tmp_path / "kg", quote_check="drop").add(ext, "q#0:answer", [])   # TCR-AF: no chunk to check
+    assert [t["quote_in_chunk"] for t in af.triples] == [None] and af.dropped_quote == 0
+
+
+def quote_in_text_of(kg, entry):
+    from kgrag_lib.kg.tcr_kg import quote_in_text
+
+    return quote_in_text(entry[0], kg.chunks[entry[1]].as_text())
+
+
+def test_the_quote_check_setting_reaches_the_kg_and_the_trace(tmp_path, fake_embedder):
+    folder = _saved_kg(tmp_path)
+    for mode, kept, dropped in (("flag", 4, 0), ("drop", 3, 1)):
+        m = make_method("tcr-qf", _ctx(tmp_path, fake_embedder, _method_llm(), identity=f"scripted:q{mode}"),
+                        {"max_iterations": 1, "quote_check": mode}, seed=0, kg_folder=lambda spec: folder)
+        t = m.answer(Q[0]).trace
+        assert (t["kg_quotes"]["relations_kept"], t["kg_quotes"]["relations_dropped"]) == (kept, dropped)
+        entry = t["rounds"][0]["extracted"][0]   # the scripted feedback quotes "tutored her": in no passage
+        assert (entry["quotes_not_in_chunk"], entry["dropped_quote"]) == ((1, 0) if mode == "flag" else (0, 1))
+        assert [a["quote_in_chunk"] for a in t["kg_added"]] == ([False] if mode == "flag" else [])
+    with pytest.raises(ConfigError, match="quote_check"):
+        make_method("tcr-qf", RunContext(), {"quote_check": "keep"})
+
+
 # ---- ToG -----------------------------------------------------------------------------------------------------------
 
 
@@ -232,6 +310,48 @@ def test_tog_prunes_relations_and_entities_and_stops_when_enough(tmp_path, fake_
     assert not any("Give each a score" in r.prompt for r in llm.requests)
 
 
+def test_tog_scores_of_the_candidates_sum_to_one_in_every_branch(tmp_path):
+    """Pruning skipped (<= width relations: 1/k each; one target: 1) or scored by the LLM (its
+    scores divided by their sum), every candidate set sums to 1, so path products share a scale."""
+    store = KGStore.from_triples([("Film X", "directed by", "Ann Lee"), ("Film X", "released in", "1999"),
+                                  ("Film X", "genre", "drama"), ("Film X", "starring", "Bob Ray"),
+                                  ("Film X", "starring", "Cy Dee"), ("Ann Lee", "born in", "Oslo"),
+                                  ("Ann Lee", "award", "Prize A")])
+    from kgrag_lib.kg.tcr_kg import Entity
+    from kgrag_lib.kg.extraction import normalize
+
+    kg = TcrKG(store, {normalize(n): Entity(n, "Thing", "", []) for n in
+                       ("Film X", "Ann Lee", "1999", "drama", "Bob Ray", "Cy Dee", "Oslo", "Prize A")}, {}, {})
+
+    def llm_fn(messages, params):
+        text = messages[-1]["content"]
+        if "Choose at most" in text:   # Film X: 4 relations > width 3; scores that do not sum to 1
+            assert "adding up to 1" in text
+            return ('{"relations": [{"relation": "directed by", "score": 0.9}, {"relation": "starring", "score": 0.6},'
+                    ' {"relation": "genre", "score": 0.3}]}')
+        if "Give each a score" in text:   # starring: two targets
+            assert "adding up to 1" in text
+            return '{"entities": [{"entity": "Bob Ray", "score": 3}, {"entity": "Cy Dee", "score": 1}]}'
+        if "Are they enough" in text:
+            return '{"enough": false}'
+        raise AssertionError(text)
+
+    res = tog_search(kg, ScriptedLLM(llm_fn, identity="scripted:scale"), "Who directed Film X?", ["Film X"], width=3,
+                     depth=2, max_candidates=20, explore=SamplingParams(max_tokens=64, temperature=0.4),
+                     reason=SamplingParams(max_tokens=64))
+    first, second = res.trace[0], res.trace[1]
+    assert first["relations"]["Film X"] == pytest.approx({"directed by": 0.5, "starring": 1 / 3, "genre": 1 / 6})
+    assert first["entities"]["Film X -> starring"] == pytest.approx({"Bob Ray": 0.75, "Cy Dee": 0.25})
+    assert first["entities"]["Film X -> directed by"] == {"Ann Lee": 1.0}   # one target: no call
+    # Ann Lee has 3 relations (born in, award, directed by (reverse)) <= width: no call, 1/3 each
+    assert second["relations"]["Ann Lee"] == pytest.approx({r: 1 / 3 for r in ("born in", "award",
+                                                                               "directed by (reverse)")})
+    for step in res.trace:
+        for scores in [*step["relations"].values(), *step["entities"].values()]:
+            assert sum(scores.values()) == pytest.approx(1.0)
+    assert first["beam"] == [["Ann Lee", 0.5], ["Bob Ray", 0.25], ["drama", 0.1667]]
+
+
 def test_topic_entities_named_first_then_similar(tmp_path, fake_embedder):
     kg = _tog_kg(tmp_path)
     index = entity_index(kg, lambda texts: fake_embedder.encode(texts))
@@ -241,6 +361,20 @@ def test_topic_entities_named_first_then_similar(tmp_path, fake_embedder):
 
 
 # ---- the method and its loop ------------------------------------------------------------------------------------------
+
+
+MISSING = "are still missing but needed"     # the missing-knowledge prompt
+ENRICH = "Add to a knowledge graph the facts"  # the KG-enrichment (feedback extraction) prompt
+
+
+def _asked(text: str) -> str:
+    """The question of a missing-knowledge prompt (the last one: the examples come first)."""
+    return text.rsplit("\nQuestion: ", 1)[1].split("\n", 1)[0].strip('"')
+
+
+def _need(text: str) -> str:
+    """The missing question of a KG-enrichment prompt (the last Sub-questions: the example comes first)."""
+    return text.rsplit("Sub-questions:\n", 1)[1].split("\n", 1)[0]
 
 
 TUTORS = ["Mary Somerville", "Augustus De Morgan", "William Frend", "Michael Faraday", "John Herschel"]
@@ -253,17 +387,17 @@ def _method_llm(missing_rounds: int = 1, extract_new: bool = True, stateless: bo
 
     def fn(messages, params):
         text = messages[-1]["content"]
-        if "Missing questions:" in text:
+        if MISSING in text:
             state["missing"] += 1
-            asked = text.split("\nQuestion: ", 1)[1].split("\n", 1)[0]
+            asked = _asked(text)
             need = f"Who tutored Ada Lovelace, as asked in '{asked}'?" if stateless else "Who tutored Ada Lovelace?"
             return need if state["missing"] <= missing_rounds else "NONE"
-        if "We need this piece of information" in text or "Below is an answer" in text:
+        if ENRICH in text or "Below is an answer" in text:
             assert params.grammar == GRAMMAR
             if not extract_new:
                 return '[entity | E1 | Person | "Ada Lovelace" | x]\n[entity | E2 | City | "London" | y]\n' \
                        '[relation | E1 | born in | E2 | "born in London"]\n'
-            tutor = TUTORS[(len(text.split("\n", 1)[0]) if stateless else state["missing"]) % len(TUTORS)]
+            tutor = TUTORS[(len(_need(text)) if stateless else state["missing"]) % len(TUTORS)]
             return ('[entity | E1 | Person | "Ada Lovelace" | x]\n'
                     f'[entity | E2 | Person | "{tutor}" | y]\n[relation | E2 | tutored | E1 | "tutored her"]\n')
         if "Choose at most" in text:
@@ -445,12 +579,12 @@ def _drill_llm(delay: float, stall: tuple | None = None):
             _time.sleep(0.05)   # until the kill
         text = messages[-1]["content"]
         tutors = re.findall(r"<([^|<>]+) \| tutored \| Ada Lovelace>", text)
-        if "Missing questions:" in text:
-            asked = text.split("\nQuestion: ", 1)[1].split("\n", 1)[0]
+        if MISSING in text:
+            asked = _asked(text)
             if "born" in asked or ("once" in asked and tutors):
                 return "NONE"
             return f"Who else tutored Ada Lovelace besides {len(tutors)} known tutors, as asked in '{asked}'?"
-        if "We need this piece of information" in text:
+        if ENRICH in text:
             pick = DRILL_NAMES[int(hashlib.sha256(text.encode()).hexdigest(), 16) % len(DRILL_NAMES)]
             return ('[entity | E1 | Person | "Ada Lovelace" | x]\n'
                     f'[entity | E2 | Person | "{pick}" | y]\n[relation | E2 | tutored | E1 | "tutored her"]\n')
@@ -566,6 +700,60 @@ def test_config_and_dataset_are_checked():
         make_method("tog-x", RunContext())
     with pytest.raises(ConfigError, match="does not run on dataset 'metaqa-1hop'"):
         check_dataset(get_method("tcr-qf"), "metaqa-1hop")
+
+
+def test_missing_knowledge_prompt_carries_the_papers_inputs_and_examples():
+    context = prompts.format_context([("Ada Lovelace", "born in", "London")], ["Ada Lovelace was born in London."])
+    text = prompts.missing_messages("Who tutored Ada Lovelace?", context)[-1]["content"]
+    real = text.split("Now the real data.", 1)[1]
+    assert 'Question: "Who tutored Ada Lovelace?"' in real and real.rstrip().endswith("Output:")
+    assert "Triples:\n<Ada Lovelace | born in | London>" in real and "Related Text:\nAda Lovelace was born" in real
+    # the three worked examples (Einstein's prize, the Moon's orbit, Apple's founding), before the real data
+    examples = text.split("Now the real data.", 1)[0]
+    for subject in ("<1921 Nobel Prize in Physics | awarded to | Albert Einstein>", "<The Moon | orbits | Earth>",
+                    "<Apple Inc. | founded by | Steve Jobs>"):
+        assert subject in examples
+    assert examples.count("Output:\n") == 3 and "background" in examples and "NONE" in examples
+    # an example's output reads as the questions it shows (the parser the real output goes through)
+    shown = examples.split("Example 2", 1)[0].split("Output:\n", 1)[1]
+    assert len(prompts.missing_questions(shown, 10)) == 4
+
+
+def test_enrichment_prompt_shows_the_existing_triples_capped():
+    known = [(f"E{i}", "linked to", f"F{i}") for i in range(prompts.MAX_EXISTING_TRIPLES + 5)]
+    text = prompts.feedback_messages("Who tutored Ada Lovelace?", ["Ada Lovelace\nShe was tutored by Mary."],
+                                     known)[-1]["content"]
+    real = text.split("Now the real data.", 1)[1]
+    assert real.index("Existing Triples:") < real.index("Sub-questions:\nWho tutored Ada Lovelace?") < \
+        real.index("Related Sentences:\n[1] Ada Lovelace\nShe was tutored by Mary.") < real.index("Records:")
+    shown = [l for l in real.split("Sub-questions:")[0].splitlines() if l.startswith("<")]
+    assert shown == [f"<E{i} | linked to | F{i}>" for i in range(prompts.MAX_EXISTING_TRIPLES)]
+    assert real.count("<") == prompts.MAX_EXISTING_TRIPLES
+    capped = prompts.feedback_messages("q?", ["p"], known, max_existing=2)[-1]["content"].split("Now the real data.")[1]
+    assert capped.count("<E") == 2
+    assert "Existing Triples:\n(none)" in prompts.feedback_messages("q?", ["p"])[-1]["content"]
+    # the worked example (Marie Curie's shared prize) is valid records, each quote exact
+    example = text.split("Now the real data.")[0].rsplit("Example", 1)[1]
+    sentence = example.split("Related Sentences:\n", 1)[1].split("\n\n", 1)[0]
+    ext = parse_records(example.split("Records:\n", 1)[1])
+    assert len(ext.entities) == 3 and len(ext.relations) == 2 and not ext.rejected
+    assert all(r["quote"] in sentence for r in ext.relations)
+    assert "<Marie Curie | won Nobel Prize in Physics | 1903>" in example
+
+
+def test_feedback_gives_the_rounds_retrieved_triples_as_existing_triples(tmp_path, fake_embedder):
+    folder = _saved_kg(tmp_path)
+    ctx = _ctx(tmp_path, fake_embedder, _method_llm(), identity="scripted:existing")
+    m = make_method("tcr-qf", ctx, {"max_iterations": 1}, seed=0, kg_folder=lambda spec: folder)
+    t = m.answer(Q[0]).trace
+    retrieved = t["rounds"][0]["triples"]
+    assert retrieved
+    enrich = [r.prompt for r in ctx.llm.requests if ENRICH in r.prompt]
+    assert enrich
+    real = enrich[0].split("Now the real data.", 1)[1].split("Sub-questions:")[0]
+    assert [l for l in real.splitlines() if l.startswith("<")] == [f"<{h} | {r} | {o}>" for h, r, o in retrieved]
+    missing = next(r.prompt for r in ctx.llm.requests if MISSING in r.prompt)
+    assert "Final Answer" not in missing.split("Now the real data.", 1)[1]   # the paper's prompt takes no answer
 
 
 def test_prompt_parsers():

@@ -477,7 +477,7 @@ def test_kg_tables_and_cost():
 # ------------------------------------------------------------------ the notebooks' path with a scripted LLM
 ADA = ["Ada Lovelace was born in London.", "She was tutored by Mary Somerville."]
 BABBAGE = ["Charles Babbage designed the Analytical Engine.", "Babbage lived in London."]
-MISSING_HEAD = MP.missing_messages("\x00", "\x00", "\x00", 1)[-1]["content"].split("\x00")[0][:60]
+MISSING_HEAD = MP.missing_messages("\x00", "\x00")[-1]["content"].split("\x00")[0][:60]
 
 
 def twowiki_root(root: Path) -> Path:
@@ -524,7 +524,7 @@ def scripted_world(messages, params):
         name = next(k for k in item if k != "score")
         options = item[name]["enum"][:schema[key]["maxItems"]]
         return json.dumps({key: [{name: o, "score": 0.5} for o in options]})
-    knows = "Mary Somerville" in text.split("Question:")[0]
+    knows = "Mary Somerville" in text.rsplit("Question:", 1)[0]
     if text.startswith(MISSING_HEAD):
         return "Who tutored Ada Lovelace?" if "Who tutored" in text and not knows else "NONE"
     return "Final Answer: Mary Somerville" if "Who tutored" in text and knows else "Final Answer: London"
@@ -555,6 +555,16 @@ def test_the_notebooks_path_from_kg_to_growth(notebook):
     assert (st["chunks"], st["nodes"], st["edges"], st["unregistered_eid_relations"]) == (2, 4, 3, 1)
     assert TQ.initial_entities(built) == {"ada lovelace", "london", "charles babbage", "analytical engine"}
     assert tcr_qf_report.kg_table({"2wiki": st}).loc["2WikiMultiHopQA", "chunks"] == 2
+    # the quote check's counts reach the table and the summary row: "met someone" went to an
+    # unregistered EID; every kept quote is in its chunk here, so flag keeps 3 and flags none
+    full = TQ.kg_stats(nb, built)
+    assert nb.settings.quote_check == "flag"   # the method's default, through from_methods
+    assert {k: full[k] for k in ("relations_kept", "relations_flagged", "relations_dropped", "edges_kept")} == \
+        {"relations_kept": 3, "relations_flagged": 0, "relations_dropped": 0, "edges_kept": 3}
+    row = tcr_qf_report.kg_rows({"2wiki": full})[0]
+    assert (row["quote_check"], row["relations_kept"], row["quotes_not_in_chunk"]) == ("flag", 3, 0)
+    assert tcr_qf_report.kg_table({"2wiki": full}).loc["2WikiMultiHopQA", "relations dropped"] == 0
+    assert notebook("40_tcr_qf_kg_construction", quote_check="drop").settings.quote_check == "drop"
     assert "unregistered EID" in set(tcr_qf_report.rejected_frame(tcr_qf_report.journal(built))["reason"].str.split(":").str[0])
 
     nb = notebook("41_tcr_qf_main", systems=["tcr-llm", "tog", "tcr-qf"])

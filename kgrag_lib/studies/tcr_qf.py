@@ -101,7 +101,11 @@ class KGConstruction(TcrQFRuns):
     """40_tcr_qf_kg_construction: the KG of each corpus (§3.1), its statistics, the share of
     records the parser rejected, and what extraction cost."""
 
+    from_methods = {"quote_check": (TCR, "quote_check")}
     records_shown: int = opt(8, "rejected records and failed outputs shown per corpus")
+    quote_check: str | None = opt(None, "relations whose quote is not in their chunk: flag (kept, marked "
+                                        "quote_in_chunk false) or drop (left out of the KG the runs read) (None: the "
+                                        "profile's methods.tcr-qf.quote_check)", choices=("flag", "drop"))
 
 
 @dataclass
@@ -181,6 +185,22 @@ def tcr_kg(nb: "Setup", dataset: str) -> "BuiltKG":
     from ..kg.sources import shared_kg
 
     return shared_kg(nb.ctx, nb.settings.kg_spec(dataset))
+
+
+def kg_stats(nb: "Setup", built: "BuiltKG") -> dict[str, Any]:
+    """The build's statistics (`kg.tcr_kg.build_stats`) with what the notebook's quote check
+    keeps, flags and drops (`TcrKG.quote_counts`: quote_check, relations_kept, relations_flagged,
+    relations_dropped, edges_kept), counted on the built KG as a run reads it, so a KG built
+    before the check has them too."""
+    from pathlib import Path
+
+    from ..kg.tcr_kg import TcrKG
+
+    folder = built.extra.get("tcr_folder")
+    if folder is None:
+        raise ConfigError(f"kg={built.spec!r} is not a TCR-QF KG; use tcr:<dataset>[:<split>]:n=<N>:seed=<S>")
+    check = getattr(nb.settings, "quote_check", None) or "flag"
+    return {**built.stats, **TcrKG.load(Path(folder), quote_check=check).quote_counts()}
 
 
 def initial_entities(built: "BuiltKG") -> set[str]:

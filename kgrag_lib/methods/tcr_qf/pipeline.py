@@ -13,9 +13,11 @@
 | tcr-af         | TCR-AF                       | ToG beam search           | yes | answer   |
 
 §3.4's loop, as we run it: answer from the retrieved subgraph (with restored sentences under
-TCR) -> QF: the LLM lists the missing knowledge as questions (at most `max_missing`); each is
-answered by dense retrieval of `feedback_top_k` chunks of the corpus, from which new triples are
-extracted in the EID-record format and added to the KG (edit-distance de-duplication, `kg.tcr_kg`)
+TCR) -> QF: the LLM lists the missing knowledge as questions from the question and the round's
+contextual information (at most `max_missing` kept); each is answered by dense retrieval of
+`feedback_top_k` chunks of the corpus, from which new triples are extracted in the EID-record
+format, given the round's retrieved triples as the paper's Existing Triples, and added to the KG
+(edit-distance de-duplication and the quote check `quote_check`, `kg.tcr_kg`)
 -> the subgraph is retrieved again from the grown KG and the question answered again. AF instead
 extracts the triples of the model's own answer. The loop stops when nothing is missing
 (ΔK = ∅), when the KG did not change (the next answer would repeat: same KG, same greedy
@@ -60,7 +62,8 @@ DEVIATIONS = (
     "sampled questions, as the paper does following HotpotQA's setting.",
     "TCR-QF: ToG runs over the extracted KG with topic entities found by name match and description similarity "
     "(ToG takes them from the dataset); relation pruning and entity scoring answer JSON restricted to the "
-    "candidates; no call is sent when an entity has at most `width` relations or a relation one target.",
+    "candidates; no call is sent when an entity has at most `width` relations (each scores 1/k) or a relation one "
+    "target (it scores 1), so every candidate set's scores sum to 1 as ToG's do (the LLM's are normalised).",
     "TCR-QF: the dense retriever of feedback and Naive RAG is the run's embedder (MiniLM on CPU), not OpenAI's "
     "text-embedding-small; feedback reads the top feedback_top_k chunks per missing question.",
     "TCR-QF: feedback rounds run over the whole sample (schedule=sample, the default): round r answers every open "
@@ -102,6 +105,10 @@ class TcrQFConfig:
     max_iterations: int = opt(20, "I_max: feedback rounds at most (the paper: 20)", min=0)
     max_missing: int = opt(5, "missing-knowledge questions kept per round (the paper sets no limit)", min=1)
     feedback_top_k: int = opt(3, "chunks retrieved per missing-knowledge question (the paper does not say)", min=1)
+    quote_check: str = opt("flag", "a relation whose quote is not found in its chunk (whitespace and case "
+                                   "normalised; §3.1 asks for an exact quote): flag = keep it marked "
+                                   "quote_in_chunk false; drop = leave it out of the KG (the built KG and feedback)",
+                           choices=("flag", "drop"), absent="flag")
     dedupe_threshold: float = opt(0.85, "normalized edit similarity at which a feedback entity or relation is a "
                                         "duplicate (the paper gives no value)", gt=0.0, max=1.0)
     top_k: int = opt(5, "chunks of the Naive RAG baseline", min=1)
@@ -155,6 +162,7 @@ class _Parts:
     chunk_vecs: np.ndarray
     entities: EntityIndex
     pids: set[str]
+    quotes: dict[str, Any]   # the built KG's relations by the quote check (`TcrKG.quote_counts`)
 
 
 @dataclass
@@ -226,7 +234,8 @@ class TcrQF(Method):
             from ...retrieval import embed_cached
 
             folder = self._kg_folder(spec)
-            kg = TcrKG.load(folder, threshold=self.cfg.dedupe_threshold)
+            kg = TcrKG.load(folder, threshold=self.cfg.dedupe_threshold, quote_check=self.cfg.quote_check)
+            built_quotes = kg.quote_counts()
             name = f"tcr-{folder.name}"
             sentences = self.ctx.memo(f"tcr:sentences:{folder}:{self.ctx.embedder.identity}", lambda: SentenceIndex.build(
                 kg.chunks.values(), self.ctx.embedder, Path(self.ctx.cache_dir), f"{name}-sentences"))
@@ -235,7 +244,8 @@ class TcrQF(Method):
                 self.ctx.embedder, [kg.chunks[c].as_text() for c in ids], cache_dir=Path(self.ctx.cache_dir),
                 name=f"{name}-chunks", show_progress=False), dtype=np.float32))
             ents = entity_index(kg, self.embed)
-            self._parts[spec] = _Parts(kg, sentences, ids, vecs, ents, {c.pid for c in kg.chunks.values()})
+            self._parts[spec] = _Parts(kg, sentences, ids, vecs, ents, {c.pid for c in kg.chunks.values()},
+                                       built_quotes)
             for added in self._replayed:
                 kg.replay(added)
             ents.update(kg)
@@ -319,18 +329,19 @@ class TcrQF(Method):
         cfg = self.cfg
         params = self._params(cfg.extract_max_tokens).replace(grammar=GRAMMAR)
         if self.variant.feedback == "query":
-            out = self.ctx.llm.generate(prompts.missing_messages(q.question, ans, context, cfg.max_missing),
-                                        self._params(cfg.max_tokens))
+            out = self.ctx.llm.generate(prompts.missing_messages(q.question, context), self._params(cfg.max_tokens))
             needs = prompts.missing_questions(out, cfg.max_missing)
             round_trace["missing"] = needs
             if not needs:
                 return None
+            # Existing Triples of the enrichment prompt: the round's retrieved subgraph (see prompts)
+            existing = [tuple(t) for t in round_trace.get("triples") or []]
             found = []
             for j, need in enumerate(needs):
                 rows = dense_top(p.chunk_vecs, self.embed_query(need), cfg.feedback_top_k)
                 cids = [p.chunk_ids[i] for i in rows]
-                ext = parse_records(self.ctx.llm.generate(
-                    feedback_messages(need, [p.kg.chunks[c].as_text() for c in cids]), params))
+                ext = parse_records(self.ctx.llm.generate(feedback_messages(
+                    need, [p.kg.chunks[c].as_text() for c in cids], existing), params))
                 found.append((f"{q.qid}#{it}:{j}", ext, cids, {"need": need, "chunks": cids, **ext.counts()}))
             return found
         ext = parse_records(self.ctx.llm.generate(answer_messages(q.question, raw), params))
@@ -344,7 +355,8 @@ class TcrQF(Method):
         for origin, ext, cids, entry in found:
             got = p.kg.add(ext, origin, cids)
             added.extend(got.triples)
-            more = {"new_triples": len(got.triples), "duplicates": got.duplicates}
+            more = {"new_triples": len(got.triples), "duplicates": got.duplicates,
+                    "quotes_not_in_chunk": got.quotes_not_in_chunk, "dropped_quote": got.dropped_quote}
             if self.variant.feedback == "query":
                 more["merged_entities"] = got.merged_entities
             entries.append({**entry, **more})
@@ -370,6 +382,7 @@ class TcrQF(Method):
             spec = resolve_spec(cfg.kg, question.dataset, self.run_seed)
             trace["kg"] = spec
             p = self.parts(spec)
+            trace["kg_quotes"] = p.quotes
             missing = coverage_issue(question, p.pids, "TCR-QF KG's chunks")
             if missing:
                 trace["issues"].append(missing)
@@ -456,6 +469,7 @@ class TcrQF(Method):
         st = _Open(q, trace, Meter())
         t0 = time.perf_counter()
         st.parts = self.parts(spec)
+        trace["kg_quotes"] = st.parts.quotes
         missing = coverage_issue(q, st.parts.pids, "TCR-QF KG's chunks")
         if missing:
             trace["issues"].append(missing)

@@ -5,7 +5,32 @@ pruning, entity scoring, a sufficiency check), and the LLM-only and CoT baseline
 Inputs and output formats follow the papers: triples written `<h | r | t>`, restored sentences
 under "Related Text", a reasoning section then a line "Final Answer: <short phrase>", missing
 knowledge as one atomic question per line. The ToG stages answer in JSON constrained to a
-schema whose enums are the candidates, so a small model can only pick what exists.
+schema whose enums are the candidates, so a small model can only pick what exists; as in ToG,
+they ask for scores that add up to 1 over the candidates (`search` normalises what comes back).
+
+Missing knowledge (§3.4, appendix "Missing Knowledge Identification Prompt"): the paper's inputs
+(the contextual information, Triples and Related Text, and the question in quotes), its
+instructions (ask only for what the context lacks; besides the facts asked for, also the
+background, definitions, conditions or clarifications that make the answer complete; one
+atomic question each; no repeats), its three worked examples (Einstein's Nobel Prize, the
+Moon's orbit, Apple's founding: the same triples and the same kinds of questions, worded by us)
+and its output (questions, one per line, nothing else). Two differences, both stated in
+DEVIATIONS: a model that finds nothing missing may write NONE (the paper stops when ΔK = ∅ but
+its prompt gives no way to say so, and a small model never writes an empty answer), and the
+questions kept per round are capped when parsed (`max_missing`; the paper sets no cap). §3.4's
+formula also lists the current answer among IdentifyMissing's inputs; the appendix prompt has
+no slot for it, and we follow the prompt.
+
+KG enrichment (§3.4, appendix "Knowledge Graph Enrichment Prompt"): Existing Triples, the
+Sub-questions and the Related Sentences in, EID records out, with the paper's rules (new facts
+only, each backed by the text, no inference, no repeated relation, existing entities may be
+listed again) and its worked example (Marie Curie's shared prize) in our words. The paper fills
+Existing Triples from the same contextual information the missing-knowledge step saw; ours are
+the triples of the round's retrieved subgraph, at most `MAX_EXISTING_TRIPLES` (30) of them in
+search order: the paper sets no cap, and ToG keeps at most width x depth triples (9 at its
+defaults), so the cap binds only for a wider or deeper search, where it bounds the prompt.
+One call per missing question (§3.4's ExtractTriples(k_q, D_relevant)), so Sub-questions holds
+one question.
 
 KG extraction (§3.1, appendix "Triples Extraction Prompt"; read by `records.parse_records`):
 bracketed records, entities first, then relations between registered entity ids, each relation
@@ -13,7 +38,8 @@ with a quote. The rules are our own wording of the appendix's (sequential EIDs f
 names, no pronouns as entities, specific natural types, relations only between listed EIDs,
 each backed by an exact quote). The same rules serve the feedback extraction of §3.4 and
 TCR-AF's answer extraction. `GRAMMAR` constrains decoding to the format where the backend can
-(llama.cpp); its bounds stop a small model's loops. Any change to these bytes must bump
+(llama.cpp); its bounds stop a small model's loops. Any change to the bytes of the chunk
+extraction (`_RECORDS_SYSTEM`, `_RULES`, `_EXTRACT_TASK`, `GRAMMAR`) must bump
 `RECORDS_PROMPT_VERSION`, which names the KG build folder.
 """
 
@@ -21,10 +47,11 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Sequence
 
 from ...llm.base import Messages
 
-PROMPT_VERSION = "tcrq1"
+PROMPT_VERSION = "tcrq2"
 FINAL = re.compile(r"final answer\s*[:：]\s*(.+)", re.IGNORECASE)
 
 _SYSTEM = "You answer questions by careful reasoning over the information you are given."
@@ -57,26 +84,80 @@ Question: {question}
 
 Reasoning Process:"""
 
-_MISSING = """Here is what we know and a question. Decide which facts are still missing to answer the
-question fully and correctly, and write each missing fact as one short, self-contained question.
+_MISSING = """Read the contextual information and the question below. Work out which pieces of
+information are still missing but needed, or useful, to answer the question fully, correctly
+and in context, and write each one as a separate, self-contained question.
 
-- Ask only for information that is not already stated in the contextual information.
-- Each question asks for exactly one fact, attribute or relation.
-- Write at most {max_questions} questions, one per line, with no numbering, no explanation and
-  nothing else. If nothing is missing, write only: NONE
+- Go through the Triples and the Related Text first, and ask only about what they do not
+  already state.
+- Besides the facts the question asks for directly, think of what would make the answer more
+  complete: related details, background, definitions, conditions, how something came about,
+  clarifications.
+- Each question asks about exactly one fact, attribute or relation, and can be understood on
+  its own; split a need for several facts into several questions.
+- Do not repeat a question, and do not ask about anything the contextual information gives.
+- Write only the questions, one per line: no numbering, no explanation, nothing else. If
+  nothing at all is missing, write only: NONE
 
+Example 1
+Contextual Information:
+Triples:
+<Albert Einstein | born in | Ulm>
+<Albert Einstein | born on | 14 March 1879>
+<Albert Einstein | known for | theory of relativity>
+<Albert Einstein | won Nobel Prize in | 1921>
+<1921 Nobel Prize in Physics | awarded to | Albert Einstein>
+
+Question: "What was Albert Einstein given the Nobel Prize in Physics for?"
+
+Output:
+For what work was the 1921 Nobel Prize in Physics given?
+What did the official citation of Albert Einstein's 1921 Nobel Prize in Physics say?
+Who else was nominated for the 1921 Nobel Prize in Physics?
+By what criteria was the 1921 Nobel Prize in Physics decided?
+
+Example 2
+Contextual Information:
+Triples:
+<The Moon | orbits | Earth>
+<Earth | part of | Solar System>
+<Solar System | includes | Sun>
+
+Question: "How long does the Moon take to go once around the Earth, and how far away from the Earth is it?"
+
+Output:
+How long is the Moon's orbital period around the Earth?
+What is the mean distance between the Moon and the Earth?
+What influences the length of the Moon's orbital period?
+What shape does the Moon's orbit around the Earth have?
+
+Example 3
+Contextual Information:
+Triples:
+<Apple Inc. | founded by | Steve Jobs>
+<Apple Inc. | founded on | April 1, 1976>
+<Apple Inc. | headquarters in | Cupertino, California>
+
+Question: "Where was Apple Inc. first founded, and by whom?"
+
+Output:
+In what place was Apple Inc. first founded?
+Who founded Apple Inc. together with Steve Jobs?
+Under what name was Apple Inc. founded?
+Why and in what circumstances was Apple Inc. founded?
+
+Now the real data.
 Contextual Information:
 {context}
 
-Question: {question}
+Question: "{question}"
 
-Current answer: {answer}
-
-Missing questions:"""
+Output:"""
 
 _RELATIONS = """We are exploring a knowledge graph to answer a question. We are at the entity
 "{entity}". Choose at most {width} of its relations below that are most likely to lead to the
-answer, and give each a score between 0 and 1 (higher = more useful).
+answer, and give each a score between 0 and 1 (higher = more useful), the scores of the
+relations you choose adding up to 1.
 
 Question: {question}
 
@@ -87,7 +168,7 @@ Answer with JSON: {{"relations": [{{"relation": "...", "score": 0.5}}]}}"""
 
 _ENTITIES = """We are exploring a knowledge graph to answer a question. Following the relation
 "{relation}" from "{entity}" leads to the entities below. Give each a score between 0 and 1 for
-how likely it helps answer the question.
+how likely it helps answer the question, the scores of all the entities adding up to 1.
 
 Question: {question}
 
@@ -144,9 +225,10 @@ def cot_messages(question: str) -> Messages:
     return _chat(_COT.format(question=question))
 
 
-def missing_messages(question: str, answer: str, context: str, max_questions: int) -> Messages:
-    return _chat(_MISSING.format(question=question, answer=answer or "(none)", context=context,
-                                 max_questions=max_questions))
+def missing_messages(question: str, context: str) -> Messages:
+    """IdentifyMissing (§3.4): the contextual information and the question, as the appendix's
+    prompt takes them (see the module doc)."""
+    return _chat(_MISSING.format(question=question, context=context))
 
 
 def relation_messages(question: str, entity: str, relations: list[str], width: int) -> Messages:
@@ -184,6 +266,9 @@ def missing_questions(text: str, limit: int) -> list[str]:
             out.append(q)
     return out[:limit]
 
+
+# Existing Triples shown to one KG-enrichment call at most (see the module doc).
+MAX_EXISTING_TRIPLES = 30
 
 # ---- KG extraction records (§3.1, §3.4) ------------------------------------------------------
 RECORDS_PROMPT_VERSION = "tcr2"
@@ -234,14 +319,49 @@ Text:
 
 Records:"""
 
-_FEEDBACK_TASK = """We need this piece of information: {need}
+_FEEDBACK_TASK = """Add to a knowledge graph the facts it still lacks. You are given the triples it
+already holds (Existing Triples), the questions whose answers are missing (Sub-questions) and
+passages that may hold those answers (Related Sentences). Extract, as records, every fact of
+the Related Sentences that answers a Sub-question or gives useful context for it, and that
+the Existing Triples do not already hold.
 
-Below are passages that may contain it. Extract, as records, the entities and relations of the
-passages that give this information (and the facts needed to understand it).
+- read the Sub-questions first: what do they ask, and what would help answer them?
+- take facts only from the Related Sentences, each backed by words of the text; do not infer,
+  widen or combine facts beyond what the text states or plainly implies
+- leave out a fact the Existing Triples already hold, and never write the same relation twice
+- an entity may be listed again (also one of the Existing Triples) when a new relation needs it
+- a sentence that gives several useful facts gives one relation per fact
 
 {rules}
 
-Passages:
+Example
+Existing Triples:
+<Marie Curie | won Nobel Prize in Physics | 1903>
+<Marie Curie | won Nobel Prize in Chemistry | 1911>
+
+Sub-questions:
+In which years did Marie Curie win her Nobel Prizes?
+With whom did Marie Curie share the 1903 Nobel Prize in Physics?
+
+Related Sentences:
+[1] Nobel Prizes
+Marie Curie shared the 1903 Nobel Prize in Physics with Pierre Curie and Henri Becquerel.
+
+Records:
+[entity | E1 | Person | "Marie Curie" | physicist and chemist]
+[entity | E2 | Person | "Pierre Curie" | physicist]
+[entity | E3 | Person | "Henri Becquerel" | physicist]
+[relation | E1 | shared Nobel Prize with | E2 | "shared the 1903 Nobel Prize in Physics with Pierre Curie"]
+[relation | E1 | shared Nobel Prize with | E3 | "shared the 1903 Nobel Prize in Physics with Pierre Curie and Henri Becquerel"]
+
+Now the real data.
+Existing Triples:
+{existing}
+
+Sub-questions:
+{need}
+
+Related Sentences:
 {passages}
 
 Records:"""
@@ -263,11 +383,17 @@ def extraction_messages(text: str) -> Messages:
             {"role": "user", "content": _EXTRACT_TASK.format(rules=_RULES, text=text)}]
 
 
-def feedback_messages(need: str, passages: list[str]) -> Messages:
-    """ExtractTriples(k_q, D_relevant): records that answer one missing-knowledge question (§3.4)."""
+def feedback_messages(need: str, passages: list[str], existing: Sequence[tuple[str, str, str]] = (),
+                      max_existing: int | None = None) -> Messages:
+    """ExtractTriples(k_q, D_relevant) (§3.4): records that answer one missing-knowledge question,
+    given the triples already known: the first `max_existing` (default `MAX_EXISTING_TRIPLES`) of
+    `existing`, in their order; "(none)" when there are none."""
     shown = "\n\n".join(f"[{i}] {p}" for i, p in enumerate(passages, 1))
+    cap = MAX_EXISTING_TRIPLES if max_existing is None else max(0, int(max_existing))
+    known = "\n".join(f"<{h} | {r} | {t}>" for h, r, t in list(existing)[:cap]) or "(none)"
     return [{"role": "system", "content": _RECORDS_SYSTEM},
-            {"role": "user", "content": _FEEDBACK_TASK.format(need=need, rules=_RULES, passages=shown)}]
+            {"role": "user", "content": _FEEDBACK_TASK.format(need=need, rules=_RULES, passages=shown,
+                                                             existing=known)}]
 
 
 def answer_messages(question: str, answer: str) -> Messages:

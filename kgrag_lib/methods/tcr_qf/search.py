@@ -3,12 +3,25 @@ GraphRAG-style local search baseline, and dense chunk retrieval (Naive RAG, feed
 
 ToG as we run it (the defaults are ToG's: width 3, depth 3, exploration temperature 0.4):
 topic entities -> per beam entity, its relations (outgoing `r`, incoming `r (reverse)`) pruned
-by the LLM to at most `width` with scores (no call when it has at most `width`) -> per kept
-relation, its target entities scored by the LLM (no call for a single target; at most
-`max_candidates` targets shown, in store order) -> the `width` best paths by the product of
-scores form the next beam -> the LLM says whether the facts gathered are enough (stop) or the
-search goes one level deeper. The ToG stages answer JSON constrained to enums of the candidates;
-an output that still does not parse keeps the candidates in order and is listed as an issue.
+by the LLM to at most `width` with scores -> per kept relation, its target entities scored by
+the LLM (at most `max_candidates` targets shown, in store order) -> the `width` best paths by
+the product of scores form the next beam -> the LLM says whether the facts gathered are enough
+(stop) or the search goes one level deeper. The ToG stages answer JSON constrained to enums of
+the candidates; an output that still does not parse keeps the candidates in order with equal
+scores and is listed as an issue.
+
+One scale for every score (`_normalised`). ToG asks the model for scores that sum to 1: over
+the `width` relations it keeps, and over all the candidate entities of a relation; its code
+scores a lone candidate entity 1 (times the relation's score) and falls back to 1/k each when
+the scores cannot be read. We do the same, and make the sums hold whatever the model wrote:
+the scores of the kept relations, and those of a relation's candidate entities, are divided by
+their sum (a candidate the model left out scores 0). Two shortcuts save calls where ToG would
+make one, and give the scores a call could at best distribute: an entity with at most `width`
+relations keeps all of them at 1/k each (no pruning call: there is nothing to prune, and the
+uniform split is the one that assumes nothing), and a relation with one target gives it 1 (no
+scoring call). So a path's score, the product along it, is comparable between paths whichever
+branch scored them. When the model scores every candidate 0 the zeros are kept (nothing to
+normalise): those candidates leave the beam, as before.
 
 Topic entities: the KG entities whose name occurs in the question (whole words, longest first),
 then the entities whose "name: description" is most similar to the question, up to `topic_k`.
@@ -116,6 +129,12 @@ def _scores(llm: Any, messages: Any, params: SamplingParams, key: str, item: str
         return {o: 1.0 / len(options) for o in options}, f"search: unusable {key} scores, kept the candidates in order"
 
 
+def _normalised(scores: dict[str, float]) -> dict[str, float]:
+    """Scores divided by their sum, so they add up to 1 (all zeros: unchanged; see the module doc)."""
+    total = sum(scores.values())
+    return {k: v / total for k, v in scores.items()} if total > 0 else dict(scores)
+
+
 @dataclass
 class SearchResult:
     triples: list[tuple[str, str, str]] = field(default_factory=list)
@@ -139,15 +158,15 @@ def tog_search(kg: TcrKG, llm: Any, question: str, topic: list[str], *, width: i
             if not rels:
                 continue
             names = list(rels)
-            if len(names) <= width:
-                chosen = {r: 1.0 for r in names}
+            if len(names) <= width:   # nothing to prune: an equal share each (see the module doc)
+                chosen = {r: 1.0 / len(names) for r in names}
             else:
                 schema = prompts.choice_schema("relations", "relation", names, width)
                 chosen, issue = _scores(llm, prompts.relation_messages(question, entity, names, width),
                                         explore.replace(json_schema=schema), "relations", "relation", names)
                 if issue:
                     res.issues.append(issue)
-                chosen = dict(sorted(chosen.items(), key=lambda kv: -kv[1])[:width])
+                chosen = _normalised(dict(sorted(chosen.items(), key=lambda kv: -kv[1])[:width]))
             step["relations"][entity] = chosen
             for rel, rs in chosen.items():
                 reverse = rel.endswith(REVERSE)
@@ -163,6 +182,7 @@ def tog_search(kg: TcrKG, llm: Any, question: str, topic: list[str], *, width: i
                                         explore.replace(json_schema=schema), "entities", "entity", targets)
                     if issue:
                         res.issues.append(issue)
+                    es = _normalised({t: es.get(t, 0.0) for t in targets})
                 step["entities"][f"{entity} -> {rel}"] = es
                 for target in targets:
                     candidates.append((score * rs * es.get(target, 0.0), target, ends[target]))

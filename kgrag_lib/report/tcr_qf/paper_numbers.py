@@ -218,8 +218,24 @@ DEVIATIONS = (
     "added over all questions (from each prediction's kg_added); nodes count the entities of those triples (an "
     "entity extracted without a relation is not recorded in the traces); a question that stopped early keeps its "
     "last answer in later rounds. Fig. 3 prints no values in the paper.",
-    "TCR-QF: the missing-knowledge prompt adds a NONE exit and the current answer, and drops the paper's background questions and its examples; the KG-enrichment call is not given the paper's \"Existing Triples\" input. Both are stated, not yet fixed (a prompt change needs the TCR-QF runs redone).",
-    "TCR-QF: our ToG gives score 1.0 without an LLM call to an entity with at most `width` relations or a relation with one target, while other candidates get LLM scores; ToG's scores sum to 1 over the candidates, so our beam products mix two scales.",
-    "TCR-QF: the paper requires each extracted relation to quote its chunk exactly; our extraction does not check the quote (the issue counted 260 of 435 quotes not found in their chunk; the published results hold no built KG to recount them).",
+    "TCR-QF: the missing-knowledge and KG-enrichment prompts follow the paper's appendix prompts (their inputs, "
+    "instructions, worked examples and output formats, in our words) with these differences: a model that finds "
+    "nothing missing may write NONE (the paper stops when nothing is missing, but its prompt gives no way to say so "
+    "and a small model never answers with nothing); the missing questions kept per round are capped (max_missing; "
+    "the paper sets no cap); the current answer is not an input (§3.4's formula lists it, the appendix prompt has no "
+    "slot for it); the enrichment call's Existing Triples are the round's retrieved triples (at most 30) and it is "
+    "sent once per missing question, so its Sub-questions hold one. The committed cpu-reference TCR-QF runs used the "
+    "earlier prompts (no examples, no background questions, the current answer shown, no Existing Triples).",
+    "TCR-QF: ToG's candidate scores sum to 1, as in ToG: the LLM's scores are divided by their sum over the kept "
+    "relations and over a relation's candidate entities; where we send no call (an entity with at most `width` "
+    "relations, which ToG would still prune by the LLM) each relation scores 1/k, and a lone target 1. The committed "
+    "cpu-reference runs used the earlier scoring, which gave 1.0 to every candidate of a skipped call and the LLM's "
+    "raw scores to the rest, so their beam products mixed two scales.",
+    "TCR-QF: the paper requires each extracted relation to quote its text exactly; we check every quote against its "
+    "chunk (a feedback relation: the passages it was read from) after NFKC, collapsing whitespace and case-folding. "
+    "By default (quote_check=flag) a relation whose quote is not found is kept and marked quote_in_chunk false; "
+    "quote_check=drop leaves it out of the KG and of feedback. The paper does not say what it did with such "
+    "relations. The issue counted 260 of 435 quotes not found in the reference KG's chunks; the committed runs kept "
+    "them all, as flag does.",
     "TCR-QF: with the 0.5B model the reasoning output has no `Final Answer:` line for 9-10 of 10 questions in every retrieval system (the report's mechanism health counts it per run), so its TCR-QF claims read 'not testable at this model'.",
 )

@@ -463,6 +463,8 @@ KG_COLUMNS = {
     "chunks_with_zero_entities": "chunks with 0 entities", "failed_outputs": "failed outputs",
     "records_rejected": "records rejected", "unparsable_record_rate": "unparsable record rate",
     "unregistered_eid_relations": "relations to unregistered EIDs", "quotes_not_in_chunk": "quotes not in chunk",
+    "quote_check": "quote check", "relations_kept": "relations kept", "relations_flagged": "relations flagged",
+    "relations_dropped": "relations dropped", "edges_kept": "edges kept",
     "ignored_lines": "lines ignored", "llm_calls": "LLM calls", "prompt_tokens": "prompt tokens",
     "completion_tokens": "completion tokens", "seconds_this_build": "wall s (build)",
 }
