@@ -759,6 +759,9 @@ def test_feedback_gives_the_rounds_retrieved_triples_as_existing_triples(tmp_pat
 def test_prompt_parsers():
     assert prompts.final_answer("Reasoning Process:\n- x\nFinal Answer: **Christopher Nolan**.") == "Christopher Nolan"
     assert prompts.final_answer("no answer here") is None
+    # the 0.5B model's usual wording of the asked-for line (9 of the committed 2Wiki ToG outputs)
+    assert prompts.final_answer("Steps...\nTherefore, the final answer is: She Shall Have Music.") == "She Shall Have Music"
+    assert prompts.final_answer('the final answer is "2005"') is None          # no colon: not the asked-for line
     assert prompts.missing_questions("1. Who is X?\n- When did Y die?\nWho is X?\nNONE\nshort?", 5) == [
         "Who is X?", "When did Y die?"]
     assert prompts.missing_questions("NONE", 5) == []

@@ -52,7 +52,9 @@ from typing import Sequence
 from ...llm.base import Messages
 
 PROMPT_VERSION = "tcrq2"
-FINAL = re.compile(r"final answer\s*[:：]\s*(.+)", re.IGNORECASE)
+# "Final Answer: X", also as small models write it ("the final answer is: X"): the line the prompt asks
+# for, in other words; an output with neither still fails the parse (and says so in its issues).
+FINAL = re.compile(r"final answer(?:\s+is)?\s*[:：]\s*(.+)", re.IGNORECASE)
 
 _SYSTEM = "You answer questions by careful reasoning over the information you are given."
 
@@ -250,7 +252,7 @@ def final_answer(text: str) -> str | None:
     found = FINAL.findall(text or "")
     if not found:
         return None
-    ans = found[-1].strip(" *").rstrip(".").strip(" *")
+    ans = found[-1].strip(" *").rstrip(".").strip(" *\"'")
     return ans or None
 
 
