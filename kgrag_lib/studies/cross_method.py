@@ -113,9 +113,8 @@ class CrossMethod(Sample, WithModel):
     def sample_kgs(self) -> dict[str, str]:
         """The LLM-built KGs the selected methods read, by family: spec resolved with this seed."""
         from ..methods.common import resolve_spec
-        from ..methods.registry import get_method
 
-        families = {get_method(m).family for m in self.methods}
+        families = {family_of(m) for m in self.methods if reads_sample_kg(m)}
         return {fam: resolve_spec(f"{prefix}:{self.selection()}", self.dataset, int(self.seed or 0))
                 for fam, prefix in SAMPLE_KG.items() if fam in families}
 
@@ -128,6 +127,23 @@ def family_of(method: str) -> str:
     from ..methods.registry import get_method
 
     return get_method(method).family
+
+
+def reads_sample_kg(method: str) -> bool:
+    """Whether `method` reads the KG its family's LLM extracts from the sample (so the notebook
+    builds it first): SA-RAG's PPR and spreading-activation retrievers do, its dense baselines
+    only chunk the passages; every TCR-QF variant with retrieval reads the KG's chunks, LLM only
+    and CoT read nothing."""
+    family = family_of(method)
+    if family == "sa-rag":
+        from ..methods.sa_rag import VARIANTS as SA_VARIANTS
+
+        return SA_VARIANTS[method].retriever != "dense"
+    if family == "tcr-qf":
+        from ..methods.tcr_qf import VARIANTS as TCR_VARIANTS
+
+        return TCR_VARIANTS[method].retrieval not in ("none", "cot")
+    return False
 
 
 @dataclass
