@@ -18,7 +18,8 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from . import mechanism
-from .study import COST_KEYS, PAPER_SETUP
+from .papers import PAPER_SETUP
+from .tables import COST_KEYS
 
 TABLE = "cross-method"                 # the `table` of a method row in summary.json
 KG_TABLE = "cross-method KG build"     # the `table` of a KG build row
@@ -37,7 +38,7 @@ NO_SIGNAL = "–"   # a method with no mechanism beyond retrieval and answering 
 
 
 def paper_of(family: str) -> str:
-    """The paper a study family reproduces (`study.PAPER_SETUP`), or the family itself."""
+    """The paper a study family reproduces (`papers.PAPER_SETUP`), or the family itself."""
     return str(PAPER_SETUP.get(family, {}).get("paper", family))
 
 

@@ -21,10 +21,10 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from .tables import to_markdown
+from .papers import PAPER_SETUP
+from .tables import COST_KEYS, to_markdown
 
 RUN_SCORES = ("hit1", "hit1_exact", "em", "f1", "acc")
-COST_KEYS = ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens", "seconds")
 # What every paper's reproduction here differs in from the paper, whatever the profile.
 DEVIATIONS_COMMON = (
     "Runs on CPU use the profile's small instruction model (cpu profiles: Qwen2.5-Coder 0.5B/1.5B, 4-bit, "
@@ -32,27 +32,6 @@ DEVIATIONS_COMMON = (
     "Sample sizes are the profile's (cpu-reference: about 100 questions per dataset), not the papers' 500-1,000 "
     "x seeds; every table states its n and every claim is tested on paired questions.",
 )
-
-# Each study family's model and retriever in its paper, and the specs that are the paper's own choice
-# (lower case). A run with anything else gets a deviation line naming what it used (`setup_deviations`).
-PAPER_SETUP: dict[str, dict[str, Any]] = {
-    "metaqa": {"paper": "KG-RAG on MetaQA", "model": "4-bit Mistral-7B-Instruct-v0.2 (GGUF, llama.cpp)",
-               "models": {"mistral-7b-instruct-v0.2"},
-               "quantized_alike": {"mistral-7b-instruct-v0.2-hf", "hf:mistralai/mistral-7b-instruct-v0.2",
-                                   "vllm:mistralai/mistral-7b-instruct-v0.2"},
-               "retriever": "multi-qa-mpnet-base-dot-v1",
-               "embedders": {"multi-qa-mpnet-dot", "sentence-transformers/multi-qa-mpnet-base-dot-v1"}},
-    "kg-infused": {"paper": "KG-Infused RAG", "model": "Qwen2.5-7B-Instruct / Llama-3.1-8B-Instruct",
-                   "models": {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "hf:qwen/qwen2.5-7b-instruct",
-                              "vllm:qwen/qwen2.5-7b-instruct", "hf:meta-llama/llama-3.1-8b-instruct"},
-                   "retriever": "Contriever-MS MARCO",
-                   "embedders": {"contriever-msmarco", "facebook/contriever-msmarco"}},
-    "sa-rag": {"paper": "SA-RAG", "model": "phi4 / gemma3 (Ollama)", "models": set(),
-               "retriever": "bge-large-en-v1.5", "embedders": {"bge-large", "baai/bge-large-en-v1.5"}},
-    "tcr-qf": {"paper": "TCR-QF", "model": "gpt-4o-mini", "models": set(),
-               "retriever": "OpenAI text-embedding-small", "embedders": set()},
-}
-
 
 def setup_deviations(runs: pd.DataFrame) -> list[str]:
     """One line per study family whose runs used another model or retriever than its paper, naming
