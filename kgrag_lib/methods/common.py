@@ -10,13 +10,14 @@ from ..records import Question
 PLACEHOLDERS = ("{dataset}", "{seed}")
 
 
-def resolve_spec(template: str, dataset: str, seed: int) -> str:
-    """The KG spec of a question: `template` with `{dataset}` and `{seed}` filled in."""
+def resolve_spec(template: str, dataset: str, seed: int, setting: str = "kg") -> str:
+    """The KG spec (or, with `setting="corpus"`, the corpus) of a question: `template` with
+    `{dataset}` and `{seed}` filled in."""
     spec = str(template).replace("{dataset}", dataset).replace("{seed}", str(int(seed)))
     if "{" in spec or "}" in spec:
-        raise ConfigError(f"parameter 'kg': {template!r} has a placeholder other than {', '.join(PLACEHOLDERS)}")
+        raise ConfigError(f"parameter {setting!r}: {template!r} has a placeholder other than {', '.join(PLACEHOLDERS)}")
     if not spec.strip():
-        raise ConfigError("parameter 'kg': empty KG spec")
+        raise ConfigError(f"parameter {setting!r}: empty {'KG spec' if setting == 'kg' else setting}")
     return spec
 
 

@@ -46,12 +46,24 @@ DECOMPOSING = ("kg-rag", "llm-qd")
 
 
 def _rows(folder: str | Path) -> list[dict[str, Any]]:
+    """A run's per-question rows: the published `questions.jsonl`, else the full
+    `predictions.jsonl`, whose rows get the `mechanism` record their trace gives (as
+    `study.compact_rows` would publish it), so an unpublished run's health is read, not
+    reported as unrecorded."""
     path = Path(folder) / "questions.jsonl"
-    if not path.is_file():
+    full = not path.is_file()
+    if full:
         path = Path(folder) / "predictions.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    if full:
+        for r in rows:
+            if "mechanism" not in r and isinstance(r.get("trace"), Mapping):
+                mech = mechanism_record(r["trace"], r.get("question"), r.get("answers"))
+                if mech:
+                    r["mechanism"] = mech
+    return rows
 
 
 def _issues(row: Mapping[str, Any]) -> list[str]:
@@ -87,9 +99,10 @@ def mechanism_record(trace: Mapping[str, Any], question: str | None = None,
         out["qe_changed"] = bool(trace.get("expanded_query")) and \
             " ".join(str(trace["expanded_query"]).split()).lower() != " ".join(question.split()).lower()
     steps = [st for st in trace.get("steps") or [] if isinstance(st, Mapping)]
-    if "activation" not in trace and any(isinstance(st.get("activation"), Mapping) for st in steps):
+    if "activation" not in trace and (any(isinstance(st.get("activation"), Mapping) for st in steps)
+                                      or trace.get("variant") == "self-ask-kg-infused"):
         # Self-Ask + KG-Infused RAG: one activation per follow-up question; the KG reached the
-        # answer when any follow-up's subgraph holds a triple
+        # answer when any follow-up's subgraph holds a triple (none when it asked no follow-up)
         triples = [t for st in steps for t in (st.get("activation") or {}).get("subgraph") or []]
         out["subgraph_triples"] = len(triples)
         _gold_reached(out, triples, answers)

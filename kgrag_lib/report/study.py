@@ -4,8 +4,9 @@ REPORT.md (and HTML), plus a compact copy of the results that can be committed.
 It reads only files: each notebook's `summary.json` (its result rows, including the paper's
 claims tested on paired questions: rows with a "claim" key) and each run's `manifest.json`,
 `metrics.json` and `predictions.jsonl` under `<results>/<notebook>/runs/` (or `run/`). So a method added
-later (SA-RAG, TCR-QF) appears in the claims, the cross-method table and the cost lines as
-soon as its notebooks and runs exist, without editing the report notebook.
+later (SA-RAG, TCR-QF) appears in the claims, the table of every distinct run and the cost lines
+as soon as its notebooks and runs exist, without editing the report notebook; notebook 50's
+summary rows (every method on the same questions) become the report's first table.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from .tables import to_markdown
+from .papers import PAPER_SETUP
+from .tables import COST_KEYS, to_markdown
 
 RUN_SCORES = ("hit1", "hit1_exact", "em", "f1", "acc")
-COST_KEYS = ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens", "seconds")
 # What every paper's reproduction here differs in from the paper, whatever the profile.
 DEVIATIONS_COMMON = (
     "Runs on CPU use the profile's small instruction model (cpu profiles: Qwen2.5-Coder 0.5B/1.5B, 4-bit, "
@@ -31,27 +32,6 @@ DEVIATIONS_COMMON = (
     "Sample sizes are the profile's (cpu-reference: about 100 questions per dataset), not the papers' 500-1,000 "
     "x seeds; every table states its n and every claim is tested on paired questions.",
 )
-
-# Each study family's model and retriever in its paper, and the specs that are the paper's own choice
-# (lower case). A run with anything else gets a deviation line naming what it used (`setup_deviations`).
-PAPER_SETUP: dict[str, dict[str, Any]] = {
-    "metaqa": {"paper": "KG-RAG on MetaQA", "model": "4-bit Mistral-7B-Instruct-v0.2 (GGUF, llama.cpp)",
-               "models": {"mistral-7b-instruct-v0.2"},
-               "quantized_alike": {"mistral-7b-instruct-v0.2-hf", "hf:mistralai/mistral-7b-instruct-v0.2",
-                                   "vllm:mistralai/mistral-7b-instruct-v0.2"},
-               "retriever": "multi-qa-mpnet-base-dot-v1",
-               "embedders": {"multi-qa-mpnet-dot", "sentence-transformers/multi-qa-mpnet-base-dot-v1"}},
-    "kg-infused": {"paper": "KG-Infused RAG", "model": "Qwen2.5-7B-Instruct / Llama-3.1-8B-Instruct",
-                   "models": {"qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "hf:qwen/qwen2.5-7b-instruct",
-                              "vllm:qwen/qwen2.5-7b-instruct", "hf:meta-llama/llama-3.1-8b-instruct"},
-                   "retriever": "Contriever-MS MARCO",
-                   "embedders": {"contriever-msmarco", "facebook/contriever-msmarco"}},
-    "sa-rag": {"paper": "SA-RAG", "model": "phi4 / gemma3 (Ollama)", "models": set(),
-               "retriever": "bge-large-en-v1.5", "embedders": {"bge-large", "baai/bge-large-en-v1.5"}},
-    "tcr-qf": {"paper": "TCR-QF", "model": "gpt-4o-mini", "models": set(),
-               "retriever": "OpenAI text-embedding-small", "embedders": set()},
-}
-
 
 def setup_deviations(runs: pd.DataFrame) -> list[str]:
     """One line per study family whose runs used another model or retriever than its paper, naming
@@ -160,8 +140,9 @@ def unique_runs(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 
 def cross_method_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every method on the same questions with the same model: one block per (dataset, sample,
-    model), the answer scores and the LLM cost per question."""
+    """Every distinct run, one block per (dataset, sample, model): the answer scores and the LLM
+    cost per question. Blocks differ in sample, corpus and KG; the like-for-like table of every
+    method on one sample is notebook 50's (`report.cross_method`)."""
     if runs.empty:
         return runs
     cols = ["dataset", "n", "seed", "model", "method", "kg", "rounds", "hops", "top_k", *RUN_SCORES,
@@ -232,11 +213,13 @@ def read_findings(folder: str | Path | None) -> str:
 
 def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] = (), extra: str = "",
                     findings: str = "") -> str:
-    """REPORT.md: the hand-written `findings` (markdown, placed first), the claims and their
-    verdicts, each notebook's tables, the cross-method table, what every table cost, and every
+    """REPORT.md: the hand-written `findings` (markdown, placed first), then every method on the
+    same questions (notebook 50's table, when it ran: `report.cross_method`), the claims and their
+    verdicts, every distinct run, what every table cost, each notebook's tables, and every
     deviation from the papers in one list."""
     from ..provenance import git_commit
 
+    from . import cross_method
     from .mechanism import NOT_RECORDED, apply_testability, health_table, judge_health, sa_rag_index_health
 
     runs = unique_runs(res.runs)
@@ -255,6 +238,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += [extra, ""]
     if findings:
         parts += [findings, ""]
+    # the like-for-like table (notebook 50) comes first, when the study ran it
+    parts += cross_method.report_section(res.summaries, _md)
     parts += ["## The papers' claims, tested", "",
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
@@ -278,17 +263,23 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "The LLM-built KGs (SA-RAG's index, notebook 30; TCR-QF's text KG, notebook 40):", "", _md(sa_rag_index_health(res.summaries)), "",
               "LLM judges and their controls (a judge that accepts other questions' answers tests nothing):", "",
               _md(judge_health(res.summaries)), ""]
-    parts += ["## Every method on the same questions", "",
-              "Scores in percent; cost per question counts every LLM request, cached or not, and the seconds it "
-              "took when first computed.", "", _md(cross_method_table(runs)), ""]
+    parts += ["## Every distinct run", "",
+              "One row per distinct run of every notebook, in blocks of (dataset, sample, model): runs of different "
+              "samples, corpora and KGs, so compare rows within a block only (the table of every method on the "
+              "same questions, corpus and model is notebook 50's, first in this report when it ran). Scores in "
+              "percent; cost per question counts every LLM request, cached or not, and the seconds it took when "
+              "first computed.", "", _md(cross_method_table(runs)), ""]
     parts += ["## What each notebook's runs cost", "", _md(cost_by_notebook(runs).rename_axis("notebook").reset_index(), 2), ""]
     parts += ["## Each notebook's results", ""]
     for nb, rows in res.summaries.items():
         kinds: dict[tuple, list[dict[str, Any]]] = {}
+        shown_first = [r for r in rows if r.get("table") in cross_method.TABLES]
         for r in rows:
-            if "claim" not in r:
+            if "claim" not in r and r not in shown_first:
                 kinds.setdefault(tuple(r), []).append(r)
         parts += [f"### {nb}", ""]
+        if shown_first:
+            parts += ["Every method on the same questions: the report's first table.", ""]
         for group in kinds.values():
             parts += [_md(pd.DataFrame(group).dropna(axis=1, how="all")), ""]
     every = [*DEVIATIONS_COMMON, *setup_deviations(runs), *paper_deviations(), *deviations]

@@ -20,6 +20,8 @@ import pandas as pd
 from ..errors import ConfigError
 
 SCORE_COLUMNS = ("hit1", "hit1_exact", "hit1_first", "em", "f1", "acc", "yesno_agree")
+# What a question cost, as a run's metrics.json holds it per question (`cost_per_question`).
+COST_KEYS = ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens", "seconds")
 
 
 def metrics_row(metrics: Mapping[str, Any], **labels: Any) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def metrics_table(metrics: Mapping[str, Any]) -> pd.DataFrame:
     rows += [{"metric": k, "value": metrics[k]} for k in ("n", "failed", "questions_with_issues") if k in metrics]
     cost = metrics.get("cost_per_question") or {}
     rows += [{"metric": f"{k} per question", "value": cost[k]}
-             for k in ("llm_requests", "llm_total_prompt_tokens", "llm_total_completion_tokens", "seconds") if k in cost]
+             for k in COST_KEYS if k in cost]
     table = pd.DataFrame(rows, columns=["metric", "value", "ci95 low", "ci95 high"]).set_index("metric")
     table["value"] = pd.Series([r["value"] for r in rows], index=table.index, dtype=object)  # counts stay counts
     return table

@@ -14,12 +14,14 @@ from typing import Any
 
 from ..config import make_config, profile_mapping, read_profile, refuse_unknown
 from ..methods.registry import PAPERS, check_profile_methods
-from . import report
+from . import cross_method, report
 from .base import NotebookSettings
 
-# Every paper's notebooks (`studies/<paper>.py`, papers from the registry), then the report's.
+# Every paper's notebooks (`studies/<paper>.py`, papers from the registry), then those across the
+# papers (50: every method on the same questions), then the report's.
 NOTEBOOKS: dict[str, type[NotebookSettings]] = {
     **{name: cls for paper in PAPERS for name, cls in import_module(f"{__package__}.{paper}").NOTEBOOKS.items()},
+    **cross_method.NOTEBOOKS,
     **report.NOTEBOOKS,
 }
 

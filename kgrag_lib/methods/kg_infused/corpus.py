@@ -5,7 +5,11 @@ pooled context paragraphs, HippoRAG's 2Wiki corpus, StrategyQA's fact stand-in).
 uses one corpus for every dataset; `pooled` mimics that with the union of the HotpotQA, 2Wiki
 and MuSiQue corpora, and is also what `auto` gives a dataset without a corpus (Bamboogle).
 `wikipedia` / `wikipedia:<tsv>` reads DPR's psgs_w100 (21M passages: a GPU-machine job).
-Passage embeddings are cached on disk (`embed_cached`), so the index is built in seconds
+`sample:<dataset>[:<split>]:n=<N>[:seed=<S>]` is the pooled context paragraphs of the run's own
+seeded question sample, the very passages SA-RAG and TCR-QF index (`data.selection.CorpusSelection`,
+the argument of their `text:` / `tcr:` KG specs), so every family can retrieve from one corpus
+(notebook 50); `{dataset}` and `{seed}` in it are filled per question with its dataset and the run
+seed, as in those KG specs. Passage embeddings are cached on disk (`embed_cached`), so the index is built in seconds
 after the first run.
 """
 
@@ -13,14 +17,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import ConfigError
 from ...records import Passage
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ...data.selection import CorpusSelection
+
 POOLED_PARTS = ("hotpotqa", "2wiki", "musique")
+SAMPLE = "sample"   # corpus=sample:<dataset>[:<split>]:n=<N>[:seed=<S>]
+ACCEPTED = ("auto, pooled, wikipedia, wikipedia:<psgs_w100.tsv>, sample:<dataset>[:<split>]:n=<N>[:seed=<S>] "
+            "or a dataset name")
 
 
 @dataclass
@@ -33,8 +43,13 @@ class CorpusIndex:
         return len(self.passages)
 
 
-def resolve_corpus_name(setting: str, dataset: str) -> str:
-    """The corpus a question uses: `auto` = its dataset's own corpus (`pooled` when it has none)."""
+def resolve_corpus_name(setting: str, dataset: str, seed: int = 0) -> str:
+    """The corpus a question uses: `auto` = its dataset's own corpus (`pooled` when it has none);
+    a `sample:` template with the question's dataset and the run `seed` filled in."""
+    if setting.startswith(SAMPLE + ":"):
+        from ..common import resolve_spec
+
+        return resolve_spec(setting, dataset, seed, setting="corpus")
     if setting != "auto":
         return setting
     from ...data.registry import DATASETS
@@ -46,10 +61,34 @@ def resolve_corpus_name(setting: str, dataset: str) -> str:
     return "pooled" if spec.corpus == "none" else dataset
 
 
+def sample_selection(name: str) -> "CorpusSelection":
+    """The question sample a `sample:` corpus pools the paragraphs of (it must name its size n:
+    a dataset's whole corpus is `corpus=<dataset>`)."""
+    from ...data.selection import CorpusSelection
+
+    try:
+        selection = CorpusSelection.parse(name.partition(":")[2])
+    except ConfigError as exc:
+        raise ConfigError(f"corpus={name!r}: {exc} (expected {SAMPLE}:<dataset>[:<split>]:n=<N>[:seed=<S>])") from None
+    if selection.n is None:
+        raise ConfigError(f"corpus={name!r}: a sample corpus needs the sample's size, n=<N> (e.g. "
+                          f"{SAMPLE}:2wiki:dev200:n=30:seed=0); a dataset's whole corpus is corpus=<dataset>")
+    return selection
+
+
+def check_corpus_setting(setting: str) -> None:
+    """Refuse a malformed `sample:` corpus before the first question (a template naming
+    `{dataset}` is checked when a question fills it)."""
+    if setting.startswith(SAMPLE + ":") and "{dataset}" not in setting:
+        sample_selection(resolve_corpus_name(setting, "", 0))
+
+
 def load_passages(name: str, data_root: Path) -> list[Passage]:
     """Passages of a corpus name (see the module doc)."""
     from ...data.registry import DATASETS, load_corpus
 
+    if name.startswith(SAMPLE + ":"):
+        return sample_selection(name).passages(data_root)[0]
     if name == "pooled":
         seen: set[tuple[str, str]] = set()
         out: list[Passage] = []
@@ -71,8 +110,7 @@ def load_passages(name: str, data_root: Path) -> list[Passage]:
         if not passages:
             raise ConfigError(f"corpus={name!r}: that dataset ships no corpus; use corpus=pooled or wikipedia")
         return passages
-    raise ConfigError(f"corpus={name!r}: expected auto, pooled, wikipedia, wikipedia:<psgs_w100.tsv> "
-                      f"or a dataset name ({', '.join(DATASETS)})")
+    raise ConfigError(f"corpus={name!r}: expected {ACCEPTED} ({', '.join(DATASETS)})")
 
 
 def build_corpus_index(name: str, embedder: Any, data_root: Path, cache_root: Path,
@@ -80,8 +118,10 @@ def build_corpus_index(name: str, embedder: Any, data_root: Path, cache_root: Pa
     from ...retrieval import DenseIndex, embed_cached
 
     passages = load_passages(name, data_root)
+    label = sample_selection(name).name.replace("text-", "sample-", 1) if name.startswith(SAMPLE + ":") \
+        else name.split(":")[0]
     vecs = embed_cached(embedder, [p.as_text() for p in passages], cache_dir=cache_root,
-                        name=f"corpus-{name.split(':')[0]}", show_progress=show_progress)
+                        name=f"corpus-{label}", show_progress=show_progress)
     kind = "flat" if len(passages) <= 2_000_000 else "ivf"
     return CorpusIndex(name=name, passages=passages, index=DenseIndex.build(np.asarray(vecs), kind=kind))
 

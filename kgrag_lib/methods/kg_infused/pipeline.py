@@ -26,7 +26,7 @@ from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
 from . import stages
 from .activation import ActivationResult, ActivationSettings, spread_activation
-from .corpus import CorpusIndex, load_corpus_index, resolve_corpus_name
+from .corpus import CorpusIndex, check_corpus_setting, load_corpus_index, resolve_corpus_name
 from .kg_sources import KGSource, load_kg_source
 
 FAMILY = "kg-infused"
@@ -52,7 +52,9 @@ class KGInfusedConfig:
                                             "(upper bound), wikidata5m, wikidata5m:<folder> "
                                     "or the folder of a saved KGStore")
     corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
-                              "a dataset name, wikipedia or wikipedia:<psgs_w100.tsv>")
+                              "a dataset name, wikipedia, wikipedia:<psgs_w100.tsv>, or "
+                              "sample:<dataset>[:<split>]:n=<N>[:seed=<S>] (the pooled paragraphs of that "
+                              "question sample, as SA-RAG's and TCR-QF's KGs; {dataset}, {seed} filled per run)")
     rounds: int = opt(2, "max spreading-activation rounds k (stops earlier when no new entity remains)", min=1)
     max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round", min=1)
     max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)",
@@ -102,11 +104,13 @@ class KGInfusedRAG(Method):
         self.variant = VARIANTS[variant] if isinstance(variant, str) else variant
         self.name = self.variant.name
         check_values(cfg)
+        check_corpus_setting(cfg.corpus)
         self.cfg = self.config = cfg
         self.ctx = ctx
         self._kg = kg_source
         self._corpus_loader = corpus_loader or (lambda name: load_corpus_index(ctx, name))
         self.seed = int(seed) if cfg.seed is None else int(cfg.seed)
+        self.run_seed = int(seed)   # fills {seed} of a sample corpus: the seed that drew the run's questions
 
     # ---- parts ----------------------------------------------------------------------
     @property
@@ -120,7 +124,7 @@ class KGInfusedRAG(Method):
         return self._kg
 
     def corpus_for(self, question: Question) -> CorpusIndex:
-        return self._corpus_loader(resolve_corpus_name(self.cfg.corpus, question.dataset))
+        return self._corpus_loader(resolve_corpus_name(self.cfg.corpus, question.dataset, self.run_seed))
 
     def params(self, stage: str = "long") -> Any:
         from ...llm.base import SamplingParams

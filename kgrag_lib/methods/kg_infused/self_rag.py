@@ -148,7 +148,8 @@ class SelfRAGConfig:
     generator: str = opt("selfrag-llama2-7b", "LLM spec of the Self-RAG model (needs its reflection tokens); "
                                               "'run' = the run's model")
     corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
-                              "a dataset name, wikipedia or wikipedia:<psgs_w100.tsv>")
+                              "a dataset name, wikipedia, wikipedia:<psgs_w100.tsv> or "
+                              "sample:<dataset>[:<split>]:n=<N>[:seed=<S>] (see KGInfusedConfig)")
     k_p: int = opt(6, "passages per question, each critiqued on its own (Self-RAG+KG: k_p/2 by q and by q')", min=1)
     max_tokens: int = opt(100, "max new tokens of each Self-RAG candidate (the authors' short-form setting)", min=1)
     top_logprobs: int = opt(20, "alternatives read per generated token (1..20); reflection tokens outside "
