@@ -141,7 +141,7 @@ def scripted(messages, params) -> str:
     with a final answer (so loops stop early: the call counts are lower bounds of a real model's)."""
     prompt = messages[-1]["content"]
     if "<<<\n" in prompt:
-        title = prompt.split("<<<\n", 1)[1].split("\n", 1)[0]
+        title = prompt.rsplit("<<<\n", 1)[1].split("\n", 1)[0]
         if "Entities found in this text" in prompt:
             return json.dumps({"relations": [{"source": title, "relation": "described in", "target": "Wikipedia",
                                               "description": f"{title} is described in Wikipedia."}]})
