@@ -166,3 +166,47 @@ def test_sa_rag_claims_read_whether_activation_spread(tmp_path):
                            _claim("c1.sa_rag_over_iterative.musique.qd-rag@f1", "musique", "31_y", "confirmed")])
     out = apply_testability(claims, runs, health_table(runs))
     assert list(out["verdict"]) == ["not testable at this model (mechanism ran for 2 of 10)", "confirmed"]
+
+
+def _gold_run(tmp_path, name, kg, mechs, notebook="21_z"):
+    folder = tmp_path / notebook / name
+    folder.mkdir(parents=True)
+    with open(folder / "questions.jsonl", "w", encoding="utf-8") as fh:
+        for i, m in enumerate(mechs):
+            fh.write(json.dumps({"qid": f"q{i}", "dataset": "2wiki", "issues": [], "mechanism": m}) + "\n")
+    return {"folder": str(folder), "notebook": notebook, "method": "kg-infused", "dataset": "2wiki", "kg": kg, "model": "m"}
+
+
+def test_a_kg_that_never_names_an_answer_cannot_test_the_claim_its_oracle_twin_can(tmp_path):
+    ran_no_gold = [{"qe_changed": True, "subgraph_triples": 3, "gold_in_subgraph": False}] * 4
+    ran_gold = [{"qe_changed": True, "subgraph_triples": 3, "gold_in_subgraph": g} for g in (True, False, True, False)]
+    runs = pd.DataFrame([_gold_run(tmp_path, "held", "2wiki-evidence-heldout", ran_no_gold),
+                         _gold_run(tmp_path, "oracle", "2wiki-evidence-oracle", ran_gold)])
+    health = health_table(runs)
+    assert sorted(health["gold answer in subgraph"]) == ["0 of 4", "2 of 4"]
+    claims = pd.DataFrame([_claim("t1.kg_infused_over_vanilla_rag.2wiki", "2wiki", "21_z", "confirmed"),
+                           _claim("t1.kg_infused_over_vanilla_rag.2wiki@2wiki-evidence-oracle", "2wiki", "21_z", "confirmed")])
+    out = apply_testability(claims, runs, health)
+    assert list(out["verdict"]) == [NOT_TESTABLE_DATA, "confirmed"]
+    assert "gold answer in subgraph 0 of 4" in out["mechanism"][0] and "2wiki-evidence-heldout" in out["mechanism"][0]
+    assert "held" not in out["mechanism"][1] or "oracle" in out["mechanism"][1]
+
+
+def test_claims_on_a_second_kg_read_its_kg_sides_only(tmp_path):
+    from types import SimpleNamespace
+
+    from kgrag_lib.report.kg_infused.tables import check_claims
+
+    def cell(method, scores):
+        rows = [{"qid": f"q{i}", "dataset": "2wiki", "prediction": "x" if s else "y", "answers": ["x"]}
+                for i, s in enumerate(scores)]
+        return SimpleNamespace(dataset="2wiki", run=SimpleNamespace(method=method, cfg={"rounds": 2}), rows=rows)
+
+    base = SimpleNamespace(cells=[cell("vanilla-rag", [1, 0] * 10), cell("kg-infused", [0] * 20)])
+    oracle = SimpleNamespace(cells=[cell("kg-infused", [1] * 20)])
+    claim = ("t1.kg_infused_over_vanilla_rag.2wiki", "Table 1", "2wiki", ("kg-infused", 2), ">", ("vanilla-rag", None),
+             "avg", "q")
+    main = check_claims(base, [claim])
+    on_oracle = check_claims(base, [claim], kg_report=oracle, kg="2wiki-evidence-oracle")
+    assert main["ours_a"][0] == 0 and on_oracle["ours_a"][0] == 100 and on_oracle["ours_b"][0] == main["ours_b"][0] == 50
+    assert on_oracle["claim"][0] == "t1.kg_infused_over_vanilla_rag.2wiki@2wiki-evidence-oracle"

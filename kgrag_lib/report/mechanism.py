@@ -247,7 +247,10 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     nb, dataset = claim.get("notebook"), claim.get("dataset")
     mine = runs[(runs["notebook"] == nb) & (runs["dataset"] == dataset)] if not runs.empty else runs
     sides = _claim_sides(str(claim.get("claim")))
+    on_kg = str(claim.get("claim")).split("@", 1)[1] if "@" in str(claim.get("claim")) else None   # claim@<kg>
     kg_runs = mine[mine["method"].isin([s for s in sides if s in KG_METHODS])] if sides else mine.iloc[0:0]
+    if on_kg and "kg" in kg_runs:
+        kg_runs = kg_runs[kg_runs["kg"] == on_kg]
     for kg in sorted({str(k) for k in kg_runs.get("kg", pd.Series(dtype=str)).dropna()}):
         domain = KG_DOMAINS.get(kg)
         if domain is not None and dataset not in domain:
@@ -274,11 +277,18 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     # a KG-Infused claim: its KG side's mechanism on the claim's own KG (not the oracle upper bound)
     kg_side = h[h["method"].isin([s for s in sides if s in KG_METHODS])] if sides else h.iloc[0:0]
     if "kg" in kg_side and not kg_side.empty:
-        main = [k for k in kg_side["kg"].dropna().unique() if not str(k).endswith("oracle")]
+        main = [on_kg] if on_kg else [k for k in kg_side["kg"].dropna().unique() if not str(k).endswith("oracle")]
         kg_side = kg_side[kg_side["kg"].isin(main)] if main else kg_side
     kg = _fewest(kg_side)
     if kg and run and kg[0] < kg[1] / 2:
         return _dead(kg[0], kg[1]), f"{text} (fewest: {kg[2]})"
+    gold = [str(g) for g in kg_side.get(GOLD_COLUMN, pd.Series(dtype=str)).dropna() if " of " in str(g)]
+    if gold and run and all(g.startswith("0 of ") and not g.endswith(" of 0") for g in gold):
+        # the KG ran but holds no fact naming any answer (a held-out KG by design): what the claim
+        # compares is then facts unrelated to the answers, not the paper's KG, which holds them
+        kgs = ", ".join(sorted({str(k) for k in kg_side.get("kg", pd.Series(dtype=str)).dropna()}))
+        return NOT_TESTABLE_DATA, (f"{text}; gold answer in subgraph {' / '.join(dict.fromkeys(gold))}: KG {kgs} "
+                                   "holds no fact naming these questions' answers")
     return None, text
 
 

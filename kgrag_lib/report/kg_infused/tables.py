@@ -464,21 +464,29 @@ def question_values(rows: Iterable[Mapping[str, Any]], metric: str, supporting: 
 
 
 def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting: Mapping[str, Sequence[str]] | None = None,
-                 alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
+                 alpha: float = 0.05, margin: float = 5.0, kg_report: Any = None, kg: str | None = None) -> pd.DataFrame:
     """The paper's "A beats B" claims (`paper_numbers.CLAIMS`) tested on a grid's per-question
     scores, paired on the same questions (`report.tables.check_paired_claims`): confirmed,
     refuted, or not separable at this n, with the difference, its 95% interval and p. A claim
-    whose two sides the grid did not run reads 'not run'."""
+    whose two sides the grid did not run reads 'not run'.
+
+    With `kg_report` (the same configurations on another KG, e.g. the oracle KG that keeps the
+    evaluated questions' own Wikidata facts, as the paper's Wikidata5M does), the KG sides are
+    read from it and the KG-free sides from `report`, and each claim id gets `@<kg>`."""
+    from ...report.mechanism import KG_METHODS
     from ..tables import check_paired_claims
 
     def side_values(side: tuple, dataset: str, metric: str) -> dict[str, float] | None:
         variant, rounds = side
-        cells = [c for c in report.cells if c.dataset == dataset and c.run.method == variant
+        grid = kg_report if kg_report is not None and variant in KG_METHODS else report
+        cells = [c for c in grid.cells if c.dataset == dataset and c.run.method == variant
                  and (rounds is None or dict(c.run.cfg).get("rounds") == rounds)]
         return question_values(cells[0].rows, metric, supporting) if cells else None
 
-    return check_paired_claims(paper_numbers.CLAIMS if claims is None else claims, side_values, lambda side: round_label(*side),
-                               alpha=alpha, margin=margin)
+    claims = list(paper_numbers.CLAIMS if claims is None else claims)
+    if kg_report is not None:
+        claims = [(f"{c[0]}@{kg}", *c[1:]) for c in claims]
+    return check_paired_claims(claims, side_values, lambda side: round_label(*side), alpha=alpha, margin=margin)
 
 
 def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: str = "avg") -> pd.DataFrame:
