@@ -271,8 +271,16 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"
         judged = str(claim.get("verdict")).startswith("not testable")   # the judge's own reason stands
         return (_dead(x, n) if x < n / 2 and not judged else None), text
-    parts = [f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else f"{r['method']}: {r['signal']} {NOT_RECORDED}"
-             for r in h.to_dict("records") if (not sides or r["method"] in sides)]
+    def this_kg(r: Mapping[str, Any]) -> bool:   # a KG side's health on the claim's own KG
+        if r["method"] not in KG_METHODS or not isinstance(r.get("kg"), str):
+            return True
+        return r["kg"] == on_kg if on_kg else not r["kg"].endswith("oracle")
+
+    recs = [r for r in h.to_dict("records") if (not sides or r["method"] in sides)]
+    recs = [r for r in recs if this_kg(r)] or recs
+    parts = [(f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else
+              f"{r['method']}: {r['signal']} {NOT_RECORDED}")
+             + (f", {GOLD_COLUMN} {r[GOLD_COLUMN]}" if " of " in str(r.get(GOLD_COLUMN, "")) else "") for r in recs]
     text = "; ".join(dict.fromkeys(parts))
     # a KG-Infused claim: its KG side's mechanism on the claim's own KG (not the oracle upper bound)
     kg_side = h[h["method"].isin([s for s in sides if s in KG_METHODS])] if sides else h.iloc[0:0]
@@ -287,8 +295,7 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         # the KG ran but holds no fact naming any answer (a held-out KG by design): what the claim
         # compares is then facts unrelated to the answers, not the paper's KG, which holds them
         kgs = ", ".join(sorted({str(k) for k in kg_side.get("kg", pd.Series(dtype=str)).dropna()}))
-        return NOT_TESTABLE_DATA, (f"{text}; gold answer in subgraph {' / '.join(dict.fromkeys(gold))}: KG {kgs} "
-                                   "holds no fact naming these questions' answers")
+        return NOT_TESTABLE_DATA, f"{text}: KG {kgs} holds no fact naming these questions' answers"
     return None, text
 
 
