@@ -210,3 +210,5 @@ def test_claims_on_a_second_kg_read_its_kg_sides_only(tmp_path):
     on_oracle = check_claims(base, [claim], kg_report=oracle, kg="2wiki-evidence-oracle")
     assert main["ours_a"][0] == 0 and on_oracle["ours_a"][0] == 100 and on_oracle["ours_b"][0] == main["ours_b"][0] == 50
     assert on_oracle["claim"][0] == "t1.kg_infused_over_vanilla_rag.2wiki@2wiki-evidence-oracle"
+    no_kg = ("t1.retrieval_over_nor.2wiki", "Table 1", "2wiki", ("vanilla-rag", None), ">", ("nor", None), "avg", "q")
+    assert list(check_claims(base, [claim, no_kg], kg_report=oracle, kg="o")["claim"]) == [f"{claim[0]}@o"]
