@@ -473,19 +473,18 @@ def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting:
     With `kg_report` (the same configurations on another KG, e.g. the oracle KG that keeps the
     evaluated questions' own Wikidata facts, as the paper's Wikidata5M does), the KG sides are
     read from it and the KG-free sides from `report`, and each claim id gets `@<kg>`."""
-    from ...report.mechanism import KG_METHODS
     from ..tables import check_paired_claims
 
     def side_values(side: tuple, dataset: str, metric: str) -> dict[str, float] | None:
         variant, rounds = side
-        grid = kg_report if kg_report is not None and variant in KG_METHODS else report
+        grid = kg_report if kg_report is not None and variant in ROUND_VARIANTS else report
         cells = [c for c in grid.cells if c.dataset == dataset and c.run.method == variant
                  and (rounds is None or dict(c.run.cfg).get("rounds") == rounds)]
         return question_values(cells[0].rows, metric, supporting) if cells else None
 
     claims = list(paper_numbers.CLAIMS if claims is None else claims)
     if kg_report is not None:   # only the claims with a KG side: the others would repeat themselves
-        claims = [(f"{c[0]}@{kg}", *c[1:]) for c in claims if c[3][0] in KG_METHODS or c[5][0] in KG_METHODS]
+        claims = [(f"{c[0]}@{kg}", *c[1:]) for c in claims if c[3][0] in ROUND_VARIANTS or c[5][0] in ROUND_VARIANTS]
     return check_paired_claims(claims, side_values, lambda side: round_label(*side), alpha=alpha, margin=margin)
 
 
