@@ -141,6 +141,13 @@ def test_published_reference_runs_are_committable(tmp_path):
               "results/reference/21_x/upper-bound/runs/2wiki/n100_seed0/kg-infused/metrics.json",
               "results/reference/27_x/runs-dpo/runs/2wiki/n20_seed0/kg-infused/manifest.json",
               "results/reference/00_x/run/questions.jsonl"]
+    from kgrag_lib.config import available_profiles
+    from kgrag_lib.studies.profiles import load_profile
+
+    for name in available_profiles():   # every shipped profile that publishes (cpu-reference-1.5b, ...)
+        dest = ((load_profile(name).get("notebooks") or {}).get("90_report") or {}).get("publish_dir")
+        if dest:
+            probes.append(f"{dest}/21_x/upper-bound/runs/2wiki/n30_seed0/kg-infused/questions.jsonl")
     out = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=root, capture_output=True, text=True)
     assert out.stdout.split() == [], f"ignored by .gitignore: {out.stdout.split()}"
     elsewhere = subprocess.run(["git", "check-ignore", "--no-index", "runs/x/questions.jsonl",
