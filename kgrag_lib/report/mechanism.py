@@ -168,11 +168,11 @@ def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
             qe = [m["qe_changed"] for m in mech if "qe_changed" in m]
             rec.update(signal="subgraph non-empty", ran=sum(1 for m in mech if m["subgraph_triples"]),
                        **{"q' != q": f"{sum(qe)} of {len(qe)}" if qe else "–"})
+        else:
+            rec.update(signal="q' != q, subgraph non-empty", ran=None, note=NOT_RECORDED)
         if mech_ok:
             gold = [m["gold_in_subgraph"] for m in mech if "gold_in_subgraph" in m]
             rec[GOLD_COLUMN] = f"{sum(gold)} of {len(gold)}" if gold else NOT_RECORDED
-        else:
-            rec.update(signal="q' != q, subgraph non-empty", ran=None, note=NOT_RECORDED)
     elif method in SA_RAG_METHODS:
         mech = [r.get("mechanism") for r in rows if isinstance(r.get("mechanism"), Mapping)]
         if mech and len(mech) == n and all("activated_beyond_seeds" in m for m in mech):
@@ -271,22 +271,19 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"
         judged = str(claim.get("verdict")).startswith("not testable")   # the judge's own reason stands
         return (_dead(x, n) if x < n / 2 and not judged else None), text
-    def this_kg(r: Mapping[str, Any]) -> bool:   # a KG side's health on the claim's own KG
-        if r["method"] not in KG_METHODS or not isinstance(r.get("kg"), str):
-            return True
-        return r["kg"] == on_kg if on_kg else not r["kg"].endswith("oracle")
+    def this_kg(r: Mapping[str, Any]) -> bool:   # on the claim's own KG (claim@<kg>; else not the oracle)
+        return r["kg"] == on_kg if on_kg else not str(r["kg"]).endswith("oracle")
 
     recs = [r for r in h.to_dict("records") if (not sides or r["method"] in sides)]
-    recs = [r for r in recs if this_kg(r)] or recs
+    kg_recs = [r for r in recs if sides and r["method"] in KG_METHODS]
+    kg_recs = [r for r in kg_recs if isinstance(r.get("kg"), str) and this_kg(r)] or kg_recs
+    recs = [r for r in recs if not (sides and r["method"] in KG_METHODS)] + kg_recs
     parts = [(f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else
               f"{r['method']}: {r['signal']} {NOT_RECORDED}")
              + (f", {GOLD_COLUMN} {r[GOLD_COLUMN]}" if " of " in str(r.get(GOLD_COLUMN, "")) else "") for r in recs]
     text = "; ".join(dict.fromkeys(parts))
     # a KG-Infused claim: its KG side's mechanism on the claim's own KG (not the oracle upper bound)
-    kg_side = h[h["method"].isin([s for s in sides if s in KG_METHODS])] if sides else h.iloc[0:0]
-    if "kg" in kg_side and not kg_side.empty:
-        main = [on_kg] if on_kg else [k for k in kg_side["kg"].dropna().unique() if not str(k).endswith("oracle")]
-        kg_side = kg_side[kg_side["kg"].isin(main)] if main else kg_side
+    kg_side = pd.DataFrame(kg_recs)
     kg = _fewest(kg_side)
     if kg and run and kg[0] < kg[1] / 2:
         return _dead(kg[0], kg[1]), f"{text} (fewest: {kg[2]})"
