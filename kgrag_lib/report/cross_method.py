@@ -54,7 +54,7 @@ def health_cells(run: Mapping[str, Any]) -> dict[str, Any]:
         return {"mechanism": f"{signal}: {h.get('note') or mechanism.NOT_RECORDED}", "mechanism_ran": None,
                 "mechanism_dead": None}
     extra = [f"{k} {h[k]}" for k in ("q' != q", "feedback produced triples") if h.get(k) not in (None, "–")]
-    dead = ran < n / 2
+    dead = mechanism.ran_too_rarely(ran, n)
     text = f"{signal}: {ran} of {n}" + (f" ({'; '.join(extra)})" if extra else "") + (" — DEAD" if dead else "")
     return {"mechanism": text, "mechanism_ran": f"{ran} of {n}", "mechanism_dead": dead}
 

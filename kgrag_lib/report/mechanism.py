@@ -238,6 +238,11 @@ def _fewest(rows: pd.DataFrame) -> tuple[int, int, str] | None:
     return min(counts) if counts else None
 
 
+def ran_too_rarely(x: int, n: int) -> bool:
+    """The rule of every 'not testable at this model' verdict: the mechanism ran for fewer than half."""
+    return x < n / 2
+
+
 def _dead(x: int, n: int) -> str:
     return f"{NOT_TESTABLE_MODEL} (mechanism ran for {x} of {n})"
 
@@ -264,13 +269,13 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     if tcr and run:
         x, n, m = tcr
         text = f"final answer parsed for {x} of {n} ({m}; fewest among the TCR-QF runs compared)"
-        return (_dead(x, n) if x < n / 2 else None), text
+        return (_dead(x, n) if ran_too_rarely(x, n) else None), text
     sa = _fewest(h[h["method"].isin(SA_RAG_METHODS)])
     if sa and run and "sa_rag" in str(claim.get("claim")):
         x, n, m = sa
         text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"
         judged = str(claim.get("verdict")).startswith("not testable")   # the judge's own reason stands
-        return (_dead(x, n) if x < n / 2 and not judged else None), text
+        return (_dead(x, n) if ran_too_rarely(x, n) and not judged else None), text
     def this_kg(r: Mapping[str, Any]) -> bool:   # on the claim's own KG (claim@<kg>; else not the oracle)
         return r["kg"] == on_kg if on_kg else not str(r["kg"]).endswith("oracle")
 
@@ -285,7 +290,7 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     # a KG-Infused claim: its KG side's mechanism on the claim's own KG (not the oracle upper bound)
     kg_side = pd.DataFrame(kg_recs)
     kg = _fewest(kg_side)
-    if kg and run and kg[0] < kg[1] / 2:
+    if kg and run and ran_too_rarely(kg[0], kg[1]):
         return _dead(kg[0], kg[1]), f"{text} (fewest: {kg[2]})"
     gold = [str(g) for g in kg_side.get(GOLD_COLUMN, pd.Series(dtype=str)).dropna() if " of " in str(g)]
     if gold and run and all(g.startswith("0 of ") and not g.endswith(" of 0") for g in gold):
@@ -351,7 +356,7 @@ def tcr_parse_note(health: pd.DataFrame, model: str, labels: Mapping[str, str] |
     for ds, h in health[health["method"].isin(TCR_METHODS)].groupby("dataset", sort=False):
         counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m)
                   for r, m in zip(h["ran"], h["method"]) if isinstance(r, str)]
-        low = [(x, n, m) for x, n, m in counts if x < n / 2]
+        low = [(x, n, m) for x, n, m in counts if ran_too_rarely(x, n)]
         if low:
             parts.append(f"{labels.get(ds, ds)}: " + ", ".join(f"{m} {x} of {n}" for x, n, m in low))
     if not parts:
