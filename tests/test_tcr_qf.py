@@ -708,10 +708,10 @@ def test_missing_knowledge_prompt_carries_the_papers_inputs_and_examples():
     real = text.split("Now the real data.", 1)[1]
     assert 'Question: "Who tutored Ada Lovelace?"' in real and real.rstrip().endswith("Output:")
     assert "Triples:\n<Ada Lovelace | born in | London>" in real and "Related Text:\nAda Lovelace was born" in real
-    # the three worked examples (Einstein's prize, the Moon's orbit, Apple's founding), before the real data
+    # the three worked examples (our subjects, the paper's kinds), before the real data
     examples = text.split("Now the real data.", 1)[0]
-    for subject in ("<1921 Nobel Prize in Physics | awarded to | Albert Einstein>", "<The Moon | orbits | Earth>",
-                    "<Apple Inc. | founded by | Steve Jobs>"):
+    for subject in ("<Photo 51 | taken by | Raymond Gosling>", "<Mount Everest | located in | Himalayas>",
+                    "<Eiffel Tower | located in | Paris>"):
         assert subject in examples
     assert examples.count("Output:\n") == 3 and "background" in examples and "NONE" in examples
     # an example's output reads as the questions it shows (the parser the real output goes through)
@@ -732,13 +732,13 @@ def test_enrichment_prompt_shows_the_existing_triples_capped():
     capped = prompts.feedback_messages("q?", ["p"], known, max_existing=2)[-1]["content"].split("Now the real data.")[1]
     assert capped.count("<E") == 2
     assert "Existing Triples:\n(none)" in prompts.feedback_messages("q?", ["p"])[-1]["content"]
-    # the worked example (Marie Curie's shared prize) is valid records, each quote exact
+    # the worked example (a shared prize) is valid records, each quote exact
     example = text.split("Now the real data.")[0].rsplit("Example", 1)[1]
     sentence = example.split("Related Sentences:\n", 1)[1].split("\n\n", 1)[0]
     ext = parse_records(example.split("Records:\n", 1)[1])
     assert len(ext.entities) == 3 and len(ext.relations) == 2 and not ext.rejected
     assert all(r["quote"] in sentence for r in ext.relations)
-    assert "<Marie Curie | won Nobel Prize in Physics | 1903>" in example
+    assert "<Alexander Fleming | won Nobel Prize in | 1945>" in example
 
 
 def test_feedback_gives_the_rounds_retrieved_triples_as_existing_triples(tmp_path, fake_embedder):

@@ -12,8 +12,8 @@ Missing knowledge (§3.4, appendix "Missing Knowledge Identification Prompt"): t
 (the contextual information, Triples and Related Text, and the question in quotes), its
 instructions (ask only for what the context lacks; besides the facts asked for, also the
 background, definitions, conditions or clarifications that make the answer complete; one
-atomic question each; no repeats), its three worked examples (Einstein's Nobel Prize, the
-Moon's orbit, Apple's founding: the same triples and the same kinds of questions, worded by us)
+atomic question each; no repeats), three worked examples of the same kinds as the paper's three (a prize,
+an orbit, a founding) on our own subjects (Photo 51, Mount Everest, the Eiffel Tower)
 and its output (questions, one per line, nothing else). Two differences, both stated in
 DEVIATIONS: a model that finds nothing missing may write NONE (the paper stops when ΔK = ∅ but
 its prompt gives no way to say so, and a small model never writes an empty answer), and the
@@ -24,7 +24,7 @@ no slot for it, and we follow the prompt.
 KG enrichment (§3.4, appendix "Knowledge Graph Enrichment Prompt"): Existing Triples, the
 Sub-questions and the Related Sentences in, EID records out, with the paper's rules (new facts
 only, each backed by the text, no inference, no repeated relation, existing entities may be
-listed again) and its worked example (Marie Curie's shared prize) in our words. The paper fills
+listed again) and a worked example of the paper's kind (a shared prize) on our own subject (Alexander Fleming). The paper fills
 Existing Triples from the same contextual information the missing-knowledge step saw; ours are
 the triples of the round's retrieved subgraph, at most `MAX_EXISTING_TRIPLES` (30) of them in
 search order: the paper sets no cap, and ToG keeps at most width x depth triples (9 at its
@@ -104,49 +104,46 @@ and in context, and write each one as a separate, self-contained question.
 Example 1
 Contextual Information:
 Triples:
-<Albert Einstein | born in | Ulm>
-<Albert Einstein | born on | 14 March 1879>
-<Albert Einstein | known for | theory of relativity>
-<Albert Einstein | won Nobel Prize in | 1921>
-<1921 Nobel Prize in Physics | awarded to | Albert Einstein>
+<Rosalind Franklin | born in | London>
+<Rosalind Franklin | worked at | King's College London>
+<Rosalind Franklin | field | X-ray crystallography>
+<Photo 51 | taken by | Raymond Gosling>
 
-Question: "What was Albert Einstein given the Nobel Prize in Physics for?"
+Question: "What did Photo 51 reveal, and what was Rosalind Franklin's part in it?"
 
 Output:
-For what work was the 1921 Nobel Prize in Physics given?
-What did the official citation of Albert Einstein's 1921 Nobel Prize in Physics say?
-Who else was nominated for the 1921 Nobel Prize in Physics?
-By what criteria was the 1921 Nobel Prize in Physics decided?
+What structure did Photo 51 reveal?
+Who supervised the work that produced Photo 51?
+When was Photo 51 taken?
+How was Photo 51 used by other researchers of DNA's structure?
 
 Example 2
 Contextual Information:
 Triples:
-<The Moon | orbits | Earth>
-<Earth | part of | Solar System>
-<Solar System | includes | Sun>
+<Mount Everest | located in | Himalayas>
+<Himalayas | spans | Nepal>
 
-Question: "How long does the Moon take to go once around the Earth, and how far away from the Earth is it?"
+Question: "How high is Mount Everest, and who first reached its summit?"
 
 Output:
-How long is the Moon's orbital period around the Earth?
-What is the mean distance between the Moon and the Earth?
-What influences the length of the Moon's orbital period?
-What shape does the Moon's orbit around the Earth have?
+What is the elevation of Mount Everest above sea level?
+Who were the first climbers to reach the summit of Mount Everest?
+In what year was the summit of Mount Everest first reached?
+By which route was the summit of Mount Everest first reached?
 
 Example 3
 Contextual Information:
 Triples:
-<Apple Inc. | founded by | Steve Jobs>
-<Apple Inc. | founded on | April 1, 1976>
-<Apple Inc. | headquarters in | Cupertino, California>
+<Eiffel Tower | located in | Paris>
+<Eiffel Tower | named after | Gustave Eiffel>
 
-Question: "Where was Apple Inc. first founded, and by whom?"
+Question: "When was the Eiffel Tower built, and who designed it?"
 
 Output:
-In what place was Apple Inc. first founded?
-Who founded Apple Inc. together with Steve Jobs?
-Under what name was Apple Inc. founded?
-Why and in what circumstances was Apple Inc. founded?
+In what years was the Eiffel Tower built?
+Who drew the first design of the Eiffel Tower?
+For what event was the Eiffel Tower built?
+What company built the Eiffel Tower?
 
 Now the real data.
 Contextual Information:
@@ -338,23 +335,23 @@ the Existing Triples do not already hold.
 
 Example
 Existing Triples:
-<Marie Curie | won Nobel Prize in Physics | 1903>
-<Marie Curie | won Nobel Prize in Chemistry | 1911>
+<Alexander Fleming | discovered | penicillin>
+<Alexander Fleming | won Nobel Prize in | 1945>
 
 Sub-questions:
-In which years did Marie Curie win her Nobel Prizes?
-With whom did Marie Curie share the 1903 Nobel Prize in Physics?
+For which discovery did Alexander Fleming win his Nobel Prize?
+With whom did Alexander Fleming share the 1945 Nobel Prize in Physiology or Medicine?
 
 Related Sentences:
-[1] Nobel Prizes
-Marie Curie shared the 1903 Nobel Prize in Physics with Pierre Curie and Henri Becquerel.
+[1] Penicillin
+Alexander Fleming shared the 1945 Nobel Prize in Physiology or Medicine with Howard Florey and Ernst Chain.
 
 Records:
-[entity | E1 | Person | "Marie Curie" | physicist and chemist]
-[entity | E2 | Person | "Pierre Curie" | physicist]
-[entity | E3 | Person | "Henri Becquerel" | physicist]
-[relation | E1 | shared Nobel Prize with | E2 | "shared the 1903 Nobel Prize in Physics with Pierre Curie"]
-[relation | E1 | shared Nobel Prize with | E3 | "shared the 1903 Nobel Prize in Physics with Pierre Curie and Henri Becquerel"]
+[entity | E1 | Person | "Alexander Fleming" | bacteriologist]
+[entity | E2 | Person | "Howard Florey" | pharmacologist]
+[entity | E3 | Person | "Ernst Chain" | biochemist]
+[relation | E1 | was co-laureate of | E2 | "shared the 1945 Nobel Prize in Physiology or Medicine with Howard Florey"]
+[relation | E1 | was co-laureate of | E3 | "shared the 1945 Nobel Prize in Physiology or Medicine with Howard Florey and Ernst Chain"]
 
 Now the real data.
 Existing Triples:
