@@ -208,8 +208,8 @@ def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bo
     """The stored manifest when resuming is safe; None when starting afresh. Refuses a folder
     whose stored `items` were made with other settings or other prompt wording, unless
     `overwrite` (every resumable writer shares this rule: runs, DPO data). A folder whose
-    manifest records no prompt digests is resumed with a warning on stderr (`PROMPTS_KEY`);
-    the writer then records its config through `recorded_config`."""
+    manifest records no prompt digests is resumed with a warning on stderr (`PROMPTS_KEY`), or
+    started afresh with `overwrite`; the writer then records its config through `recorded_config`."""
     man_path = out / MANIFEST_FILE
     if not man_path.exists():
         if n_stored:
@@ -224,6 +224,8 @@ def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bo
     diff = identity_diff(stored, config)
     if not diff:
         if n_stored and prompts_unrecorded(stored, config):
+            if overwrite:   # wording unknown: what overwrite discards, as it does a run with other settings
+                return None
             import sys
 
             print(f"kgrag: warning: {out} holds {n_stored} {items} from a {kind} that predates recorded prompt "
