@@ -328,8 +328,8 @@ def test_resume_after_the_judge_prompt_changed_is_refused(s, monkeypatch):
     s.build(s.cfg(n_questions=2))
     old = module_digest("train.judge_prompts")
     monkeypatch.setattr(judge_prompts, "JUDGE", judge_prompts.JUDGE + " Be strict.")
-    with pytest.raises(StaleRunError, match=rf"prompts train.judge_prompts: {old} -> {module_digest('train.judge_prompts')}"
-                                            r".*LLM cache"):
+    new = module_digest("train.judge_prompts")
+    with pytest.raises(StaleRunError, match=rf"prompts train.judge_prompts: {old} -> {new}.*LLM cache"):
         s.build(s.cfg(n_questions=2))
     fresh = s.build(s.cfg(n_questions=2), overwrite=True)
     assert json.loads(fresh.manifest_path.read_text())["config"]["prompts"]["train.judge_prompts"] != old

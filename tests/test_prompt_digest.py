@@ -35,7 +35,8 @@ def test_digest_is_the_same_in_a_fresh_interpreter():
     """Not an artifact of one process (hash randomization, import order, set order)."""
     import subprocess
 
-    code = "from kgrag_lib.methods.prompt_digest import module_digest as d; print(d('sa_rag.prompts'), d('metaqa.prompts'))"
+    code = ("from kgrag_lib.methods.prompt_digest import module_digest as d; "
+            "print(d('sa_rag.prompts'), d('metaqa.prompts'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(REPO), "PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"}).stdout.split()
     assert out == [pd.module_digest("sa_rag.prompts"), pd.module_digest("metaqa.prompts")]
