@@ -125,7 +125,14 @@ class _Literals(ast.NodeVisitor):
 
 @lru_cache(maxsize=None)
 def _tree(module_name: str) -> ast.Module:
-    return ast.parse(inspect.getsource(import_module(module_name)))
+    try:
+        source = inspect.getsource(import_module(module_name))
+    except (OSError, TypeError) as e:
+        from ..errors import KgragError
+
+        raise KgragError(f"cannot read the source of {module_name} to digest its prompt wording ({e}); install "
+                         f"kgrag from its source files (a wheel or an editable install ships them)") from None
+    return ast.parse(source)
 
 
 def _definitions(module: ModuleType) -> dict[str, ast.AST]:
