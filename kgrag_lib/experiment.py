@@ -95,9 +95,11 @@ def check_context(ctx: RunContext, run: RunConfig) -> None:
 def run_config(r: ResolvedRun, method_config: Any, embedder: str, llm_identity: str | None,
                qids: list[str]) -> dict[str, Any]:
     """What a run's manifest records as its config; `runner.run_identity` of it decides whether a
-    folder can be resumed."""
+    folder can be resumed. `prompts` is the digest of the wording of the method's prompt modules
+    (`methods.prompt_digest`): a reworded prompt is another run even when no setting changed."""
     from .config import absent_values
-    from .runner import ABSENT_KEY
+    from .methods.prompt_digest import prompt_digests
+    from .runner import ABSENT_KEY, PROMPTS_KEY
 
     is_config = dataclasses.is_dataclass(method_config)
     config = {
@@ -107,6 +109,7 @@ def run_config(r: ResolvedRun, method_config: Any, embedder: str, llm_identity: 
         "llm_identity": llm_identity,
         "profile": r.profile,
         "qids": qids,
+        PROMPTS_KEY: prompt_digests(r.spec),
     }
     absent = absent_values(method_config, "method_config") if is_config else {}
     if absent:

@@ -101,6 +101,15 @@ LOCK_FILE = ".run.lock"
 # A run config's map {flat key: value} of settings added after older runs were made: a stored
 # identity without the key stands for that value (`config.opt(absent=...)`).
 ABSENT_KEY = "absent_means"
+# A run config's {prompt module: digest} of the wording its method sends (`methods.prompt_digest`).
+# It is not an `absent_means` setting: a manifest written before digests were recorded says nothing
+# about the wording its predictions were made with, so its absence stands for no value that could be
+# compared. Such a folder is resumed with a warning, and the manifest then written records
+# `prompts: null` (wording unknown) instead of today's digests, which would claim the old predictions
+# for today's wording; only a fresh start (an overwrite) records digests again.
+PROMPTS_KEY = "prompts"
+PROMPTS_REMEDY = ("a prompt's wording changed: with overwrite, the LLM calls whose prompts did not change are "
+                  "answered from the LLM cache, with no new calls")
 
 
 class StaleRunError(KgragError):
@@ -129,9 +138,29 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def prompts_unrecorded(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether `wanted` records prompt digests and `stored` does not (a run from before they were
+    recorded, or resumed from one): the stored items' prompt wording is unknown."""
+    return isinstance(wanted.get(PROMPTS_KEY), dict) and not isinstance(stored.get(PROMPTS_KEY), dict)
+
+
+def prompt_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Prompt modules whose wording differs, e.g. `prompts kg_infused.prompts: 3f2a9c1b7d0e -> 9a0b...`;
+    none when either side records no digests (see `PROMPTS_KEY`)."""
+    a, b = stored.get(PROMPTS_KEY), wanted.get(PROMPTS_KEY)
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return []
+    return [f"{PROMPTS_KEY} {m}: {a.get(m, '<absent>')} -> {b.get(m, '<absent>')}"
+            for m in sorted(set(a) | set(b)) if a.get(m) != b.get(m)]
+
+
 def identity_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """Readable differences between two run identities, e.g. `run.method: 'llm-kg' -> 'llm'`."""
-    a, b = _flat(run_identity(stored)), _flat(run_identity(wanted))
+    """Readable differences between two run identities, e.g. `run.method: 'llm-kg' -> 'llm'`;
+    prompt digests are compared as `prompt_diff` says."""
+    a_id, b_id = run_identity(stored), run_identity(wanted)
+    a_id.pop(PROMPTS_KEY, None)
+    b_id.pop(PROMPTS_KEY, None)
+    a, b = _flat(a_id), _flat(b_id)
     a = {**(wanted.get(ABSENT_KEY) or {}), **a}   # settings added since: what their absence stood for
     out = []
     for k in sorted(set(a) | set(b)):
@@ -140,7 +169,7 @@ def identity_diff(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
                 out.append(f"qids: another question sample ({len(a.get(k) or [])} stored, {len(b.get(k) or [])} asked)")
             else:
                 out.append(f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}")
-    return out
+    return out + prompt_diff(stored, wanted)
 
 
 @contextmanager
@@ -177,8 +206,10 @@ RUN_REMEDY = "use another output folder (--out / out_dir), or overwrite it (--ov
 def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bool, *, items: str = "predictions",
                  kind: str = "run", remedy: str = RUN_REMEDY) -> dict[str, Any] | None:
     """The stored manifest when resuming is safe; None when starting afresh. Refuses a folder
-    whose stored `items` were made with other settings, unless `overwrite` (every resumable
-    writer shares this rule: runs, DPO data)."""
+    whose stored `items` were made with other settings or other prompt wording, unless
+    `overwrite` (every resumable writer shares this rule: runs, DPO data). A folder whose
+    manifest records no prompt digests is resumed with a warning on stderr (`PROMPTS_KEY`), or
+    started afresh with `overwrite`; the writer then records its config through `recorded_config`."""
     man_path = out / MANIFEST_FILE
     if not man_path.exists():
         if n_stored:
@@ -192,12 +223,31 @@ def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bo
         raise StaleRunError(f"{man_path}: not a {kind} manifest (damaged?); {remedy}") from None
     diff = identity_diff(stored, config)
     if not diff:
+        if n_stored and prompts_unrecorded(stored, config):
+            if overwrite:   # wording unknown: what overwrite discards, as it does a run with other settings
+                return None
+            import sys
+
+            print(f"kgrag: warning: {out} holds {n_stored} {items} from a {kind} that predates recorded prompt "
+                  f"digests, so they may come from older prompt wording; they are kept, and its manifest records "
+                  f"{PROMPTS_KEY}: null (unknown). To make them all with today's prompts, overwrite it "
+                  f"(--overwrite / overwrite=True): answers to prompts that did not change come from the LLM "
+                  f"cache, with no new calls", file=sys.stderr)
         return prev
     if overwrite or not n_stored:
         return None
     shown = "; ".join(diff[:8]) + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
+    why = f" ({PROMPTS_REMEDY})" if prompt_diff(stored, config) else ""
     raise StaleRunError(f"{out} holds {n_stored} {items} made with other settings ({shown}); nothing was changed. "
-                        f"To start again, {remedy} to discard them")
+                        f"To start again, {remedy} to discard them{why}")
+
+
+def recorded_config(prev: dict[str, Any] | None, config: dict[str, Any], n_stored: int) -> dict[str, Any]:
+    """The config a resumed folder's new manifest records: `config`, except that a folder whose
+    stored items' prompt wording is unknown keeps `prompts: null` (see `PROMPTS_KEY`)."""
+    if prev is not None and n_stored and prompts_unrecorded(prev.get("config") or {}, config):
+        return {**config, PROMPTS_KEY: None}
+    return config
 
 
 def run_method(
@@ -243,7 +293,7 @@ def run_method(
                 (out / f).unlink(missing_ok=True)
         elif pred_path.exists():
             rewrite_jsonl(pred_path, done)
-        man = manifest(config)
+        man = manifest(recorded_config(prev, config, len(done)))
         if callable(getattr(llm, "describe", None)):
             man["llm"] = llm.describe()   # what served the run (server flavour, where the weights' identity came from)
         if prev is not None:

@@ -321,6 +321,20 @@ def test_resume_skips_finished_questions_without_llm_requests(s):
     assert "resumed_from" in json.loads(again.manifest_path.read_text())
 
 
+def test_resume_after_the_judge_prompt_changed_is_refused(s, monkeypatch):
+    from kgrag_lib.methods.prompt_digest import module_digest
+    from kgrag_lib.train import judge_prompts
+
+    s.build(s.cfg(n_questions=2))
+    old = module_digest("train.judge_prompts")
+    monkeypatch.setattr(judge_prompts, "JUDGE", judge_prompts.JUDGE + " Be strict.")
+    new = module_digest("train.judge_prompts")
+    with pytest.raises(StaleRunError, match=rf"prompts train.judge_prompts: {old} -> {new}.*LLM cache"):
+        s.build(s.cfg(n_questions=2))
+    fresh = s.build(s.cfg(n_questions=2), overwrite=True)
+    assert json.loads(fresh.manifest_path.read_text())["config"]["prompts"]["train.judge_prompts"] != old
+
+
 def test_resume_with_other_settings_is_refused(s):
     s.build(s.cfg(n_questions=2))
     before = s.tmp.joinpath("dpo", "pairs.jsonl").read_bytes()

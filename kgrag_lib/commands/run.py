@@ -56,8 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other method config field (repeatable)")
     p.add_argument("--out", help="output folder (predictions.jsonl, metrics.json, manifest.json)")
     p.add_argument("--overwrite", action="store_true",
-                   help="if --out holds a run made with other settings, discard it and start again "
-                        "(without this flag such a folder is refused; a run with the same settings resumes)")
+                   help="if --out holds a run made with other settings or prompts (or from before prompt digests "
+                        "were recorded), discard it and start again (without this flag such a folder is refused; "
+                        "a run with the same settings resumes)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=handle)
 

@@ -67,6 +67,9 @@ class MethodSpec:
     datasets: tuple[str, ...]      # datasets the method can run on (others are refused)
     summary: str
     family: str                    # study (and profile `models:` entry) the method belongs to
+    # prompt modules the method sends prompts from, e.g. ("kg_infused.prompts",); empty: every prompt
+    # module of its paper package. Their wording is part of a run's identity (`prompt_digest`).
+    prompts: tuple[str, ...] = ()
 
     def check_config(self, section: dict[str, Any], where: str) -> Any:
         """The method's config from a settings dict; unknown keys and bad values refused."""

@@ -52,7 +52,8 @@ from ..methods.kg_infused.pipeline import KGInfusedConfig, KGInfusedRAG
 from ..progress import progress as progress_bar
 from ..provenance import manifest as provenance_manifest
 from ..records import Question
-from ..runner import check_resume, folder_lock
+from ..methods.prompt_digest import digests as prompt_digests
+from ..runner import PROMPTS_KEY, check_resume, folder_lock, recorded_config
 from . import judge_prompts
 
 DATASET = "2wiki"
@@ -530,9 +531,13 @@ def _judge_llm(cfg: DPODataConfig, ctx: RunContext, judge_llm: Any) -> Any:
                     lambda: load_llm(cfg.judge, cache_path=ctx.llm_cache_path))
 
 
+# the prompts DPO data is made with: the KG-Infused stages' and the judge's (their digests are part of its identity)
+DPO_PROMPT_MODULES = ("kg_infused.prompts", "train.judge_prompts")
+
+
 def _identity(cfg: DPODataConfig, ctx: RunContext, judge: Any, qids: list[str]) -> dict[str, Any]:
     """What the files depend on; a resume must find the same (the exclusion lists only act
-    through `qids`, so moving a result folder does not block a resume)."""
+    through `qids`, so moving a result folder does not block a resume); the prompts' wording too."""
     dpo = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("exclude_profiles", "exclude_results",
                                                                           "length_unit")}
     kgi = dataclasses.asdict(cfg.kg_infused_config(cfg.rounds[0]))
@@ -545,6 +550,7 @@ def _identity(cfg: DPODataConfig, ctx: RunContext, judge: Any, qids: list[str]) 
         "judge": {"spec": cfg.judge, "name": getattr(judge, "name", None), "identity": getattr(judge, "identity", None)},
         "embedder": getattr(emb, "identity", ctx.embedder_spec),
         "qids": qids,
+        PROMPTS_KEY: prompt_digests(DPO_PROMPT_MODULES),
     }, default=str))
 
 
@@ -589,7 +595,7 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
         if read_p.torn or len(kept) != len(pairs):
             rewrite_jsonl(pairs_path, kept)
         pairs = kept
-        man = provenance_manifest(identity)
+        man = provenance_manifest(recorded_config(prev, identity, len(records)))
         man.update({"exclusion": exclusion.summary(), "question_pool": counts, "files": {
             "pairs": PAIRS_FILE, "questions": QUESTIONS_FILE, "stats": [STATS_CSV, STATS_JSON]}})
         if prev is not None:

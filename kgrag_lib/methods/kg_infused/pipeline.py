@@ -256,7 +256,8 @@ def _spec(variant: Variant) -> MethodSpec:
     def factory(ctx: RunContext, cfg: dict, seed: int) -> KGInfusedRAG:
         return make_method(variant.name, ctx, cfg, seed)
 
-    return MethodSpec(variant.name, factory, KGInfusedConfig, DATASETS, variant.summary, FAMILY)
+    return MethodSpec(variant.name, factory, KGInfusedConfig, DATASETS, variant.summary, FAMILY,
+                      prompts=("kg_infused.prompts",))
 
 
 METHODS = tuple(_spec(v) for v in VARIANTS.values())

@@ -247,7 +247,8 @@ def _spec(name: str) -> MethodSpec:
     def factory(ctx: RunContext, cfg: dict, seed: int) -> SelfAsk:
         return make_self_ask(name, ctx, cfg, seed)
 
-    return MethodSpec(name, factory, SelfAskConfig, DATASETS, SUMMARIES[name], FAMILY)
+    return MethodSpec(name, factory, SelfAskConfig, DATASETS, SUMMARIES[name], FAMILY,
+                      prompts=("kg_infused.prompts", "kg_infused.self_ask_prompts"))  # retrieval stages too
 
 
 METHODS = tuple(_spec(n) for n in NAMES)

@@ -368,7 +368,8 @@ def _spec(name: str) -> MethodSpec:
     def factory(ctx: RunContext, cfg: dict, seed: int) -> SelfRAG:
         return make_method(name, ctx, cfg, seed)
 
-    return MethodSpec(name, factory, _CONFIGS[name], DATASETS, METHOD_SUMMARIES[name], FAMILY)
+    return MethodSpec(name, factory, _CONFIGS[name], DATASETS, METHOD_SUMMARIES[name], FAMILY,
+                      prompts=("kg_infused.prompts", "kg_infused.self_rag_prompts"))  # retrieval stages too
 
 
 METHODS = tuple(_spec(n) for n in METHOD_SUMMARIES)
