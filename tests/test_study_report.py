@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -158,3 +159,21 @@ def test_published_reference_runs_are_committable(tmp_path):
         for metrics in committed.rglob("metrics.json"):
             assert (metrics.parent / "questions.jsonl").is_file() and (metrics.parent / "manifest.json").is_file()
         assert any(committed.glob("12_*/runs/*/*/*/questions.jsonl")), "no committed MetaQA run of the reference"
+
+
+def test_publishing_one_notebook_keeps_the_claims_published_before(results, tmp_path):
+    """A reference run finished notebook by notebook on a machine that holds only the last one:
+    the published REPORT still covers every notebook published there, not only this machine's."""
+    dest = tmp_path / "published"
+    ST.publish(ST.collect(results), dest, profile="p")                     # everything, from a full machine
+    later = tmp_path / "later" / "p"                                       # another machine: only 13_y
+    (later / "13_y").mkdir(parents=True)
+    shutil.copytree(results / "13_y", later / "13_y", dirs_exist_ok=True)
+    res = ST.collect(later)
+    ST.write_report(res, later, "p")
+    assert "exp2.ours_over_llm_1hop" not in (later / "REPORT.md").read_text()   # the local report lacks 12_x
+    assert ST.published_elsewhere(res, dest) == ["12_x"]
+    ST.publish(res, dest, profile="p", findings="## Findings\n\nKept.")
+    text = (dest / "REPORT.md").read_text()
+    assert "exp2.ours_over_llm_1hop" in text and "Kept." in text and "### 12_x" in text and "### 13_y" in text
+    assert ST.published_elsewhere(ST.collect(dest), dest) == []

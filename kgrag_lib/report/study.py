@@ -226,11 +226,13 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     every_run = pd.DataFrame(res.runs)
     health = health_table(runs)
     claims = claims_table(apply_testability(res.claims, every_run, health_table(every_run)))
+    from ..paths import shown_path
+
     commit = git_commit()
     models = sorted({str(m) for m in runs.get("model", pd.Series(dtype=str)).dropna()})
     hours = float(runs["answer_seconds_total"].sum()) / 3600 if not runs.empty else 0.0
     parts = [f"# kgrag study report ({profile})", "",
-             f"Made {time.strftime('%Y-%m-%d %H:%M')} from `{res.root}` at commit "
+             f"Made {time.strftime('%Y-%m-%d %H:%M')} from `{shown_path(res.root)}` at commit "
              f"`{(commit.get('commit') or 'unknown')[:12]}`{' (dirty tree)' if commit.get('dirty') else ''}. "
              f"Models: {', '.join(models) or 'none'}. {len(runs)} distinct runs; answering them took "
              f"{hours:.2f} wall hours on this machine ({2 * hours:.2f} core-hours on 2 cores).", ""]
@@ -327,12 +329,18 @@ def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[
 
 
 def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None,
-            llm_cache: str | Path | None = None) -> Path:
+            llm_cache: str | Path | None = None, *, profile: str | None = None, extra: str = "",
+            findings: str = "") -> Path:
     """Copy what a reader needs into `dest` (meant to be committed): REPORT.md/html, every
     notebook's summary.json, and per run its manifest.json, metrics.json and a compact
     questions.jsonl (no traces), plus the figures; and the cached answers of the runs' models
     as append-only parts (`llm-cache/part-NNNN.jsonl.gz`, only answers no earlier part holds), so
-    `kgrag cache import DEST/llm-cache` then a rerun of the study costs no LLM call."""
+    `kgrag cache import DEST/llm-cache` then a rerun of the study costs no LLM call.
+
+    A reference run is often finished one notebook at a time, on a machine whose results folder
+    holds only that notebook: the REPORT copied from there would drop every claim published
+    before. So when `dest` holds notebooks `res` lacks and `profile` is given, REPORT.md/html in
+    `dest` are rebuilt from everything `dest` holds (`collect(dest)`)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("REPORT.md", "REPORT.html"):
@@ -357,7 +365,15 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
         from ..llm.cache import export_cache_part
 
         export_cache_part(dest / "llm-cache", llm_cache, identities=identities)
+    if profile is not None and published_elsewhere(res, dest):
+        write_report(collect(dest), dest, profile, extra=extra, findings=findings)
     return dest
+
+
+def published_elsewhere(res: StudyResults, dest: str | Path) -> list[str]:
+    """Notebooks whose summaries `dest` holds from an earlier publish but `res` does not."""
+    held = sorted(p.parent.name for p in Path(dest).glob("*/summary.json") if p.parent.name != "90_report")
+    return [nb for nb in held if nb not in res.summaries]
 
 
 def compare_runs(folder_a: str | Path, folder_b: str | Path, metric: str) -> dict[str, Any]:
