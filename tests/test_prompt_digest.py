@@ -239,7 +239,7 @@ def _imported_from_prompts(importer: str) -> list[str]:
 # (prompts module, the module whose KG builds it feeds, version constant): (version, digest of the wording
 # the extraction reaches, version constant left out). Change the wording -> bump the version and the pin.
 EXTRACTION_PINS = {
-    ("sa_rag.prompts", "sa_rag/extraction", "EXTRACTION_PROMPT_VERSION"): ("tkg3", "04b8fafc46a9"),
+    ("sa_rag.prompts", "sa_rag/extraction", "EXTRACTION_PROMPT_VERSION"): ("tkg4", "131d4f9d8a35"),
     ("tcr_qf.prompts", "tcr_qf/extraction", "RECORDS_PROMPT_VERSION"): ("tcr2", "819108d4b24d"),
 }
 

@@ -64,7 +64,7 @@ DEVIATIONS = (
     "SA-RAG: the KG is extracted by the run's own model, not phi4, with the paper's NER and RE prompts (Listings "
     "4/5) in our words: the four entity types, what the description holds per type (a place described in general "
     "terms, never as someone's birthplace), stated relations among listed entities only, pronouns resolved, and "
-    "a one-shot demonstration each on our own passage (prompt version tkg3). The output format is ours, JSON "
+    "a one-shot demonstration each on our own passage (prompt version tkg4). The output format is ours, JSON "
     "constrained to a schema: an object of entities whose 'description' is the paper's entity_information, and "
     "relations as objects with a label and a description sentence (the text SA-RAG embeds as the related_to "
     "link) instead of the paper's bare triples. The committed cpu-reference SA-RAG runs (results/reference/30-33) "

@@ -108,7 +108,7 @@ def with_subanswers(context: str, lines: Sequence[str]) -> str:
 
 
 # ---- KG extraction (§3.1, Appendix B Listings 4 and 5) --------------------------------------------
-EXTRACTION_PROMPT_VERSION = "tkg3"
+EXTRACTION_PROMPT_VERSION = "tkg4"
 ENTITY_TYPES = ("PERSON", "ORGANIZATION", "GPE", "MISC")
 
 # The caps of one extraction call (defaults of `extraction.ExtractionConfig`, whose fields say what
@@ -210,8 +210,11 @@ DEMO_RELATIONS = [
 
 
 def render_items(key: str, items: list[dict]) -> str:
-    """`{"key": [...]}` with one item per line: the shape the schemas ask for, easy for a model to follow."""
-    return '{"%s": [\n' % key + ",\n".join(json.dumps(item, ensure_ascii=False) for item in items) + "\n]}"
+    """`{"key": [...]}` on one line. With one item per line (prompt version tkg3), the Qwen models
+    answered `{"relations": []}` under the JSON-schema grammar for every chunk (measured on 20 2Wiki
+    chunks, 0.5B and 1.5B), while the same request without the grammar, or with this one-line
+    demonstration, lists the relations."""
+    return json.dumps({key: items}, ensure_ascii=False)
 
 
 def _names(names: Sequence[str]) -> str:
