@@ -177,3 +177,16 @@ def test_publishing_one_notebook_keeps_the_claims_published_before(results, tmp_
     text = (dest / "REPORT.md").read_text()
     assert "exp2.ours_over_llm_1hop" in text and "Kept." in text and "### 12_x" in text and "### 13_y" in text
     assert ST.published_elsewhere(ST.collect(dest), dest) == []
+
+
+@pytest.mark.parametrize("given, shown", [
+    ("hf:/work/ref/.cache/hf_from_gguf/1d9614638d18024d", "hf:.cache/hf_from_gguf/1d9614638d18024d"),
+    ("hf:/home/me/kgrag/results/cpu-reference/27_dpo_training/dpo/model",
+     "hf:results/cpu-reference/27_dpo_training/dpo/model"),
+    ("/srv/models/qwen", "/srv/models/qwen"),            # no known folder: the path as given
+    ("qwen2.5-coder-0.5b-q4", "qwen2.5-coder-0.5b-q4"),
+    ("hf:Qwen/Qwen2.5-7B-Instruct", "hf:Qwen/Qwen2.5-7B-Instruct"),
+    (None, None),
+])
+def test_models_named_by_a_local_path_show_the_path_from_their_checkout_folder(given, shown):
+    assert ST.shown_model(given) == shown

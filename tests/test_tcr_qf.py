@@ -762,6 +762,40 @@ def test_prompt_parsers():
     # the 0.5B model's usual wording of the asked-for line (9 of the committed 2Wiki ToG outputs)
     assert prompts.final_answer("Steps...\nTherefore, the final answer is: She Shall Have Music.") == "She Shall Have Music"
     assert prompts.final_answer('the final answer is "2005"') is None          # no colon: not the asked-for line
+    assert prompts.final_answer("Final Answer: a short phrase (a name, a date)") is None  # the placeholder copied
+
+
+@pytest.mark.parametrize("text, answer, form", [
+    ("Reasoning Process:\n- x\nFinal Answer: Paris", "Paris", 0),
+    # the forms the 0.5B model writes instead (committed notebook 50 outputs)
+    ("Therefore, the answer is: Tranquility Base Hotel & Casino", "Tranquility Base Hotel & Casino", 1),
+    ('Therefore, the answer to the question "Who is the director of Margam? " is no.', "no", 1),
+    ('the final answer is "2005"', "2005", 1),
+    ("1. The answer is not in the context.\n2. So the answer is **Thomas Cooper**.", "Thomas Cooper", 1),
+    ("No, the directors of films Flow and Neutral Port do not share the same nationality.", "no", 2),
+    ("**Yes**", "yes", 2),
+    # none of them: a reasoning cut off by the token budget, a sentence that stops at "is", a word
+    # that only begins with "no", the prompt's placeholder
+    ("To answer this question, I'll analyze the given information step by step:\n1. The", None, None),
+    ('Based on it, the answer to the question "Are A and B from the same country? " is', None, None),
+    ("Nobody knows.", None, None),
+    ("Final Answer: a short phrase (a name)", None, None),
+])
+def test_read_answer_names_the_form_it_read(text, answer, form):
+    assert prompts.read_answer(text) == (answer, None if form is None else prompts.FORMS[form])
+
+
+def test_an_answer_read_from_a_weaker_form_is_named_in_the_issues(tmp_path, fake_embedder):
+    folder = _saved_kg(tmp_path)
+    outputs = {"Therefore, the answer is: London.": ("London", "read from a 'the answer is' sentence (no 'Final Answer:' line)"),
+               "To answer this question, I'll analyze": ("To answer this question, I'll analyze",
+                                                          "no 'Final Answer:' line; took the last line")}
+    for raw, (answer, issue) in outputs.items():
+        ctx = _ctx(tmp_path, fake_embedder, lambda m, p, raw=raw: raw, identity=f"scripted:{len(raw)}")
+        pred = make_method("tcr-cot", ctx, {"kg": "tcr:{dataset}:n=2:seed={seed}"}, seed=0,
+                           kg_folder=lambda spec: folder).answer(Q[1])
+        assert pred.prediction == answer
+        assert [i for i in pred.trace["issues"] if i.startswith("answer:")] == [f"answer: {issue}"]
     assert prompts.missing_questions("1. Who is X?\n- When did Y die?\nWho is X?\nNONE\nshort?", 5) == [
         "Who is X?", "When did Y die?"]
     assert prompts.missing_questions("NONE", 5) == []
@@ -866,3 +900,17 @@ def test_a_corpus_without_paragraphs_names_the_split_that_has_them():
         pytest.skip("real 2Wiki files not under the data root")
     with pytest.raises(ConfigError, match=r"2wiki: no passages to index .*dev200.*--split dev200"):
         CorpusSelection.parse("2wiki:n=2:seed=0").passages(data_root())
+
+
+def test_reason_max_tokens_budgets_the_reasoning_answer_only(tmp_path, fake_embedder):
+    """The reasoning answer gets its own budget; ToG's search stages keep max_tokens (their cached
+    requests stay the same when only the answer's budget is raised)."""
+    folder = _saved_kg(tmp_path)
+    for reason, want in ((None, 100), (300, 300)):
+        ctx = _ctx(tmp_path, fake_embedder, _method_llm(), identity=f"scripted:budget{reason}")
+        m = make_method("tog", ctx, {"kg": "tcr:{dataset}:n=2:seed={seed}", "max_tokens": 100,
+                                     "reason_max_tokens": reason}, seed=0, kg_folder=lambda spec: folder)
+        assert not m.answer(Q[0]).failed
+        budgets = {("answer" if "Contextual Information:" in r.prompt else "search"): r.params.max_tokens
+                   for r in ctx.llm.requests}
+        assert budgets == {"answer": want, "search": 100}

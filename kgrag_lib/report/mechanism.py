@@ -36,7 +36,8 @@ KG_DOMAINS: dict[str, tuple[str, ...]] = {
 }
 # Methods whose answers rest on the KG they are given (KG-Infused RAG and its ablations).
 KG_METHODS = ("kg-infused", "kg-qe-only", "kg-aug-only", "self-ask-kg-infused", "self-rag-kg-infused")
-# TCR-QF and its ablations read the answer from a `Final Answer:` line.
+# TCR-QF and its ablations read the answer from a `Final Answer:` line, or a weaker form of it
+# (`methods.tcr_qf.prompts.read_answer`); only the last-line fallback counts as not parsed.
 TCR_METHODS = ("tcr-qf", "tog", "tog-tcr", "tog-qf", "tcr-af")
 # SA-RAG and its combinations spread activation from seed entities over the LLM-built KG.
 SA_RAG_METHODS = ("sa-rag", "sa-rag-cot", "sa-rag-qd")
@@ -346,7 +347,7 @@ def kg_domain_note(kg: str, datasets: Any, labels: Mapping[str, str] | None = No
 
 def tcr_parse_note(health: pd.DataFrame, model: str, labels: Mapping[str, str] | None = None) -> str:
     """A figure caption for TCR-QF figures (Tables 1-2, Figs. 3-4) on the datasets where a TCR-QF
-    run parsed a `Final Answer:` line for fewer than half of its questions (`testability`'s rule):
+    run parsed a final answer for fewer than half of its questions (`testability`'s rule):
     there the scores are the fallback's, not the mechanism's, so the figure cannot test the paper.
     `health` is `health_table` of the figure's runs; "" when every TCR run parsed enough."""
     if health.empty or "method" not in health:
@@ -361,7 +362,7 @@ def tcr_parse_note(health: pd.DataFrame, model: str, labels: Mapping[str, str] |
             parts.append(f"{labels.get(ds, ds)}: " + ", ".join(f"{m} {x} of {n}" for x, n, m in low))
     if not parts:
         return ""
-    return (f"{NOT_TESTABLE_MODEL}: {model}'s reasoning gave a parseable `Final Answer:` line for fewer than half "
+    return (f"{NOT_TESTABLE_MODEL}: {model}'s reasoning gave a parseable final answer (a `Final Answer:` line, a 'the answer is' sentence or a leading yes/no) for fewer than half "
             f"of the questions (questions parsed, per run: {'; '.join(parts)}), so these runs' scores are the "
             "fallback answer's, not the TCR-QF mechanism's (mechanism health).")
 

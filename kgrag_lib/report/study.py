@@ -83,6 +83,22 @@ class StudyResults:
         return pd.DataFrame(rows)
 
 
+def shown_model(model: Any) -> Any:
+    """A model named by a local path (`hf:/home/me/kgrag/.cache/hf_from_gguf/1d96...`, a DPO-trained
+    folder under results/) as the reader can find it in any checkout: the path from its `.cache/`
+    or `results/` folder on. Other names (registry names, hub ids) are returned unchanged."""
+    if not isinstance(model, str):
+        return model
+    prefix, sep, path = model.rpartition(":")
+    if not path.startswith("/"):
+        return model
+    for marker in ("/results/", "/.cache/"):
+        at = path.rfind(marker)
+        if at >= 0:
+            return f"{prefix}{sep}{path[at + 1:]}"
+    return model
+
+
 def read_run(folder: Path) -> dict[str, Any] | None:
     """One run folder as a flat record: identity, scores, cost, and its per-question rows."""
     try:
@@ -94,7 +110,7 @@ def read_run(folder: Path) -> dict[str, Any] | None:
     run = cfg.get("run") or {}
     mcfg = cfg.get("method_config") or {}
     rec = {"folder": str(folder), "method": run.get("method"), "dataset": run.get("dataset"), "n": met.get("n"),
-           "seed": run.get("seed"), "model": run.get("model"), "embedder": run.get("embedder"),
+           "seed": run.get("seed"), "model": shown_model(run.get("model")), "embedder": run.get("embedder"),
            "kg": mcfg.get("kg") or (mcfg.get("kb") and "metaqa:" + str(mcfg.get("kb"))) or None,
            "rounds": mcfg.get("rounds"), "hops": mcfg.get("hops"), "top_k": mcfg.get("top_k"),
            "qids": tuple(cfg.get("qids") or ()), "commit": (man.get("git") or {}).get("commit"),

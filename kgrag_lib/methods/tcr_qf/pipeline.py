@@ -77,6 +77,11 @@ DEVIATIONS = (
     "relations and source text units within a token budget), without GraphRAG's communities or reports.",
     "TCR-QF: on CPU the loop is cut (max_iterations, max_missing) and ToG's depth/width may be cut in the profile; "
     "every table states them.",
+    "TCR-QF: the answer is read from the `Final Answer:` line the prompt asks for; when the model leaves it out, "
+    "from its last 'the answer (to the question \"...\") is X' sentence, else from a reply that opens with a bare "
+    "yes or no. Each question's issues name the form read, and mechanism health counts an answer read in any of "
+    "these forms as parsed; an output with none (mostly a reasoning cut off by max_tokens) falls back to its last "
+    "line and counts as not parsed. Runs made before this rule read only the `Final Answer:` line.",
 )
 # `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
 CLI_FLAGS = (
@@ -118,6 +123,10 @@ class TcrQFConfig:
                                min=1)
     local_budget: int = opt(1500, "GraphRAG-style local search: context budget in tokens of the chunk tokenizer", min=1)
     max_tokens: int = opt(512, "max new tokens of reasoning, missing knowledge and search stages", min=1)
+    reason_max_tokens: int | None = opt(None, "max new tokens of a reasoning answer (CoT and every retrieval "
+                                              "variant; None: max_tokens). A small model's steps can use up "
+                                              "max_tokens before its answer line, which a cut search budget "
+                                              "should not cause", min=1, absent=None)
     extract_max_tokens: int = opt(1024, "max new tokens of a feedback extraction", min=1)
     answer_max_tokens: int = opt(64, "max new tokens of the LLM-only answer", min=1)
     seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)")
@@ -276,13 +285,19 @@ class TcrQF(Method):
             self._tokenizer = load_tokenizer("minilm")
         return len(self._tokenizer.offsets(text))
 
+    @property
+    def reason_budget(self) -> int:
+        return self.cfg.reason_max_tokens or self.cfg.max_tokens
+
     def _answer(self, messages: Any, max_tokens: int, issues: list[str]) -> tuple[str, str]:
         raw = self.ctx.llm.generate(messages, self._params(max_tokens))
-        ans = prompts.final_answer(raw)
+        ans, form = prompts.read_answer(raw)
         if ans is None:
             lines = [l.strip() for l in (raw or "").splitlines() if l.strip()]
             ans = lines[-1] if lines else ""
             issues.append("answer: no 'Final Answer:' line; took the last line")
+        elif form != prompts.FORMS[0]:
+            issues.append(f"answer: read from a {form} (no 'Final Answer:' line)")
         return raw, ans
 
     def _retrieve(self, p: _Parts, question: str, qvec: np.ndarray, trace: dict[str, Any]) -> str:
@@ -374,7 +389,7 @@ class TcrQF(Method):
             if v.retrieval in ("none", "cot"):
                 msgs = prompts.direct_messages(question.question) if v.retrieval == "none" else \
                     prompts.cot_messages(question.question)
-                budget = cfg.answer_max_tokens if v.retrieval == "none" else cfg.max_tokens
+                budget = cfg.answer_max_tokens if v.retrieval == "none" else self.reason_budget
                 raw, ans = self._answer(msgs, budget, trace["issues"])
                 trace["answer_raw"] = raw
                 trace["rounds"].append({"answer": ans})
@@ -393,7 +408,7 @@ class TcrQF(Method):
                 rt: dict[str, Any] = {"round": it, "nodes": p.kg.num_nodes, "edges": p.kg.num_edges}
                 context = self._retrieve(p, question.question, qvec, rt)
                 trace["issues"].extend(rt.pop("issues", []))
-                raw, ans = self._answer(prompts.reasoning_messages(question.question, context), cfg.max_tokens,
+                raw, ans = self._answer(prompts.reasoning_messages(question.question, context), self.reason_budget,
                                         trace["issues"])
                 rt.update(answer=ans, answer_raw=raw, context=context)
                 trace["rounds"].append(rt)
@@ -497,7 +512,7 @@ class TcrQF(Method):
         st.rt = {"round": it, "nodes": p.kg.num_nodes, "edges": p.kg.num_edges}
         st.context = self._retrieve(p, q.question, st.qvec, st.rt)
         st.trace["issues"].extend(st.rt.pop("issues", []))
-        st.raw, st.ans = self._answer(prompts.reasoning_messages(q.question, st.context), self.cfg.max_tokens,
+        st.raw, st.ans = self._answer(prompts.reasoning_messages(q.question, st.context), self.reason_budget,
                                       st.trace["issues"])
         st.rt.update(answer=st.ans, answer_raw=st.raw, context=st.context)
         st.trace["rounds"].append(st.rt)

@@ -55,6 +55,17 @@ PROMPT_VERSION = "tcrq2"
 # "Final Answer: X", also as small models write it ("the final answer is: X"): the line the prompt asks
 # for, in other words; an output with neither still fails the parse (and says so in its issues).
 FINAL = re.compile(r"final answer(?:\s+is)?\s*[:：]\s*(.+)", re.IGNORECASE)
+# When that line is missing, two weaker forms the 0.5B model writes instead (113 and 31 of the 327
+# committed TCR-QF-family answer outputs): a closing sentence "the answer (to the question "...") is
+# [:] X", and a reply that opens with a bare yes or no ("No, the directors ..."). `read_answer` tries
+# them in this order and names the form it read, so a run counts how often each was needed.
+ANSWER_SENTENCE = re.compile(
+    r"\banswer(?:\s+to\s+(?:the|this|your)\s+question(?:\s*(?:\"[^\"\n]*\"|\u201c[^\u201d\n]*\u201d))?)?"
+    r"\s*,?\s+(?:is|would be|will be)\s*[:：]?\s*(.+)", re.IGNORECASE)
+LEADING_YES_NO = re.compile(r"^[\s*_\"']*(yes|no)\b(?=[\s*_\"']*(?:[,.;:!]|$))", re.IGNORECASE)
+# The answer line's own placeholder, which a small model sometimes copies instead of answering.
+PLACEHOLDER = "a short phrase"
+FORMS = ("Final Answer line", "'the answer is' sentence", "leading yes/no")
 
 _SYSTEM = "You answer questions by careful reasoning over the information you are given."
 
@@ -244,13 +255,31 @@ def enough_messages(question: str, facts: list[tuple[str, str, str]]) -> Message
     return _chat(_ENOUGH.format(question=question, facts="\n".join(f"<{h} | {r} | {t}>" for h, r, t in facts)))
 
 
+def _clean(found: str) -> str | None:
+    ans = found.strip(" *_").rstrip(".").strip(" *_\"'")
+    return None if not ans or ans.lower().startswith(PLACEHOLDER) else ans
+
+
 def final_answer(text: str) -> str | None:
     """The phrase after the last "Final Answer:" (None when the output has none)."""
     found = FINAL.findall(text or "")
-    if not found:
-        return None
-    ans = found[-1].strip(" *").rstrip(".").strip(" *\"'")
-    return ans or None
+    return _clean(found[-1]) if found else None
+
+
+def read_answer(text: str) -> tuple[str | None, str | None]:
+    """(answer, form): the answer line the prompt asks for, else the last "the answer ... is X"
+    sentence, else a leading yes/no, with which of `FORMS` it came from; (None, None) when the
+    output has none of them (a reasoning cut off by the token budget, usually)."""
+    ans = final_answer(text)
+    if ans is not None:
+        return ans, FORMS[0]
+    found = ANSWER_SENTENCE.findall(text or "")
+    if found and (ans := _clean(found[-1])) is not None:
+        return ans, FORMS[1]
+    first = next((line for line in (text or "").splitlines() if line.strip()), "")
+    if m := LEADING_YES_NO.match(first):
+        return m.group(1).lower(), FORMS[2]
+    return None, None
 
 
 def missing_questions(text: str, limit: int) -> list[str]:
