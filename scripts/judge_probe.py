@@ -5,7 +5,8 @@ SA-RAG's correctness column is an LLM's verdict, and a verdict tests something o
 judge accepts each question's gold answer and rejects another question's (`eval.judge`'s
 controls); the 0.5B model accepted every answer it was shown. This probe judges the same
 committed predictions files with each model, controls included, and reports per model the
-controls' acceptance rates, whether the judge is informative, and how often its verdict agrees
+controls' acceptance rates, its acceptance of predictions that share no word with a gold answer,
+whether the judge is informative (`eval.judge.control_summary`), and how often its verdict agrees
 with exact match (on the rows where EM says correct, a judge should too). Judge calls go through
 the shared LLM cache, so a rerun sends none.
 
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"| {model} | {run_name(f)} | {s['n']} | {s.get('control_gold_accepted')} | "
                         f"{s.get('control_wrong_accepted')} | {'yes' if s.get('judge_informative') else 'no'} | "
                         f"{s['judge_accepts_em_correct']} of {s['em_correct']} | "
-                        f"{s['judge_accepts_em_incorrect']} of {s['em_incorrect']} | {s['unparsable']} | "
+                        f"{s['judge_accepts_em_incorrect']} of {s['em_incorrect']} | "
+                        f"{s.get('no_overlap_accepted')} of {s.get('no_overlap_n')} | {s['unparsable']} | "
                         f"{s['wall_seconds']:.0f} |")
         close = getattr(llm, "close", None)
         if close:
@@ -86,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
     print("| judge | run | n | gold answers accepted (%) | other questions' answers accepted (%) | informative | "
-          "accepts EM-correct | accepts EM-incorrect | no verdict | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "accepts EM-correct | accepts EM-incorrect | predictions sharing no word with a gold: accepted (%) of n | "
+          "no verdict | seconds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0
 

@@ -692,3 +692,32 @@ def test_real_model_judges_two_musique_answers_and_its_controls(real, tmp_path):
     assert s["n"] == 2 and s["judged"] + s["unparsable"] == 2 and s["judge_model"] == ctx.llm.name
     assert s["control_gold_n"] + s["control_wrong_n"] >= 1 and isinstance(s["judge_informative"], bool)
     assert s["judge_informative"] or "does not tell right from wrong" in s["judge_warning"]
+
+
+def test_a_judge_that_accepts_predictions_sharing_no_word_with_the_gold_is_uninformative(tmp_path):
+    """Other questions' answers are easy to reject (often another type); the run's own wrong answers
+    of the right type are the hard case: the 1.5B model accepted 'no' for 'yes' and 'Derby' for
+    'Lancashire'. A judge that accepts half of the predictions with token F1 0 fails."""
+    golds = [["yes"], ["Lancashire"], ["Brooklyn"], ["1859"], ["Henry I"], ["British"]]
+    preds = ["no", "Derby", "Hillsboro Beach", "1894", "Margaret", "British"]
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(json.dumps({"qid": f"q{i}", "question": f"Q{i}?", "prediction": p, "answers": g}) + "\n"
+                            for i, (p, g) in enumerate(zip(preds, golds))), encoding="utf-8")
+
+    def lenient(messages, params):  # accepts its own question's gold and any prediction, rejects other golds
+        prompt = messages[-1]["content"]
+        cand = prompt.split("Candidate answer: ", 1)[1].split("\n", 1)[0]
+        refs = prompt.split("Reference answers: ", 1)[1].split("\n", 1)[0]
+        other_gold = any(cand == g[0] and g[0] not in refs for g in golds)
+        return '{"verdict": "%s"}' % ("incorrect" if other_gold else "correct")
+
+    s = judge_predictions(path, ScriptedLLM(lenient, name="lenient", identity="scripted:lenient"))
+    assert (s["control_gold_accepted"], s["control_wrong_accepted"]) == (100.0, 0.0)   # passes the two controls
+    assert (s["no_overlap_accepted"], s["no_overlap_n"]) == (100.0, 5)
+    assert s["judge_informative"] is False
+    assert "accepted 100% of the 5 predictions that share no word with a gold answer" in s["judge_warning"]
+    # fewer than NO_OVERLAP_MIN such predictions: the rate is reported but decides nothing
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join(line for line in path.read_text().splitlines(keepends=True)[3:]), encoding="utf-8")
+    s = judge_predictions(few, ScriptedLLM(lenient, name="lenient", identity="scripted:lenient2"))
+    assert s["no_overlap_n"] == 2 and s["judge_informative"] is True

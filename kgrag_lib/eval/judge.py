@@ -14,7 +14,12 @@ file and writes the verdicts beside it, naming the judge model in every row and 
 A judge is only worth its controls: per question it is also shown the gold answer itself (it
 should accept it) and another question's gold answer (it should reject it). The summary reports
 both rates and calls the judge uninformative when it rejects half the golds or accepts half the
-wrong answers (the 0.5B model accepted every answer it was shown, EM 0 or not). The controls
+wrong answers (the 0.5B model accepted every answer it was shown, EM 0 or not). Another
+question's answer is often of another type (a date for a person) and easy to reject, so a third
+check reads the run's own predictions: those sharing no word with any gold answer (token F1 0:
+"no" for "yes", "Derby" for "Lancashire") are nearly all wrong, and a judge that accepts half of
+them (at least `NO_OVERLAP_MIN` seen) is uninformative too. The 1.5B model passed the first two
+(gold 100%, other answers 23%) and failed this one (`scripts/judge_probe.py`). The controls
 are the same requests for every run on the same questions, so the LLM cache asks them once.
 """
 
@@ -27,7 +32,7 @@ from typing import Any, Sequence
 
 from ..llm.base import Generator, SamplingParams
 from ..llm.parsing import strip_think
-from .metrics import normalize_answer
+from .metrics import f1, normalize_answer
 
 VERDICTS = {"correct": True, "incorrect": False}
 SCHEMA = json.dumps({"type": "object", "properties": {"verdict": {"type": "string", "enum": list(VERDICTS)}},
@@ -85,6 +90,7 @@ def judge_identity(llm: Any) -> dict[str, str]:
 
 
 UNINFORMATIVE_AT = 50.0  # percent of gold answers rejected, or of wrong answers accepted
+NO_OVERLAP_MIN = 5       # predictions without a word of any gold needed before their acceptance rate counts
 
 
 def control_answers(records: Sequence[dict[str, Any]]) -> list[tuple[str, str | None]]:
@@ -110,13 +116,20 @@ def control_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
     gold, n_gold = rate("control_gold")
     wrong, n_wrong = rate("control_wrong")
+    disjoint = [r["correct"] for r in rows if r.get("correct") is not None and r.get("prediction")
+                and f1(str(r["prediction"]), r.get("answers") or []) == 0]
+    no_overlap = round(100.0 * sum(disjoint) / len(disjoint), 2) if disjoint else None
     out: dict[str, Any] = {"control_gold_accepted": gold, "control_gold_n": n_gold,
-                           "control_wrong_accepted": wrong, "control_wrong_n": n_wrong}
+                           "control_wrong_accepted": wrong, "control_wrong_n": n_wrong,
+                           "no_overlap_accepted": no_overlap, "no_overlap_n": len(disjoint)}
     bad = []
     if gold is not None and 100 - gold >= UNINFORMATIVE_AT:
         bad.append(f"rejected {100 - gold:.0f}% of gold answers")
     if wrong is not None and wrong >= UNINFORMATIVE_AT:
         bad.append(f"accepted {wrong:.0f}% of other questions' answers")
+    if no_overlap is not None and len(disjoint) >= NO_OVERLAP_MIN and no_overlap >= UNINFORMATIVE_AT:
+        bad.append(f"accepted {no_overlap:.0f}% of the {len(disjoint)} predictions that share no word with a gold "
+                   "answer")
     out["judge_informative"] = None if gold is None and wrong is None else not bad
     if bad:
         out["judge_warning"] = "the judge " + " and ".join(bad) + ": its correctness does not tell right from wrong"
