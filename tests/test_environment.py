@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from kgrag_lib.paths import REPO_ROOT
+from _script_loader import load_script
 
 ENV = yaml.safe_load((REPO_ROOT / "environment.yml").read_text())
 VLLM_ENV = yaml.safe_load((REPO_ROOT / "environment-vllm.yml").read_text())
@@ -43,10 +44,7 @@ def _pip_lines(env: dict) -> list[str]:
 
 
 def _solver():
-    spec = importlib.util.spec_from_file_location("solve_env", REPO_ROOT / "scripts" / "solve_env.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("solve_env")
 
 
 def test_conda_channels_are_conda_forge_only_without_channel_pins():

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from kgrag_lib.llm.cache import LLMCache
 from kgrag_lib.llm.fake import ScriptedLLM
 from test_cross_method import needs_2wiki, scripted
-
-ROOT = Path(__file__).resolve().parents[1]
+from _script_loader import load_script
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("extraction_probe", ROOT / "scripts/extraction_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("extraction_probe")
 
 
 @needs_2wiki

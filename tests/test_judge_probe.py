@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,15 +9,12 @@ import pytest
 
 from kgrag_lib.llm.cache import LLMCache
 from kgrag_lib.llm.fake import ScriptedLLM
+from _script_loader import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("judge_probe", ROOT / "scripts/judge_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("judge_probe")
 
 
 def _predictions(folder: Path) -> Path:
