@@ -44,6 +44,33 @@ def test_notebook_settings_refuse_unknown_and_ill_typed_values():
         notebook_settings("99_nothing", {"name": "p"})
 
 
+def test_parameter_grid_column_overrides_n_and_grids_per_dataset():
+    """Notebook 11 may cut one dataset's column (its own n, N and K values) and keep the others."""
+    prof = {"name": "p", "run": {"n": 9}, "notebooks": {"11_metaqa_parameter_grid": {
+        "datasets": ["metaqa-1hop", "metaqa-2hop"], "hops_grid": [1, 2, 3], "top_k_grid": [10, 30], "n": 50,
+        "per_dataset": {"metaqa-1hop": {"n": 30, "hops_grid": [1, 3]}}}}}
+    s = notebook_settings("11_metaqa_parameter_grid", prof)
+    assert s.column("metaqa-1hop") == (30, [1, 3], [10, 30])
+    assert s.column("metaqa-2hop") == (50, [1, 2, 3], [10, 30])
+    s = notebook_settings("11_metaqa_parameter_grid", prof, per_dataset={"metaqa-2hop": {"top_k_grid": [30]}})
+    assert s.column("metaqa-1hop") == (50, [1, 2, 3], [10, 30]) and s.column("metaqa-2hop") == (50, [1, 2, 3], [30])
+
+
+@pytest.mark.parametrize("per_dataset, match", [
+    ({"metaqa-3hop": {"n": 30}}, r"'metaqa-3hop' is not one of this notebook's datasets"),
+    ({"metaqa-1hop": {"hops": [1]}}, r"per_dataset'.metaqa-1hop: expected a non-empty mapping with keys among "
+                                     r"hops_grid, n, top_k_grid"),
+    ({"metaqa-1hop": {}}, r"expected a non-empty mapping"),
+    ({"metaqa-1hop": {"n": 0}}, r"metaqa-1hop.n: expected a positive integer, got 0"),
+    ({"metaqa-1hop": {"top_k_grid": [10, "30"]}}, r"metaqa-1hop.top_k_grid: expected a non-empty list of positive"),
+    ({"metaqa-1hop": {"hops_grid": []}}, r"metaqa-1hop.hops_grid: expected a non-empty list"),
+])
+def test_parameter_grid_refuses_ill_formed_per_dataset(per_dataset, match):
+    with pytest.raises(ConfigError, match=match):
+        notebook_settings("11_metaqa_parameter_grid", {"name": "p"}, datasets=["metaqa-1hop", "metaqa-2hop"],
+                          per_dataset=per_dataset)
+
+
 def test_every_notebook_has_settings_and_every_shipped_profile_resolves():
     from kgrag_lib.notebooks import study_notebooks
 
