@@ -67,8 +67,10 @@ DEVIATIONS = (
     "a one-shot demonstration each on our own passage (prompt version tkg4). The output format is ours, JSON "
     "constrained to a schema: an object of entities whose 'description' is the paper's entity_information, and "
     "relations as objects with a label and a description sentence (the text SA-RAG embeds as the related_to "
-    "link) instead of the paper's bare triples. The committed cpu-reference SA-RAG runs (results/reference/30-33) "
-    "used the earlier prompts (tkg2: no per-type rules, no demonstrations, descriptions cut at 200 characters). "
+    "link) instead of the paper's bare triples. The committed cpu-reference SA-RAG runs (notebooks 30-33 and 50, "
+    "re-run on 2026-11-25) use tkg4; runs made before used earlier prompts (tkg2: no per-type rules, no "
+    "demonstrations, descriptions cut at 200 characters; tkg3, whose demonstrations made the model return no "
+    "relation). "
     "The corpus is the pooled paragraphs of the sampled questions, as in the paper, with titles kept (the "
     "paper's code drops them).",
     "SA-RAG: every extraction call is capped where the paper states no cap (ExtractionConfig), to bound its cost "

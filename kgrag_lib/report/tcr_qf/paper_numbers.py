@@ -224,13 +224,14 @@ DEVIATIONS = (
     "and a small model never answers with nothing); the missing questions kept per round are capped (max_missing; "
     "the paper sets no cap); the current answer is not an input (§3.4's formula lists it, the appendix prompt has no "
     "slot for it); the enrichment call's Existing Triples are the round's retrieved triples (at most 30) and it is "
-    "sent once per missing question, so its Sub-questions hold one. The committed cpu-reference TCR-QF runs used the "
-    "earlier prompts (no examples, no background questions, the current answer shown, no Existing Triples).",
+    "sent once per missing question, so its Sub-questions hold one. Runs made before commit e913b37 of 2026-11-25 (none is "
+    "committed now) used earlier prompts (no examples, no background questions, the current answer shown, no "
+    "Existing Triples).",
     "TCR-QF: ToG's candidate scores sum to 1, as in ToG: the LLM's scores are divided by their sum over the kept "
     "relations and over a relation's candidate entities; where we send no call (an entity with at most `width` "
-    "relations, which ToG would still prune by the LLM) each relation scores 1/k, and a lone target 1. The committed "
-    "cpu-reference runs used the earlier scoring, which gave 1.0 to every candidate of a skipped call and the LLM's "
-    "raw scores to the rest, so their beam products mixed two scales.",
+    "relations, which ToG would still prune by the LLM) each relation scores 1/k, and a lone target 1. Runs made "
+    "before commit e913b37 of 2026-11-25 (none is committed now) used an earlier scoring, which gave 1.0 to every candidate "
+    "of a skipped call and the LLM's raw scores to the rest, so their beam products mixed two scales.",
     "TCR-QF: the paper requires each extracted relation to quote its text exactly; we check every quote against its "
     "chunk (a feedback relation: the passages it was read from) after NFKC, collapsing whitespace and case-folding. "
     "By default (quote_check=flag) a relation whose quote is not found is kept and marked quote_in_chunk false; "
@@ -240,6 +241,8 @@ DEVIATIONS = (
     "TCR-QF: the 0.5B model often writes no `Final Answer:` line, or runs out of tokens before it; the answer is "
     "then read from a weaker form (a closing 'the answer is X' sentence, a leading yes/no), and mechanism health "
     "counts per run the questions whose answer was read at all. A claim whose TCR-QF runs read fewer than half reads "
-    "'not testable at this model'. The runs at n = 10 (before 2026-11-25) read only the `Final Answer:` line and "
-    "gave the reasoning 192 tokens: 0-1 of 10 parsed in every retrieval system.",
+    "'not testable at this model'. The reasoning answer has its own token budget (reason_max_tokens; cpu-reference "
+    "384, the search stages 192). Runs made before 2026-11-26 (none is committed now) read only the `Final Answer:` "
+    "line and gave the reasoning 192 tokens: 0-1 of 10 parsed in every retrieval system at n = 10, 2-5 of 30 in "
+    "notebook 50.",
 )
