@@ -5,7 +5,7 @@ line, a closing "the answer is X" sentence, a leading yes/no). Running the whole
 1.5B model means rebuilding its KG and every search stage (hours here); this probe isolates the
 last link instead: the final reasoning request of each question of a finished run (the same
 messages and sampling, so the same retrieved context) is sent again to each model, and its output
-read with the pipeline's own parse. It measures the answer step only, conditioned on the run's
+read with the pipeline's own parse (`pipeline.predicted_answer`). It measures the answer step only, conditioned on the run's
 retrieval; the run's own model is answered from the LLM cache.
 
     python scripts/answer_probe.py [--run results/cpu-reference/50_cross_method/runs/2wiki/n30_seed0/tcr-qf]
@@ -67,11 +67,6 @@ def answer(llm, req: dict) -> str:
     return llm.generate(req["messages"], SamplingParams(**params))
 
 
-def last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 def summarize(model: str, outputs: list[dict]) -> dict:
     """Forms read, EM of the predictions, and how many equal the run's own prediction (for the run's
     model that is every question, a check that the right request was replayed)."""
@@ -98,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from kgrag_lib.eval.metrics import exact_match
     from kgrag_lib.llm import load_llm
     from kgrag_lib.llm.cache import default_cache_path
-    from kgrag_lib.methods.tcr_qf.prompts import read_answer
+    from kgrag_lib.methods.tcr_qf.pipeline import predicted_answer
 
     cache_path = Path(a.cache) if a.cache else default_cache_path()
     reqs = final_requests(Path(a.run), cache_path, a.questions)
@@ -110,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         mine = []
         for req in reqs:
             text = answer(llm, req)
-            ans, form = read_answer(text)
-            pred = ans if ans is not None else last_line(text)   # what the pipeline predicts (TcrQF._answer)
+            pred, form = predicted_answer(text)   # what the pipeline predicts
             mine.append({"model": model, "qid": req["qid"], "answers": req["answers"], "prediction": pred,
                          "form": form, "em": bool(exact_match(pred, req["answers"])),
                          "same_as_run": pred == req["prediction"], "output": text})

@@ -198,6 +198,16 @@ class _Open:
         self.trace["stopped"] = why
 
 
+def predicted_answer(raw: str) -> tuple[str, str | None]:
+    """(prediction, form) of a reasoning output: `prompts.read_answer`, else its last non-empty line
+    with form None (recorded as not parsed)."""
+    ans, form = prompts.read_answer(raw)
+    if ans is not None:
+        return ans, form
+    lines = [line.strip() for line in (raw or "").splitlines() if line.strip()]
+    return (lines[-1] if lines else ""), None
+
+
 class TcrQF(Method):
     """One variant; `answer(question)` retrieves, restores, answers and (with feedback) grows the KG."""
 
@@ -291,10 +301,8 @@ class TcrQF(Method):
 
     def _answer(self, messages: Any, max_tokens: int, issues: list[str]) -> tuple[str, str]:
         raw = self.ctx.llm.generate(messages, self._params(max_tokens))
-        ans, form = prompts.read_answer(raw)
-        if ans is None:
-            lines = [l.strip() for l in (raw or "").splitlines() if l.strip()]
-            ans = lines[-1] if lines else ""
+        ans, form = predicted_answer(raw)
+        if form is None:
             issues.append("answer: no 'Final Answer:' line; took the last line")
         elif form != prompts.FORMS[0]:
             issues.append(f"answer: read from a {form} (no 'Final Answer:' line)")
