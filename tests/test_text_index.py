@@ -340,7 +340,32 @@ def test_text_source_sample_of_questions_and_shared_kg(tmp_path):
     assert kg.stats["corpus"] == "pooled paragraphs of 1 sampled musique questions (seed 3), titles kept"
 
 
+def test_text_spec_sets_extraction_caps_and_names_the_build_by_them(tmp_path):
+    """A cap in the spec reaches the schema sent and the parser; a cap at its default changes nothing."""
+    root, cache = musique_root(tmp_path / "data", [[TAXI], [ROY]]), tmp_path / "cache"
+    default = load_kg("text:musique", data_root=root, cache_dir=cache, llm=scripted(OUTPUTS))
+    same = scripted(OUTPUTS)
+    assert load_kg("text:musique:max_relations=30", data_root=root, cache_dir=cache, llm=same).name == default.name
+    assert same.requests == []   # the default cap spelt out is the same build
+    llm = scripted(OUTPUTS)
+    capped = load_kg("text:musique:max_relations=1:max_aliases=0", data_root=root, cache_dir=cache, llm=llm)
+    assert capped.name == f"{default.name}-max_aliases0-max_relations1" and len(llm.requests) == 4
+    assert capped.stats["caps"]["max_relations"] == 1 and capped.stats["caps"]["max_aliases"] == 0
+    assert capped.stats["relations_over_cap"] == 3 and capped.stats["relation_outputs_at_cap"] == 2
+    assert capped.stats["aliases_over_cap"] == 3 and default.stats["relations_over_cap"] == 0
+    sent = [r.params for r in llm.requests if "Entities found in this text" in r.prompt]
+    assert sent and all(json.loads(p.json_schema)["properties"]["relations"]["maxItems"] == 1 for p in sent)
+    assert capped.stats["triples"] < default.stats["triples"]
+    from kgrag_lib.methods.sa_rag.corpus import selection_of
+
+    assert selection_of("text:musique:dev200:n=1:seed=3:max_relations=1") == selection_of("text:musique:dev200:n=1:seed=3")
+
+
 @pytest.mark.parametrize("spec,match", [
+    ("text:musique:max_relation=3", r"'max_relation=3': unknown extraction cap; expected one of max_tokens=<N>"),
+    ("text:musique:max_relations=x", "max_relations: expected a non-negative integer, got 'x'"),
+    ("text:musique:max_relations=2:max_relations=3", "max_relations: given twice"),
+    ("text:musique:max_entities=0", "parameter 'max_entities' must be an integer >= 1, got 0"),
     ("text:", "expected text:<dataset>"),
     ("text:nope", "unknown dataset 'nope'"),
     ("text:musique:test", r"'test': expected a split of musique \(dev200, dev2417\)"),

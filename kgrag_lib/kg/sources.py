@@ -20,9 +20,9 @@ Specs (the `kg` / `kb` config values):
 - `tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]` (TCR-QF): the same passages as `text:`, chunked
   into 512 tokens and extracted as EID records (`methods.tcr_qf.extraction`, into `kg.tcr_kg`);
   `BuiltKG.extra["tcr_folder"]`.
-- `text:<dataset>[:<split>][:n=<N>][:seed=<S>]` (SA-RAG): a KG an LLM extracts from the
-  dataset's passages (`methods.sa_rag.extraction`, into `kg.text_kg`; the corpus forms are in
-  `data.selection.CorpusSelection`). These two are planned by their paper's package, which
+- `text:<dataset>[:<split>][:n=<N>][:seed=<S>][:max_<cap>=<N>...]` (SA-RAG): a KG an LLM
+  extracts from the dataset's passages (`methods.sa_rag.extraction`, into `kg.text_kg`; the
+  corpus forms are in `data.selection.CorpusSelection`, the caps in `ExtractionConfig`). These two are planned by their paper's package, which
   provides the plan when imported (`provide`). Needs
   `llm=`; its build folder is keyed by the model identity, the prompt version and the
   extraction settings too, the build resumes from a per-chunk journal, and `BuiltKG.extra["text"]`
@@ -302,7 +302,7 @@ SOURCES: dict[str, Source] = {
     "2wiki-evidence-heldout": Source(twowiki_evidence_source(True), "'2wiki-evidence-heldout'"),
     "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)"),
     "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'"),
-    "text": Source(None, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True,
+    "text": Source(None, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>][:max_<cap>=<N>...]' (with llm=)", needs_llm=True,
                    provider="kgrag_lib.methods.sa_rag"),
     "tcr": Source(None, "'tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True,
                   provider="kgrag_lib.methods.tcr_qf"),

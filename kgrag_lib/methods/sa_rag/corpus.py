@@ -43,8 +43,10 @@ def selection_of(spec: str) -> CorpusSelection:
     if prefix != "text":
         raise ConfigError(f"kg={spec!r}: the dense baselines chunk the passages of a "
                           "text:<dataset>[:<split>][:n=<N>][:seed=<S>] spec; a saved KG folder lists no passages")
+    from .extraction import split_caps   # the caps change the KG, not the passages
+
     try:
-        return CorpusSelection.parse(arg)
+        return CorpusSelection.parse(split_caps(arg)[0])
     except ConfigError as exc:
         raise ConfigError(f"kg={spec!r}: {exc}") from exc
 

@@ -22,7 +22,8 @@ entity and relations per call, characters per name, label and description. The J
 carries the list and string caps, so a backend with constrained decoding never exceeds them;
 a backend without it may, and then the parser enforces them the same way (items beyond a list
 cap dropped, strings cut) and counts every dropped item and cut string (`over_cap`), as well
-as the outputs whose list reached its cap (`at_cap`: more may have been cut there). An entity
+as the outputs whose list reached its cap (`at_cap`: more may have been cut there). A `text:`
+KG spec sets any cap (`text:2wiki:dev200:n=30:seed=0:max_relations=60`, `split_caps`). An entity
 the model copied from the prompt's demonstration (a demonstration name the chunk does not
 contain) is dropped and counted (`demo_echoes`). The journal keeps the first 300 characters
 of a failed output (a record, not an input of the KG).
@@ -357,15 +358,39 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
 
 
 # ---- the text: KG source ------------------------------------------------------------------------
+def split_caps(arg: str) -> tuple[str, dict[str, int]]:
+    """A `text:` spec's extraction caps (`max_relations=60`: any `max_*` field of `ExtractionConfig`)
+    apart from its corpus selection, so a profile can sweep a cap without a code change; a cap
+    left at its default leaves the KG's folder name and identity as they were."""
+    names = ExtractionConfig().caps()
+    keep, caps = [], {}
+    for part in arg.split(":"):
+        key, eq, value = part.partition("=")
+        if not (eq and key.startswith("max_")):
+            keep.append(part)
+        elif key not in names:
+            raise ConfigError(f"{part!r}: unknown extraction cap; expected one of "
+                              f"{', '.join(f'{k}=<N>' for k in names)}")
+        elif key in caps or not value.isdigit():
+            what = "given twice" if key in caps else f"expected a non-negative integer, got {value!r}"
+            raise ConfigError(f"{key}: {what}")
+        else:
+            caps[key] = int(value)
+    ExtractionConfig(**caps)   # refuses a value out of bounds, naming the field
+    return ":".join(keep), caps
+
+
 def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
-    """The KG `llm` extracts from the passages `arg` selects (`CorpusSelection`), resumable."""
+    """The KG `llm` extracts from the passages `arg` selects (`CorpusSelection`) under the caps it
+    sets (`split_caps`), resumable."""
     from ...data.selection import CorpusSelection
 
+    arg, caps = split_caps(arg)
     selection = CorpusSelection.parse(arg)
     if llm is None:
         raise ConfigError("a text KG is extracted by an LLM: pass llm= to load_kg/shared_kg "
                           "(or run `kgrag kg build --from-corpus`)")
-    config = ExtractionConfig()
+    config = ExtractionConfig(**caps)
     base = llm.default_params.to_dict()
     identity = "\0".join([EXTRACTION_PROMPT_VERSION, llm.backend, llm.identity, config.key(),
                           json.dumps(base, sort_keys=True), str(selection)])
@@ -374,7 +399,10 @@ def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
         passages, about = selection.passages(data_root)
         return build_text_kg(passages, llm, journal, config=config, about=about)
 
-    return SourcePlan(f"{selection.name}-{EXTRACTION_PROMPT_VERSION}", selection.input_files(data_root), build,
+    default = ExtractionConfig().caps()
+    changed = [f"{k}{v}" for k, v in sorted(config.caps().items()) if v != default[k]]
+    name = "-".join([selection.name, EXTRACTION_PROMPT_VERSION, *changed])
+    return SourcePlan(name, selection.input_files(data_root), build,
                       identity=identity, resumable=True, load_extra=text_tables)
 
 

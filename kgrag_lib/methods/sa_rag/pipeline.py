@@ -77,7 +77,8 @@ DEVIATIONS = (
     "on CPU and to turn a small model's loop under a grammar into a short, valid answer: 1024 output tokens (a "
     "cut-off list keeps its complete items), 20 entities, 3 aliases per entity and 30 relations per chunk, 80 "
     "characters per name, 60 per relation label and 300 per description. Items over a cap are dropped and "
-    "strings cut, both counted in the KG build's stats, with the outputs that reached a list cap. Also dropped "
+    "strings cut, both counted in the KG build's stats, with the outputs that reached a list cap; the kg spec "
+    "sets any cap (e.g. text:2wiki:dev200:n=30:seed=0:max_relations=60, a KG of its own). Also dropped "
     "and counted: relations whose ends are not entities of the same chunk, or one entity twice (the paper's code "
     "drops them silently), and demonstration entities the chunk does not name (copied from the prompt).",
     "SA-RAG: the n-hop subgraph follows related_to links in both directions (the paper does not say; its code "
@@ -113,7 +114,8 @@ class SARAGConfig:
     kg: str = opt("text:{dataset}:n=100:seed={seed}",
                   "corpus and KG as a KG spec; {dataset} = the question's dataset, {seed} = the run seed. Must "
                   "select the run's own sample (same split, n and seed), e.g. text:2wiki:dev200:n=100:seed={seed} "
-                  "for 2Wiki (its default split ships no paragraphs)")
+                  "for 2Wiki (its default split ships no paragraphs); :max_relations=<N> and the other max_* fields of "
+                  "ExtractionConfig set the extraction caps")
     top_k: int = opt(5, "chunks per dense retrieval (Naive / CoT / decomposition RAG; the paper runs 5 and 10) "
                         "and documents of the PPR baseline (HippoRAG 2's QA top-k 5)", min=1)
     chunk_size: int = opt(500, "words per chunk of the dense baselines' corpus (Appendix A: 500)", min=1)
