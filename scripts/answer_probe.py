@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from collections import Counter
 from pathlib import Path
@@ -39,24 +38,27 @@ def final_requests(run: Path, cache_path: Path, limit: int) -> list[dict]:
         raise KgragError(f"{preds}: not found; expected a finished run folder with predictions.jsonl "
                          "(run notebook 50 or `kgrag run --method tcr-qf ...` first)")
     rows = [json.loads(line) for line in preds.read_text(encoding="utf-8").splitlines() if line.strip()]
-    conn = sqlite3.connect(f"file:{cache_path}?mode=ro", uri=True)
+    from kgrag_lib.llm.cache import LLMCache, _cache_file
+
+    cache = LLMCache(_cache_file(cache_path))
     out = []
     for r in rows[:limit]:
         cfg = r["trace"]["config"]
         budget = cfg.get("reason_max_tokens") or cfg["max_tokens"]
         last = None
         for rid in r.get("requests", []):
-            hit = conn.execute("SELECT request, response FROM calls WHERE key LIKE ?", (rid + "%",)).fetchone()
-            if hit is None:
+            hit = cache.find(rid)
+            if not hit:
                 raise KgragError(f"{preds}: request {rid} of question {r['qid']} is not in {cache_path}; "
                                  "import the run's cache first (kgrag cache import results/reference/llm-cache)")
-            req = json.loads(hit[0])
+            req = hit[0]["request"]
             params = req["params"]   # extraction may share the budget, but it is grammar-constrained
             if params["max_tokens"] == budget and not params.get("grammar") and not params.get("json_schema"):
-                last = {"messages": req["messages"], "params": req["params"], "response": hit[1]}
+                last = {"messages": req["messages"], "params": req["params"], "response": hit[0]["text"]}
         if last is None:
             raise KgragError(f"{preds}: question {r['qid']} has no request with the reasoning budget {budget}")
         out.append({"qid": r["qid"], "answers": r["answers"], "prediction": r["prediction"], **last})
+    cache.close()
     return out
 
 

@@ -399,3 +399,40 @@ def test_a_read_only_or_full_llm_cache_ends_the_run_in_one_line_naming_it(tmp_pa
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert f"the LLM cache ({tmp_path / 'cache' / 'llm_cache.sqlite'}): {problem}; free space" in err
+
+
+def test_show_prints_the_calls_behind_a_predictions_request_ids(tmp_path, capsys):
+    """`kgrag cache show` reads a run's `requests` ids back as model, parameters, messages and answer."""
+    import json
+
+    from kgrag_lib.cli import main as kgrag
+    from kgrag_lib.llm import SamplingParams
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.llm.fake import ScriptedLLM
+
+    path = tmp_path / "a.sqlite"
+    cache = LLMCache(path)
+    llm = ScriptedLLM(lambda m, p: "answer to " + m[-1]["content"], identity="scripted:x", cache=cache)
+    with llm.recording() as ids:
+        llm.generate([{"role": "system", "content": "be brief"}, {"role": "user", "content": "one"}])
+        llm.generate([{"role": "user", "content": "two"}], SamplingParams(max_tokens=7, json_schema='{"type": "object"}'))
+    assert len(ids) == 2 and all(len(i) == 16 for i in ids)
+    found = cache.find(ids[1])
+    assert len(found) == 1 and found[0]["key"].startswith(ids[1]) and found[0]["text"] == "answer to two"
+    assert found[0]["request"]["messages"] == [{"role": "user", "content": "two"}]
+    assert [c["key"] for c in cache.find(ids[0][:4])] == [c["key"] for c in cache.find(ids[0])]   # any prefix of a key
+    cache.close()
+    capsys.readouterr()
+    assert kgrag(["cache", "show", *ids, "--cache", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("=== ") == 2 and "scripted:x" in out and "--- system\nbe brief\n--- user\none" in out
+    assert "answer to one" in out and '"max_tokens": 7' in out and "(+ json_schema)" in out
+    assert kgrag(["cache", "show", ids[0], "--cache", str(path), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["text"] == "answer to one" and row["request"]["identity"] == "scripted:x"
+    assert kgrag(["cache", "show", "0123456789abcdef", "--cache", str(path)]) == 2
+    assert "no stored call for 0123456789abcdef" in capsys.readouterr().err
+    assert kgrag(["cache", "show", "not-hex", "--cache", str(path)]) == 2
+    assert "expected hex digits" in capsys.readouterr().err
+    assert kgrag(["cache", "show", ids[0], "--cache", str(tmp_path / "none.sqlite")]) == 2
+    assert "no such LLM cache file" in capsys.readouterr().err

@@ -8,6 +8,10 @@ and `import FILE.jsonl.gz` loads them back so rerunning it sends no call for fin
 `part-NNNN.jsonl.gz` (a checkpoint that can be committed every few minutes without rewriting
 what was committed); `import FOLDER` loads every part.
 
+`show ID...` prints the stored calls behind a prediction's `requests` ids (the first 16 hex
+digits of a cache key): the model, the sampling parameters, every message and the answer, so a
+trace can be read call by call.
+
 A damaged cache stops every run with a message naming it. `salvage` copies every row that can
 still be read (and whose key matches its request) into a fresh file at the same path and moves
 the damaged file aside as `<name>.damaged-<time>`; the lost answers are recomputed by the next
@@ -41,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--identity", action="append", default=None,
                    help="only rows of this model identity (repeatable; see `kgrag cache check`)")
     q.set_defaults(func=handle_export)
+    q = cache_sub.add_parser("show", help="print the stored calls behind request ids (a prediction's `requests`)")
+    q.add_argument("ids", nargs="+", metavar="ID", help="a request id or any prefix of a cache key (hex)")
+    q.add_argument("--cache", default=None, help="the cache file (default: the one runs use)")
+    q.add_argument("--json", action="store_true", help="one JSON object per call instead of text")
+    q.set_defaults(func=handle_show)
     q = cache_sub.add_parser("import", help="load rows written by `kgrag cache export` into the cache")
     q.add_argument("src", nargs="+", help="one or more .jsonl.gz files, or folders of part-NNNN.jsonl.gz")
     q.add_argument("--cache", default=None, help="the cache file (default: the one runs use)")
@@ -97,3 +106,35 @@ def handle_import(args: argparse.Namespace) -> int:
         print(f"{src}: added {added} answers" + (f"; refused {refused} rows whose key does not match" if refused else ""))
     return 0
 
+
+def handle_show(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError, MissingDataError
+    from ..llm.cache import LLMCache, _cache_file
+
+    path = _cache_file(args.cache)   # refuses a missing file, naming it
+    cache = LLMCache(path)
+    missing = []
+    for rid in args.ids:
+        try:
+            calls = cache.find(rid.strip().lower())
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if not calls:
+            missing.append(rid)
+        for call in calls:
+            if args.json:
+                print(json.dumps(call, ensure_ascii=False))
+                continue
+            req = call["request"]
+            params = {k: v for k, v in req["params"].items() if k not in ("json_schema", "grammar")}
+            constrained = [k for k in ("json_schema", "grammar") if req["params"].get(k)]
+            print(f"=== {call['key'][:16]}  {req['backend']}:{req['identity']}")
+            print(f"params: {json.dumps(params, sort_keys=True)}" + (f"  (+ {', '.join(constrained)})" if constrained else ""))
+            for m in req["messages"]:
+                print(f"--- {m['role']}\n{m['content']}")
+            print(f"--- answer ({call['completion_tokens']} tokens, {call['seconds']:.1f} s)\n{call['text']}\n")
+    cache.close()
+    if missing:
+        raise MissingDataError(f"{path}: no stored call for {', '.join(missing)}; the run's answers may live in "
+                               "another cache (pass --cache) or need importing (kgrag cache import FOLDER)")
+    return 0

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -229,6 +230,25 @@ class LLMCache:
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", row
                 )
             )
+
+    def find(self, prefix: str) -> list[dict[str, Any]]:
+        """The stored calls whose key starts with `prefix` (a run's request ids are the first 16
+        hex digits of the key): each as its key, the canonical request (decoded) and the completion
+        text (out of its envelope when the request asked for log-probabilities)."""
+        if not re.fullmatch(r"[0-9a-f]{1,64}", prefix):
+            raise ValueError(f"request id {prefix!r}: expected hex digits (a prediction's `requests` entry)")
+        with self._lock:
+            conn = self._connect()
+            rows = self._retry(lambda: conn.execute(
+                "SELECT key, request, response, prompt_tokens, completion_tokens, seconds FROM calls "
+                "WHERE key >= ? AND key < ? ORDER BY key", (prefix, prefix + "g")).fetchall())
+        found = []
+        for k, req, resp, pt, ct, sec in rows:
+            request = json.loads(req)
+            opened = _open_envelope(resp) if (request.get("params") or {}).get("logprobs") else None
+            found.append({"key": k, "request": request, "text": opened[0] if opened else resp,
+                          "prompt_tokens": pt, "completion_tokens": ct, "seconds": sec})
+        return found
 
     def __len__(self) -> int:
         with self._lock:
