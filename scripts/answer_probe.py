@@ -38,9 +38,9 @@ def final_requests(run: Path, cache_path: Path, limit: int) -> list[dict]:
         raise KgragError(f"{preds}: not found; expected a finished run folder with predictions.jsonl "
                          "(run notebook 50 or `kgrag run --method tcr-qf ...` first)")
     rows = [json.loads(line) for line in preds.read_text(encoding="utf-8").splitlines() if line.strip()]
-    from kgrag_lib.llm.cache import LLMCache, _cache_file
+    from kgrag_lib.llm.cache import LLMCache, existing_cache_file
 
-    cache = LLMCache(_cache_file(cache_path))
+    cache = LLMCache(existing_cache_file(cache_path))
     out = []
     for r in rows[:limit]:
         cfg = r["trace"]["config"]

@@ -109,9 +109,9 @@ def handle_import(args: argparse.Namespace) -> int:
 
 def handle_show(args: argparse.Namespace) -> int:
     from ..errors import ConfigError, MissingDataError
-    from ..llm.cache import LLMCache, _cache_file
+    from ..llm.cache import LLMCache, existing_cache_file
 
-    path = _cache_file(args.cache)   # refuses a missing file, naming it
+    path = existing_cache_file(args.cache)   # refuses a missing file, naming it
     cache = LLMCache(path)
     missing = []
     for rid in args.ids:

@@ -22,8 +22,8 @@ Specs (the `kg` / `kb` config values):
   `BuiltKG.extra["tcr_folder"]`.
 - `text:<dataset>[:<split>][:n=<N>][:seed=<S>][:max_<cap>=<N>...]` (SA-RAG): a KG an LLM
   extracts from the dataset's passages (`methods.sa_rag.extraction`, into `kg.text_kg`; the
-  corpus forms are in `data.selection.CorpusSelection`, the caps in `ExtractionConfig`). These two are planned by their paper's package, which
-  provides the plan when imported (`provide`). Needs
+  corpus forms are in `data.selection.CorpusSelection`, the caps in `ExtractionConfig`). These
+  two are planned by their paper's package, which provides the plan when imported (`provide`). Needs
   `llm=`; its build folder is keyed by the model identity, the prompt version and the
   extraction settings too, the build resumes from a per-chunk journal, and `BuiltKG.extra["text"]`
   holds the `TextKG` side tables.

@@ -310,7 +310,8 @@ class SalvageReport:
     moved_to: Path | None
 
 
-def _cache_file(path: str | os.PathLike | None) -> Path:
+def existing_cache_file(path: str | os.PathLike | None) -> Path:
+    """`path` (default: the cache runs use) when it is an existing file, else an error naming it."""
     path = Path(path).expanduser() if path else default_cache_path()
     if not path.exists():
         raise MissingDataError(f"{path}: no such LLM cache file (the default is {default_cache_path()})")
@@ -332,7 +333,7 @@ def _query(conn: sqlite3.Connection, sql: str, args: tuple = ()) -> list[tuple] 
 def check_cache(path: str | os.PathLike | None = None) -> dict[str, Any]:
     """The full `PRAGMA integrity_check` (first 20 problems) and the row count of a cache file,
     through a read-only connection; "rows" is None when the damage hides it."""
-    path = _cache_file(path)
+    path = existing_cache_file(path)
     conn = _read_only(path)
     try:
         try:
@@ -421,7 +422,7 @@ def salvage_cache(path: str | os.PathLike | None = None) -> SalvageReport:
     the fresh file is complete; a file that passes `integrity_check` is left alone. Stop the runs
     using the cache first (a damaged cache stops them anyway).
     """
-    path = _cache_file(path)
+    path = existing_cache_file(path)
     status = check_cache(path)
     if status["ok"]:
         return SalvageReport(path, int(status["rows"] or 0), 0, None)
@@ -458,7 +459,7 @@ def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None,
     the destination."""
     from ..errors import ConfigError
 
-    src = _cache_file(path)
+    src = existing_cache_file(path)
     if Path(dest).resolve() == Path(src).resolve():
         raise ConfigError(f"cannot export the LLM cache {src} onto itself: name another file, e.g. "
                           f"{Path(src).with_suffix('.jsonl.gz')}")

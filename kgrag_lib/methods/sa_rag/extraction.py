@@ -358,9 +358,9 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
 
 
 # ---- the text: KG source ------------------------------------------------------------------------
-def split_caps(arg: str) -> tuple[str, dict[str, int]]:
-    """A `text:` spec's extraction caps (`max_relations=60`: any `max_*` field of `ExtractionConfig`)
-    apart from its corpus selection, so a profile can sweep a cap without a code change; a cap
+def split_caps(arg: str) -> tuple[str, ExtractionConfig]:
+    """A `text:` spec's corpus selection, and the `ExtractionConfig` its caps set (`max_relations=60`:
+    any `max_*` field), so a profile can sweep a cap without a code change; a cap
     left at its default leaves the KG's folder name and identity as they were."""
     names = ExtractionConfig().caps()
     keep, caps = [], {}
@@ -376,8 +376,7 @@ def split_caps(arg: str) -> tuple[str, dict[str, int]]:
             raise ConfigError(f"{key}: {what}")
         else:
             caps[key] = int(value)
-    ExtractionConfig(**caps)   # refuses a value out of bounds, naming the field
-    return ":".join(keep), caps
+    return ":".join(keep), ExtractionConfig(**caps)   # refuses a value out of bounds, naming the field
 
 
 def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
@@ -385,12 +384,11 @@ def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
     sets (`split_caps`), resumable."""
     from ...data.selection import CorpusSelection
 
-    arg, caps = split_caps(arg)
+    arg, config = split_caps(arg)
     selection = CorpusSelection.parse(arg)
     if llm is None:
         raise ConfigError("a text KG is extracted by an LLM: pass llm= to load_kg/shared_kg "
                           "(or run `kgrag kg build --from-corpus`)")
-    config = ExtractionConfig(**caps)
     base = llm.default_params.to_dict()
     identity = "\0".join([EXTRACTION_PROMPT_VERSION, llm.backend, llm.identity, config.key(),
                           json.dumps(base, sort_keys=True), str(selection)])
