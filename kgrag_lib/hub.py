@@ -41,6 +41,6 @@ def snapshot(repo_id: str, allow_patterns: Sequence[str], *, revision: str | Non
                  if offline else "downloading it from the hub failed")
         raise BackendUnavailableError(
             f"{what} {repo_id!r} is unavailable: {where} ({type(e).__name__}: {str(e)[:300]}). "
-            f"Download it where the hub is reachable (`huggingface-cli download {repo_id}`) "
+            f"Download it where the hub is reachable (`hf download {repo_id}`) "
             f"and copy the HF cache, or give the local folder instead."
         ) from None

@@ -119,7 +119,9 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
                           after=after[nb.stem], resources=resources_for(_notebook_model(nb.stem, profile)),
                           label=f"{nb.name} (profile {profile})")
              for nb in books]
-    results = (executor or LocalExecutor(progress=progress, run=execute)).run(tasks)
+    executor = executor or LocalExecutor(progress=progress, run=execute)
+    with _study_servers(executor, profile, tasks):
+        results = executor.run(tasks)
     report: dict[str, Any] = {"profile": profile, "out_root": out_root, "notebooks": [], "failed": []}
     for t in tasks:
         r = results[t.key]
@@ -132,6 +134,24 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
         report["notebooks"].append({"notebook": t.notebook.name, "seconds": r.seconds, "rows": rows,
                                     "html": str(html) if html else None})
     return report
+
+
+def _study_servers(executor: Any, profile: str, tasks: list[Any]) -> Any:
+    """Under the local executor, a server spec (`vllm-serve:...`) the notebooks load is started once for
+    the whole study (`llm.shared_servers`), not once per notebook kernel. Ray tasks may run on other
+    machines, so each starts its own."""
+    import contextlib
+
+    from .executors.local import LocalExecutor
+
+    if not isinstance(executor, LocalExecutor):
+        return contextlib.nullcontext()
+    from .config import profile_section
+    from .llm.shared_servers import shared
+    from .studies import load_profile
+
+    specs = [_notebook_model(t.key, profile) for t in tasks]
+    return shared([s for s in specs if s], server=profile_section(load_profile(profile), "server"))
 
 
 def _notebook_model(stem: str, profile: str) -> str | None:

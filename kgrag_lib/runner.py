@@ -357,9 +357,11 @@ def _answer_and_score(method: Method, questions: list[Question], done: list[dict
             out.append(row)
             done.append(row)
             bar.update(1)
+    answer_seconds = time.perf_counter() - t_run
     by_qid = {r["qid"]: r for r in done}
     result = summarize([by_qid[q.qid] for q in questions], metrics=metrics)
-    this = {"answered": len(todo), "reused": len(questions) - len(todo),
+    # answering alone, and with the scoring (bootstrap intervals take seconds) on top
+    this = {"answered": len(todo), "reused": len(questions) - len(todo), "answer_seconds": round(answer_seconds, 2),
             "wall_seconds": round(time.perf_counter() - t_run, 2), "concurrency": concurrency}
     if usage0 is not None:
         used = llm.usage.since(usage0)

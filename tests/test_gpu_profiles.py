@@ -15,7 +15,7 @@ from kgrag_lib.retrieval import RECIPES, parse_embedder_spec
 from kgrag_lib.studies import NOTEBOOKS, load_profile, notebook_settings, setup
 from kgrag_lib.train.dpo_train import dpo_config
 
-# What runs on a GPU machine with `pip install -e .[gpu]` and the hub (or a server the user starts).
+# What runs on a GPU machine with `pip install -e ".[gpu,notebooks]"` and the hub (or a server the user starts).
 HUB_PREFIXES = ("hf:", "vllm:", "openai:", "vllm-serve:")
 
 

@@ -72,7 +72,8 @@ def test_sglang_bodies():
 
 
 def test_llama_server_bodies():
-    assert _body("llama-server", P) == {"model": "m", "messages": Q, **STD, "top_k": 20, "min_p": 0.05, "repeat_penalty": 1.3}
+    assert _body("llama-server", P) == {"model": "m", "messages": Q, **STD, "top_k": 20, "min_p": 0.05, "repeat_penalty": 1.3,
+                                        "repeat_last_n": 64}   # llama.cpp's window, fixed per request
     neutral = _body("llama-server", SamplingParams())
     assert (neutral["top_k"], neutral["min_p"], neutral["repeat_penalty"]) == (0, 0.0, 1.0)  # always sent: defaults differ
     assert _body("llama-server", P.replace(grammar=GBNF))["grammar"] == GBNF
@@ -102,7 +103,7 @@ def test_llama_cpp_python_bodies_validate_against_its_own_request_models():
 def test_ollama_bodies_use_native_options():
     assert _body("ollama", P) == {"model": "m", "messages": Q, "stream": False, "options": {
         "num_predict": 12, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "repeat_penalty": 1.3,
-        "seed": 7, "stop": ["\n"]}}
+        "repeat_last_n": 64, "seed": 7, "stop": ["\n"]}}
     assert _body("ollama", P.replace(json_schema=SCHEMA))["format"] == json.loads(SCHEMA)
     raw = _body("ollama", P, chat=False)
     assert raw["raw"] is True and raw["prompt"] == "Capital of France?"
@@ -123,6 +124,22 @@ def test_plain_openai_bodies_and_refusals():
         _body("openai", neutral.replace(grammar=GBNF))
     with pytest.raises(ConfigError, match="json_schema.*chat=False"):
         _body("openai", neutral.replace(json_schema=SCHEMA), chat=False)
+
+
+def test_what_a_knob_means_where_it_differs_from_llama_cpp_is_said_once(recwarn):
+    """repeat_penalty counts other tokens on vLLM (prompt and output) and SGLang (output only) than on
+    llama.cpp (the last 64); SGLang drops the seed unless started deterministic. Said, never dropped."""
+    assert sf.caveats("llama-server", P) == [] and sf.caveats("vllm", SamplingParams()) == []
+    (vllm,) = sf.caveats("vllm", P)
+    assert "every prompt and output token" in vllm and "last 64 tokens" in vllm
+    penalty, seed = sf.caveats("sglang", P)
+    assert "output tokens only" in penalty and "--enable-deterministic-inference" in seed
+    assert sf.caveats("sglang", SamplingParams(seed=7)) == []   # greedy: the seed changes nothing
+    llm = OpenAICompatLLM("http://127.0.0.1:10/v1", "m", probe=False, flavor="vllm", weights="test")  # a server of its own
+    llm.request_body(Q, P)
+    llm.request_body(Q, P)
+    said = [str(w.message) for w in recwarn if "repetition_penalty" in str(w.message)]
+    assert len(said) == 1 and said[0].startswith("http://127.0.0.1:10/v1: repeat_penalty=1.3")
 
 
 def test_flavor_names_and_versions():

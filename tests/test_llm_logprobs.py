@@ -235,7 +235,7 @@ def test_llamacpp_logprobs_refuse_chat_mode_and_check_vocabulary(monkeypatch):
 class LogprobServer:
     """Answers /chat/completions and /completions, with or without log-probabilities."""
 
-    def __init__(self, with_logprobs=True):
+    def __init__(self, with_logprobs=True, completions_form="openai"):
         self.bodies, self.paths = [], []
         outer = self
 
@@ -253,6 +253,16 @@ class LogprobServer:
                             {"token": "Paris", "logprob": -0.1}, {"token": "Lyon", "logprob": -2.4}]}]}
                     choice = {"index": 0, "message": {"role": "assistant", "content": "Paris"},
                               "finish_reason": "stop", "logprobs": lp if with_logprobs else None}
+                elif completions_form == "llama-server":   # llama.cpp's server: the chat form on /completions too
+                    lp = {"content": [
+                        {"id": 7, "token": "[Relevant]", "bytes": [91], "logprob": -0.05, "top_logprobs": [
+                            {"id": 7, "token": "[Relevant]", "bytes": [91], "logprob": -0.05},
+                            {"id": 8, "token": "[Irrelevant]", "bytes": [91], "logprob": -3.1}]},
+                        {"id": 9, "token": "Paris", "bytes": [80], "logprob": -0.3, "top_logprobs": [
+                            {"id": 9, "token": "Paris", "bytes": [80], "logprob": -0.3},
+                            {"id": 10, "token": "Rome", "bytes": [82], "logprob": -1.5}]}]}
+                    choice = {"index": 0, "text": "[Relevant]Paris", "finish_reason": "stop",
+                              "logprobs": lp if with_logprobs else None}
                 else:
                     lp = {"tokens": ["[Relevant]", "Paris"], "token_logprobs": [-0.05, -0.3],
                           "top_logprobs": [{"[Relevant]": -0.05, "[Irrelevant]": -3.1}, {"Paris": -0.3, "Rome": -1.5}],
@@ -304,6 +314,22 @@ def test_openai_raw_prompt_completions_with_logprobs(lp_server):
     assert out.text == "[Relevant]Paris"
     assert out.tokens[0] == TokenLogprob("[Relevant]", -0.05, (("[Relevant]", -0.05), ("[Irrelevant]", -3.1)))
     assert llm.missing_tokens(["[Relevant]"]) is None  # a server's vocabulary cannot be inspected
+
+
+def test_llama_server_completions_logprobs_in_the_chat_form():
+    """llama.cpp's llama-server answers /v1/completions with `logprobs: {"content": [...]}` (its
+    server's completion probabilities, as in /chat/completions); Self-RAG reads them all the same."""
+    s = LogprobServer(completions_form="llama-server")
+    try:
+        from kgrag_lib.llm.backends.openai_compat import OpenAICompatLLM
+
+        llm = OpenAICompatLLM(s.url, "selfrag", probe=False, max_retries=0, flavor="llama-server", chat=False)
+        out = llm.generate_logprobs(raw_prompt("### Instruction:\nq\n\n### Response:\n"), logprobs=2)
+        assert s.paths[-1] == "/v1/completions" and out.text == "[Relevant]Paris"
+        assert out.tokens == (TokenLogprob("[Relevant]", -0.05, (("[Relevant]", -0.05), ("[Irrelevant]", -3.1))),
+                              TokenLogprob("Paris", -0.3, (("Paris", -0.3), ("Rome", -1.5))))
+    finally:
+        s.httpd.shutdown()
 
 
 def test_openai_server_without_logprobs_is_refused():

@@ -330,8 +330,13 @@ def test_managed_specs_say_what_is_missing(monkeypatch, tmp_path):
         load_llm(f"llama-server:{gguf}", cache=False)
     import importlib.util
 
-    if importlib.util.find_spec("vllm") is None:
-        with pytest.raises(BackendUnavailableError, match="vLLM is not installed here.*KGRAG_VLLM_URL"):
+    from kgrag_lib.llm import vllm_env
+
+    if importlib.util.find_spec("vllm") is None:   # no server environment anywhere: say how to build one
+        monkeypatch.setattr(vllm_env, "CHECKOUT", tmp_path)
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.delenv(vllm_env.VLLM_PYTHON_ENV, raising=False)
+        with pytest.raises(BackendUnavailableError, match="vLLM is not installed here.*install_vllm.sh.*vllm:<model>"):
             load_llm("vllm-serve:Qwen/Qwen2.5-7B-Instruct", cache=False)
     with pytest.raises(ConfigError, match="preset 'qwen2.5-7b-instruct' is not a GGUF model"):
         load_llm("llamacpp-server:qwen2.5-7b-instruct", cache=False)

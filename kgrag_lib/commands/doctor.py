@@ -17,7 +17,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from ..doctor.probes import probe_all
     from ..doctor.report import render
 
-    print(render(probe_all(args.server or os.environ.get(VLLM_URL_ENV), args.root)))
+    print(render(probe_all(args.server or os.environ.get(VLLM_URL_ENV), args.root, args.profile, args.model)))
     return 0
 
 
@@ -27,4 +27,9 @@ def register(subparsers) -> None:
     p.add_argument("--server", default=None, metavar="URL",
                    help=f"an OpenAI-compatible server to check (GET URL/v1/models); default ${VLLM_URL_ENV} if set")
     p.add_argument("--root", default=None, help="data root (default: $KGRAG_DATA_ROOT or ../shared/data)")
+    p.add_argument("--profile", default=None, metavar="PROFILE",
+                   help="check what this profile loads: its hub weights (size, cached, gated + token), the disk they "
+                        "need and the GPU memory (default: gpu-paper when torch sees a GPU)")
+    p.add_argument("--model", default=None, help="the LLM for every notebook, as kgrag study --model takes it (e.g. "
+                                                 "vllm-serve:Qwen/Qwen2.5-7B-Instruct: checks vLLM's memory share)")
     p.set_defaults(func=cmd_doctor)

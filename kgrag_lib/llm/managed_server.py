@@ -12,6 +12,7 @@ import atexit
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import BackendUnavailableError, ConfigError
 from ..paths import cache_dir
@@ -54,8 +55,10 @@ class ManagedServer:
     """One child server process: `base_url`, `alias` and `flavor` say how to talk to it."""
 
     def __init__(self, cmd: Sequence[str], *, flavor: str, alias: str, port: int, log_path: Path,
-                 startup_timeout: float) -> None:
+                 startup_timeout: float, env: dict[str, str] | None = None, version: str | None = None) -> None:
         self.cmd = [str(c) for c in cmd]
+        self.env = dict(env or {})      # set on top of ours for the child only
+        self.version = version          # what the installed server says it is, when known
         self.flavor = flavor
         self.alias = alias
         self.port = port
@@ -63,6 +66,7 @@ class ManagedServer:
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
+        self.startup_seconds: float | None = None   # from the start to the model being listed
 
     def __repr__(self) -> str:
         return f"ManagedServer({self.flavor}, {self.base_url}, pid={self.proc.pid if self.proc else None})"
@@ -70,12 +74,13 @@ class ManagedServer:
     def start(self) -> "ManagedServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        log.write(f"# kgrag started: {' '.join(self.cmd)}\n".encode())
+        shown_env = "".join(f"{k}={v} " for k, v in sorted(self.env.items()))
+        log.write(f"# kgrag started: {shown_env}{' '.join(self.cmd)}\n".encode())
         log.flush()
         _install_handlers()
         try:
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True,
+                                         start_new_session=True, env={**os.environ, **self.env} if self.env else None,
                                          preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         except OSError as e:
             raise BackendUnavailableError(f"cannot start {self.cmd[0]!r}: {e}") from None
@@ -83,11 +88,13 @@ class ManagedServer:
             log.close()
         with _LIVE_LOCK:
             _LIVE.add(self)
+        started = time.monotonic()
         try:
             self._wait_ready()
         except BaseException:
             self.stop()
             raise
+        self.startup_seconds = time.monotonic() - started
         return self
 
     def _wait_ready(self) -> None:
@@ -96,9 +103,10 @@ class ManagedServer:
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
+                tail = self.log_tail()
                 raise BackendUnavailableError(
-                    f"the {self.flavor} server exited with code {self.proc.returncode} while starting; "
-                    f"its log ({self.log_path}) ends with:\n{self.log_tail()}")
+                    f"the {self.flavor} server exited with code {self.proc.returncode} while starting: "
+                    f"{log_reason(tail)}; its log ({self.log_path}) ends with:\n{tail}")
             try:
                 with urllib.request.urlopen(self.base_url + "/models", timeout=5) as resp:
                     ids = [m.get("id") for m in json.loads(resp.read()).get("data") or []]
@@ -109,11 +117,11 @@ class ManagedServer:
             if time.monotonic() > deadline:
                 raise BackendUnavailableError(
                     f"the {self.flavor} server did not list {self.alias!r} at {self.base_url}/models within "
-                    f"{self.startup_timeout:g} s (raise startup_timeout= for a large model); log "
-                    f"{self.log_path} ends with:\n{self.log_tail()}")
+                    f"{self.startup_timeout:g} s (raise server.startup_timeout, or ?startup_timeout= on the spec, "
+                    f"for a large model); log {self.log_path} ends with:\n{self.log_tail()}")
             time.sleep(0.25)
 
-    def log_tail(self, lines: int = 15) -> str:
+    def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
@@ -140,6 +148,22 @@ class ManagedServer:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+
+# Lines that say why a server stopped, best first: a Python exception's headline (or pydantic's
+# "Value error, ..." under it), then an `error:` line or an out-of-memory kill.
+_REASONS = (re.compile(r"^\s*(Value error, |[\w.]*(Error|Exception)(: |$))"),
+            re.compile(r"(\berror:|\bERROR\b|out of memory|\bKilled\b)", re.IGNORECASE))
+
+
+def log_reason(tail: str) -> str:
+    """The one line of a server log that says why it stopped (see `_REASONS`), else its last line."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip() and not ln.startswith("# kgrag started")]
+    for pattern in _REASONS:
+        for line in reversed(lines):
+            if pattern.search(line):
+                return line[:400]
+    return lines[-1][:400] if lines else "its log is empty"
 
 
 def stop_all() -> None:
@@ -181,25 +205,43 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
     return [n for n in names if importlib.util.find_spec(n) is None]
 
 
-def start_llamacpp_python(path: str | os.PathLike, *, alias: str = "local", n_ctx: int = 4096,
-                          server_args: Sequence[str] = (), log_dir: str | os.PathLike | None = None,
-                          startup_timeout: float = 180.0) -> ManagedServer:
-    """llama-cpp-python's server (`python -m llama_cpp.server`) on our own llama.cpp build."""
+def _llama_options(config: Any, n_gpu_layers: int | None) -> tuple[Any, int, int | None]:
+    """(config, n_ctx, GPU layers) of a llama.cpp server: the config's own n_gpu_layers wins over
+    the preset's; vLLM-only settings left at their defaults."""
+    from ..config import ServerConfig
+
+    cfg = config if config is not None else ServerConfig()
+    for name, neutral in (("gpu_memory_utilization", None), ("cpu_kvcache_gib", None), ("max_num_seqs", None),
+                          ("batch_invariant", False), ("dtype", "auto")):
+        if getattr(cfg, name) != neutral:
+            raise ConfigError(f"server.{name}={getattr(cfg, name)!r} is a vLLM setting; a llama.cpp server reads "
+                              "max_model_len (its n_ctx), n_gpu_layers, startup_timeout and args")
+    layers = cfg.n_gpu_layers if cfg.n_gpu_layers is not None else n_gpu_layers
+    return cfg, int(cfg.max_model_len or 4096), layers
+
+
+def start_llamacpp_python(path: str | os.PathLike, *, alias: str = "local", config: Any = None,
+                          n_gpu_layers: int | None = None, log_dir: str | os.PathLike | None = None) -> ManagedServer:
+    """llama-cpp-python's server (`python -m llama_cpp.server`) on our own llama.cpp build.
+    `n_gpu_layers` is the preset's (its server's own default is 0: all on the CPU)."""
     missing = _missing_modules(["llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context",
                                 "pydantic_settings"])
     if missing:
         raise BackendUnavailableError(f"llamacpp-server: needs llama-cpp-python's server extra; missing {missing}: "
-                                      "pip install -e '.[cpu]' (or pip install 'llama-cpp-python[server]')")
+                                      "pip install 'llama-cpp-python[server]' (a CUDA build on a GPU: "
+                                      "docs/INSTALL-GPU.md)")
+    cfg, n_ctx, layers = _llama_options(config, n_gpu_layers)
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", alias,
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(int(n_ctx)), *server_args]
-    return ManagedServer(cmd, flavor="llama-cpp-python", alias=alias, port=port,
-                         log_path=_log_path("llamacpp-server", port, log_dir), startup_timeout=startup_timeout).start()
+           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx)]
+    if layers is not None:
+        cmd += ["--n_gpu_layers", str(layers)]
+    return ManagedServer([*cmd, *map(str, cfg.args)], flavor="llama-cpp-python", alias=alias, port=port,
+                         log_path=_log_path("llamacpp-server", port, log_dir), startup_timeout=cfg.startup_timeout).start()
 
 
-def start_llama_server(path: str | os.PathLike, *, alias: str = "local", n_ctx: int = 4096,
-                       server_args: Sequence[str] = (), log_dir: str | os.PathLike | None = None,
-                       startup_timeout: float = 180.0) -> ManagedServer:
+def start_llama_server(path: str | os.PathLike, *, alias: str = "local", config: Any = None,
+                       n_gpu_layers: int | None = None, log_dir: str | os.PathLike | None = None) -> ManagedServer:
     """llama.cpp's `llama-server` binary ($KGRAG_LLAMA_SERVER, else from PATH)."""
     binary = os.environ.get(LLAMA_SERVER_ENV) or shutil.which("llama-server")
     if not binary:
@@ -208,31 +250,30 @@ def start_llama_server(path: str | os.PathLike, *, alias: str = "local", n_ctx: 
             "from a llama.cpp release (github.com/ggml-org/llama.cpp/releases), a package manager (brew install "
             "llama.cpp), or build it (cmake -B build && cmake --build build --target llama-server); or use "
             "llamacpp-server:<gguf>, which runs llama-cpp-python's server from this environment")
+    cfg, n_ctx, layers = _llama_options(config, n_gpu_layers)
     port = free_port()
-    cmd = [binary, "-m", str(path), "--alias", alias, "--host", "127.0.0.1", "--port", str(port),
-           "-c", str(int(n_ctx)), *server_args]
-    return ManagedServer(cmd, flavor="llama-server", alias=alias, port=port,
-                         log_path=_log_path("llama-server", port, log_dir), startup_timeout=startup_timeout).start()
+    cmd = [binary, "-m", str(path), "--alias", alias, "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx)]
+    if layers is not None:
+        cmd += ["-ngl", str(999 if layers < 0 else layers)]   # 999: every layer, in every llama.cpp release
+    return ManagedServer([*cmd, *map(str, cfg.args)], flavor="llama-server", alias=alias, port=port,
+                         log_path=_log_path("llama-server", port, log_dir), startup_timeout=cfg.startup_timeout).start()
 
 
-def start_vllm(model: str, *, alias: str | None = None, n_ctx: int | None = None, server_args: Sequence[str] = (),
-               log_dir: str | os.PathLike | None = None, startup_timeout: float = 900.0) -> ManagedServer:
-    """`vllm serve <model>` (a Hugging Face id or a local folder); needs vLLM and a GPU."""
+def start_vllm(model: str, *, alias: str | None = None, config: Any = None, dtype: str | None = None,
+               engine: Any = None, log_dir: str | os.PathLike | None = None) -> ManagedServer:
+    """vLLM serving `model` (a Hugging Face id or a local folder) from its own environment
+    (`engine`, else `vllm_env.find_vllm`), with the options of `config` (a `ServerConfig`);
+    `dtype` overrides `config.dtype` (`vllm_env.serve_dtype` chooses it for `load_llm`)."""
+    from ..config import ServerConfig
+    from .vllm_env import find_vllm, server_args
+
     if not model:
-        raise ConfigError("vllm-serve: expected vllm-serve:<hf id or model folder>")
+        raise ConfigError("vllm-serve: expected vllm-serve:<hf id, model folder or preset>")
+    cfg = config if config is not None else ServerConfig()
     alias = alias or model
-    binary = shutil.which("vllm")
-    if binary:
-        head = [binary, "serve", model]
-    elif importlib.util.find_spec("vllm") is not None:
-        head = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-    else:
-        raise BackendUnavailableError("vllm-serve: vLLM is not installed here; on a GPU machine run "
-                                      "pip install -e '.[vllm]', or point vllm:<model> at a running server "
-                                      "($KGRAG_VLLM_URL)")
+    engine = engine or find_vllm(cfg.python)
+    args, env = server_args(engine, cfg, dtype=dtype or cfg.dtype)
     port = free_port()
-    cmd = [*head, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", alias]
-    if n_ctx:
-        cmd += ["--max-model-len", str(int(n_ctx))]
-    return ManagedServer([*cmd, *server_args], flavor="vllm", alias=alias, port=port,
-                         log_path=_log_path("vllm", port, log_dir), startup_timeout=startup_timeout).start()
+    cmd = [*engine.serve_command(model), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", alias, *args]
+    return ManagedServer(cmd, flavor="vllm", alias=alias, port=port, env=env, version=engine.version,
+                         log_path=_log_path("vllm", port, log_dir), startup_timeout=cfg.startup_timeout).start()

@@ -23,6 +23,16 @@ Where each server reads what (from its own documentation / request schema):
   api/openai-compatibility) while the model's own defaults (repeat_penalty, top_k) apply, so we
   speak the native API. No GBNF grammar; log-probabilities are not read from it.
 - OpenAI: the OpenAI fields only.
+
+What `repeat_penalty` counts differs (the MetaQA paper's 1.1 is llama.cpp's): llama.cpp
+(`llama-server`, llama-cpp-python, Ollama, our in-process backend) penalises the tokens among the
+last 64 of prompt and output (`repeat_last_n`, sent as 64 to llama-server and Ollama, which read
+it per request); vLLM and transformers every token of the prompt and the output (so each entity
+name in the retrieved triples an answer should copy), with no window; SGLang the output only.
+There is no server field that makes vLLM or SGLang count llama.cpp's window, so a non-neutral
+value there is sent as asked and `caveats` says once what it means. SGLang reads `seed` only when
+started with `--enable-deterministic-inference`; a sampled request (temperature > 0) there gets a
+caveat naming the flag.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ LABELS = {
     "llama-cpp-python": "llama-cpp-python server", "ollama": "Ollama", "openai": "plain OpenAI",
 }
 _NEUTRAL = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+REPEAT_LAST_N = 64   # llama.cpp's penalty window (its default), sent where a server reads it per request
 # (top_k field, its "off" value, min_p field, repeat penalty field); None: the server has no such knob.
 _KNOBS: dict[str, tuple[str | None, int, str | None, str | None]] = {
     "vllm": ("top_k", -1, "min_p", "repetition_penalty"),
@@ -127,7 +138,26 @@ def build_body(flavor: str, params: SamplingParams, *, chat: bool, version: str 
                                                    f"or use a server that has it (vLLM, SGLang, llama.cpp)")
             continue
         body[field] = top_k_off if knob == "top_k" and value == 0 else value
+    if flavor == "llama-server":
+        body["repeat_last_n"] = REPEAT_LAST_N
     return body
+
+
+def caveats(flavor: str, params: SamplingParams) -> list[str]:
+    """What a request means on this server where that differs from llama.cpp (see the module
+    docstring); each is said once per server, never silently."""
+    out = []
+    if params.repeat_penalty != _NEUTRAL["repeat_penalty"] and flavor in ("vllm", "sglang"):
+        counted = ("every prompt and output token (no window)" if flavor == "vllm" else "the output tokens only")
+        out.append(f"repeat_penalty={params.repeat_penalty}: {LABELS[flavor]}'s repetition_penalty counts {counted}, "
+                   f"llama.cpp's (the MetaQA paper's engine, and kgrag's CPU default) the last {REPEAT_LAST_N} tokens of "
+                   "prompt and output; no field of this server gives llama.cpp's window, so answers differ from a "
+                   "llama.cpp run with the same setting")
+    if flavor == "sglang" and params.temperature > 0:
+        out.append(f"seed={params.seed} with temperature {params.temperature}: SGLang ignores the seed unless the server "
+                   "was started with --enable-deterministic-inference, so a sampled answer does not repeat (the LLM "
+                   "cache keeps the first draw); start SGLang with that flag")
+    return out
 
 
 def _schema_fields(flavor: str, schema: dict, text: str, *, chat: bool) -> dict[str, Any]:
@@ -173,6 +203,7 @@ def _ollama_body(params: SamplingParams, *, chat: bool) -> dict[str, Any]:
         "top_k": params.top_k,  # 0 = off in Ollama's samplers too
         "min_p": params.min_p,
         "repeat_penalty": params.repeat_penalty,
+        "repeat_last_n": REPEAT_LAST_N,
         "seed": params.seed,
     }
     if params.stop:

@@ -86,10 +86,12 @@ class RunContext:
 
     def __init__(self, model: str = DEFAULT_SPEC, embedder_spec: str = "minilm", *, data_root: str | None = None,
                  cache_dir: str | None = None, llm: Any = None, embedder: Any = None,
-                 server_options: dict[str, Any] | None = None) -> None:
+                 server_options: dict[str, Any] | None = None, server: Any = None) -> None:
         self.model = model
         # request timeout and retries of a server model (`RunConfig.request_*`); in-process models have none
         self.server_options = {k: v for k, v in (server_options or {}).items() if v is not None}
+        # how a server kgrag starts for the run is started (the profile's `server` section, a ServerConfig)
+        self.server = server
         self.embedder_spec = embedder_spec
         self._data_root = data_root
         self._cache_dir = cache_dir
@@ -125,9 +127,11 @@ class RunContext:
     def llm(self) -> Any:
         """The run's LLM, loaded (with the call cache of `cache_dir`) on first use."""
         if self._llm is None:
-            from ..llm import is_server_spec, load_llm
+            from ..llm import is_managed_spec, is_server_spec, load_llm
 
-            options = self.server_options if is_server_spec(self.model) else {}
+            options = dict(self.server_options) if is_server_spec(self.model) else {}
+            if self.server is not None and is_managed_spec(self.model):
+                options["server"] = self.server
             with _cache_dir_scope(self._cache_dir):  # the model assembly goes there too
                 self._llm = load_llm(self.model, cache_path=self.llm_cache_path, **options)
         return self._llm

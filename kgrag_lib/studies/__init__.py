@@ -39,7 +39,7 @@ def setup(name: str, *, profile: str | Path | dict = "cpu-smoke", out_dir: str |
     run.embedder = resolve_embedder(prof, NOTEBOOKS[name].family)
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    return Setup(name, prof, settings, out, make_context(run))
+    return Setup(name, prof, settings, out, make_context(run, prof))
 
 
 __all__ = ["NOTEBOOKS", "NotebookSettings", "Setup", "check_profile_notebooks", "load_profile", "notebook_settings",

@@ -173,7 +173,7 @@ def config_from_profile(profile: str | Path | dict = "cpu-smoke", **overrides: A
     run.model = resolve_model(prof, "kg-infused")
     kgi = {k: v for k, v in profile_section(prof, "methods", "kg-infused").items() if k != "rounds"}
     cfg = make_dpo_config({"seed": run.seed, "kg_infused": kgi}, overrides)
-    return cfg, make_context(run)
+    return cfg, make_context(run, prof)
 
 
 # ---- which questions are evaluated ------------------------------------------------------------

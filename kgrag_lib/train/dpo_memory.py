@@ -28,9 +28,12 @@ MODES = ("full", "lora", "qlora")
 DTYPES = ("fp32", "bf16")
 # CUDA context, the caching allocator's slack, NCCL buffers: a fixed allowance per GPU.
 OVERHEAD_GIB = 2.0
-# trl's fused LM head scores tokens in chunks of this many positions, so at most this many rows of
-# logits (fp32, plus their gradient) exist at once instead of the whole (tokens x vocab) matrix.
-LOGIT_CHUNK = 32768
+# trl 1.16's fused LM head (trl/kernels/chunked_logprob.py) never holds the (tokens x vocab) logits:
+# it projects tiles of TOKEN_TILE positions x VOCAB_CHUNK vocabulary columns into one reused buffer
+# (fp32 at most), keeps per-token running sums, and in backward accumulates the hidden states' gradient
+# in fp32 (tokens x hidden) and, when the LM head trains (a full fine-tune), the head's in fp32 (vocab x hidden).
+TOKEN_TILE = 4096
+VOCAB_CHUNK = 32768
 # bitsandbytes NF4 with double quantization: 4 bits per weight plus ~0.127 bits of block constants.
 NF4_BYTES = 4.127 / 8
 
@@ -211,7 +214,10 @@ def estimate_dpo_memory(
         acts = layers * tokens * h * act_bytes + per_layer        # layer inputs kept, one layer recomputed
     else:
         acts = layers * per_layer
-    acts += min(tokens, LOGIT_CHUNK) * shape.vocab_size * 8      # one chunk of fp32 logits and their gradient
+    acts += min(tokens, TOKEN_TILE) * min(VOCAB_CHUNK, shape.vocab_size) * 4   # the fused LM head's tile
+    acts += tokens * h * 4                                                     # its fp32 hidden-state gradient
+    if mode == "full":
+        acts += shape.vocab_size * h * 4                                       # and the head's own, in fp32
     return MemoryPlan(
         mode=mode, dtype=dtype, n_params=n, trainable_params=int(trainable), n_gpus=n_gpus,
         sharded=bool(sharded and n_gpus > 1), seq_len=seq_len, batch=batch,

@@ -49,7 +49,7 @@ def _import_torch_transformers():
         import transformers
     except ImportError as e:
         raise BackendUnavailableError(
-            f"the hf backend needs torch and transformers ({e}); `pip install -e .[gpu]`"
+            f"the hf backend needs torch and transformers ({e}); `pip install -e '.[gpu,notebooks]'`"
         ) from None
     return torch, transformers
 
@@ -160,6 +160,14 @@ class HFLLM(LLM):
 
     def _generation_config(self, params: SamplingParams):
         from transformers import GenerationConfig
+
+        if params.repeat_penalty != 1.0 and not getattr(self, "_said_penalty", False):
+            self._said_penalty = True
+            import warnings
+
+            warnings.warn(f"{self.name}: repeat_penalty={params.repeat_penalty}: transformers' repetition_penalty counts "
+                          "every prompt and output token, llama.cpp's (the MetaQA paper's engine) only the last 64 "
+                          "tokens; answers differ from a llama.cpp run with the same setting", stacklevel=3)
 
         kw: dict[str, Any] = dict(
             max_new_tokens=params.max_tokens,

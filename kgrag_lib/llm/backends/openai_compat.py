@@ -40,6 +40,7 @@ from ..parsing import LLMParseError
 from .. import server_flavors as sf
 
 _WARNED: set[str] = set()
+_WARNED_CAVEATS: set[tuple[str, str]] = set()
 
 
 def normalize_base_url(url: str) -> str:
@@ -261,7 +262,11 @@ class OpenAICompatLLM(LLM):
         sf.build_body(self.flavor, params, chat=self.chat, version=self.server_version)
 
     def request_body(self, messages: Messages, params: SamplingParams) -> dict[str, Any]:
-        """The exact JSON body sent for one request."""
+        """The exact JSON body sent for one request (a caveat of the server about it is warned once)."""
+        for note in sf.caveats(self.flavor, params):
+            if (self.base_url, note) not in _WARNED_CAVEATS:
+                _WARNED_CAVEATS.add((self.base_url, note))
+                warnings.warn(f"{public_url(self.base_url)}: {note}", stacklevel=3)
         body: dict[str, Any] = {"model": self.model}
         if self.chat:
             body["messages"] = messages
@@ -326,10 +331,12 @@ class OpenAICompatLLM(LLM):
 
     def _parse_logprobs(self, value: Any) -> list[TokenLogprob]:
         """The chat form ({"content": [{token, logprob, top_logprobs: [{token, logprob}]}]}) or
-        the completions form ({tokens, token_logprobs, top_logprobs: [{token: logprob}]})."""
+        the completions form ({tokens, token_logprobs, top_logprobs: [{token: logprob}]}).
+        llama.cpp's `llama-server` answers /completions in the chat form, so /completions reads both."""
         where = f"{self.base_url} ({self.model})"
         try:
-            if self.chat:
+            if self.chat or (isinstance(value, dict) and value.get("tokens") is None
+                             and isinstance(value.get("content"), list)):
                 if not value or value.get("content") is None:
                     raise BackendUnavailableError(
                         f"{where} returned no token log-probabilities; the server does not support "

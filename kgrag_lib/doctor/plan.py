@@ -1,0 +1,234 @@
+"""What a profile will load, checked before an hour is lost: the hub weights it names (size, whether
+the Hugging Face cache holds them, whether the repo is gated and a token is there), the disk the
+missing ones need, and the GPU memory they take beside kgrag's own embedder and index (or beside a
+vLLM server that takes `server.gpu_memory_utilization` of the GPU).
+
+`weights_of` and `gpu_plan` are plain functions of a profile and of lookups passed in, so a GPU
+machine's plan is testable anywhere; `probe_plan` wires them to this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+# bf16 weights on disk (the safetensors a hub snapshot holds), GiB; embedders as sentence-transformers
+# loads them (float32). From the repos' file listings; an id not here is sized from its cached
+# config.json when there is one, else reported as unknown.
+KNOWN_GIB = {
+    "Qwen/Qwen2.5-7B-Instruct": 14.2, "meta-llama/Llama-3.1-8B-Instruct": 15.0,
+    "mistralai/Mistral-7B-Instruct-v0.2": 13.5, "selfrag/selfrag_llama2_7b": 12.6, "Qwen/Qwen2.5-0.5B-Instruct": 0.92,
+    "BAAI/bge-large-en-v1.5": 1.25, "facebook/contriever-msmarco": 0.41,
+    "sentence-transformers/multi-qa-mpnet-base-dot-v1": 0.41, "sentence-transformers/all-MiniLM-L6-v2": 0.08,
+}
+# Repos whose files the hub serves only to accounts that accepted the licence, with a token.
+GATED_PREFIXES = ("meta-llama/", "mistralai/Mistral-7B-Instruct-v0.2", "google/gemma")
+MODEL_KEYS = ("generator", "judge", "judge_model")   # method settings that name a model of their own
+KV_FACTOR = 1.25          # an in-process LLM's weights plus the KV cache and activations of batched generation
+PROCESS_MARGIN_GIB = 1.0  # the CUDA context, a faiss GPU index of a few thousand passages, buffers
+
+
+@dataclass(frozen=True)
+class Weights:
+    """One model a profile names."""
+
+    spec: str                 # as the profile (or --model) writes it
+    role: str                 # "llm" | "embedder"
+    families: tuple[str, ...]  # the study families that use it
+    where: str                # "in-process" | "vllm-serve" | "server" | "shipped" | "gguf" | "local"
+    hub_id: str | None = None
+    gib: float | None = None
+    cached: bool = False
+    gated: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: str
+    weights: tuple[Weights, ...]
+    token: bool = False                  # a hub token is configured ($HF_TOKEN or `hf auth login`)
+    hf_cache: str = ""
+    disk_free_gib: float | None = None
+    vllm_utilization: float | None = None   # the server section's, when the profile starts vLLM
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def download_gib(self) -> float:
+        return sum(w.gib or 0.0 for w in self.weights if w.hub_id and not w.cached)
+
+    @property
+    def gated_without_token(self) -> list[str]:
+        return [w.hub_id for w in self.weights if w.gated and not w.cached and not self.token and w.hub_id]
+
+
+def _hub_id_of_llm(spec: str) -> tuple[str, str | None]:
+    """(where it runs, hub id or None) of an LLM spec."""
+    from ..llm.presets import PRESETS
+
+    spec = spec.strip()
+    if spec in PRESETS:
+        p = PRESETS[spec]
+        return ("gguf", None) if p.backend == "llamacpp" else ("in-process", p.model)
+    prefix, _, rest = spec.partition(":")
+    rest = rest.split("?", 1)[0]
+    if prefix == "hf" and rest:
+        return ("local", None) if Path(rest).expanduser().exists() else ("in-process", rest)
+    if prefix == "vllm-serve" and rest:
+        if rest in PRESETS:
+            p = PRESETS[rest]
+            return ("gguf", None) if p.backend == "llamacpp" else ("vllm-serve", p.model)
+        return ("local", None) if Path(rest).expanduser().exists() or rest.endswith(".gguf") else ("vllm-serve", rest)
+    if prefix in ("vllm", "openai", "ollama"):
+        return "server", None
+    return "gguf", None
+
+
+def _hub_id_of_embedder(spec: str) -> tuple[str, str | None]:
+    from ..retrieval.embedder_specs import RECIPES, SHIPPED
+
+    s = spec.strip()
+    if s in SHIPPED:
+        return "shipped", None
+    if s in RECIPES:
+        return "in-process", RECIPES[s].repo
+    s = s[3:] if s.startswith("hf:") else s
+    if Path(s).expanduser().exists():
+        return "local", None
+    return "in-process", s
+
+
+def weights_of(profile: dict[str, Any], *, model: str | None = None, cached: Callable[[str], bool],
+               size: Callable[[str], float | None]) -> list[Weights]:
+    """Every model `profile` loads (`model` replaces its LLMs, as `kgrag study --model` does)."""
+    from ..config import profile_section
+    from ..methods.registry import available_methods
+
+    families = sorted({s.family for s in available_methods().values() if s.family})
+    run = profile_section(profile, "run")
+    models, embedders = profile_section(profile, "models"), profile_section(profile, "embedders")
+    found: dict[tuple[str, str], list[str]] = {}
+    for fam in families:
+        llm = model or models.get(fam) or run.get("model")
+        emb = embedders.get(fam) or run.get("embedder") or "minilm"
+        if llm:
+            found.setdefault(("llm", llm), []).append(fam)
+        found.setdefault(("embedder", emb), []).append(fam)
+    specs = available_methods()
+    skip = _methods_not_run(profile)
+    for name, section in profile_section(profile, "methods").items():   # a method's own model (Self-RAG, a judge)
+        if name in skip:
+            continue
+        for key in MODEL_KEYS:
+            value = (section or {}).get(key) if isinstance(section, dict) else None
+            if isinstance(value, str) and value and name in specs:
+                fams = found.setdefault(("llm", value), [])
+                if specs[name].family not in fams:
+                    fams.append(specs[name].family)
+    out = []
+    for (role, spec), fams in found.items():
+        where, hub = (_hub_id_of_llm if role == "llm" else _hub_id_of_embedder)(spec)
+        gated = bool(hub) and hub.startswith(GATED_PREFIXES)
+        out.append(Weights(spec, role, tuple(fams), where, hub, size(hub) if hub else None,
+                           cached(hub) if hub else False, gated))
+    return out
+
+
+def _methods_not_run(profile: dict[str, Any]) -> set[str]:
+    """Methods with a model of their own that the profile's notebooks leave out: Self-RAG runs only in
+    notebook 28's Table 2."""
+    from ..studies import notebook_settings
+
+    try:
+        tables = notebook_settings("28_plugins", profile).tables
+    except Exception:  # noqa: BLE001 - a profile without the notebook's section: its defaults
+        return set()
+    return set() if "2" in tables else {"self-rag", "self-rag-kg-infused"}
+
+
+def gpu_need_gib(weights: list[Weights] | tuple[Weights, ...]) -> float | None:
+    """GPU memory kgrag's own process needs at its peak: one notebook runs one family, so the largest
+    family's in-process LLM (with its KV cache) and embedder, plus the margin; None if a size is unknown."""
+    peak = 0.0
+    families = {f for w in weights for f in w.families}
+    for fam in families:
+        total = PROCESS_MARGIN_GIB
+        for w in weights:
+            if fam not in w.families or w.where not in ("in-process",):
+                continue
+            if w.gib is None:
+                return None
+            total += w.gib * (KV_FACTOR if w.role == "llm" else 1.0)
+        peak = max(peak, total)
+    return peak
+
+
+def kgrag_share_gib(weights: list[Weights] | tuple[Weights, ...]) -> float | None:
+    """What kgrag's process keeps on the GPU beside a vLLM server: embedders and the margin."""
+    return gpu_need_gib([w for w in weights if w.role == "embedder"])
+
+
+def vllm_utilization_fit(total_gib: float, free_gib: float, kgrag_gib: float) -> float:
+    """The largest gpu_memory_utilization that leaves kgrag its share of what is free (two decimals, down)."""
+    import math
+
+    return max(0.0, math.floor(100 * (free_gib - kgrag_gib) / total_gib) / 100)
+
+
+# ---- this machine ---------------------------------------------------------------------------------
+def _hub_cache_lookup() -> tuple[Callable[[str], bool], Callable[[str], float | None], str]:
+    try:
+        from huggingface_hub import constants, try_to_load_from_cache
+    except ImportError:
+        return (lambda _: False), (lambda h: KNOWN_GIB.get(h)), ""
+
+    def snapshot_dir(repo: str) -> Path | None:
+        hit = try_to_load_from_cache(repo, "config.json")
+        return Path(hit).parent if isinstance(hit, str) else None
+
+    def cached(repo: str) -> bool:
+        d = snapshot_dir(repo)
+        return bool(d) and any(d.glob("*.safetensors")) or bool(d) and any(d.glob("pytorch_model*.bin"))
+
+    def size(repo: str) -> float | None:
+        if repo in KNOWN_GIB:
+            return KNOWN_GIB[repo]
+        d = snapshot_dir(repo)
+        if d is None:
+            return None
+        files = list(d.glob("*.safetensors")) or list(d.glob("pytorch_model*.bin"))
+        return round(sum(f.stat().st_size for f in files) / 2**30, 2) if files else None
+
+    return cached, size, str(constants.HF_HUB_CACHE)
+
+
+def _token() -> bool:
+    if os.environ.get("HF_TOKEN"):
+        return True
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        return False
+    try:
+        return bool(get_token())
+    except Exception:  # noqa: BLE001 - an unreadable token file is no token
+        return False
+
+
+def probe_plan(profile: str, model: str | None = None) -> Plan:
+    from ..config import profile_section
+    from ..studies import load_profile
+
+    prof = load_profile(profile)
+    cached, size, cache_dir = _hub_cache_lookup()
+    weights = weights_of(prof, model=model, cached=cached, size=size)
+    where = Path(cache_dir) if cache_dir else Path.home()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free / 2**30
+    util = profile_section(prof, "server").get("gpu_memory_utilization")
+    if util is None and any(w.where == "vllm-serve" for w in weights):
+        util = 0.9   # vLLM's default
+    return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util)

