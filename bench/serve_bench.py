@@ -319,6 +319,9 @@ def part_vllm(levels: list[int], sizes: dict[str, int], work: Path, workloads: l
     rows: list[dict] = []
     try:
         for w in workloads:
+            if not server.running:
+                raise SystemExit(f"the vLLM server stopped (exit {server.proc.returncode}); its log {server.log_path} "
+                                 f"ends with:\n{server.log_tail(40)}")
             passages = None
             n_w = sizes[w]
             if w == "sa-rag-extraction":
@@ -394,10 +397,12 @@ def main() -> None:
     ap.add_argument("--vllm-preset", default=PRESET, help="the GGUF preset of part (c), served by vLLM and run in-process")
     ap.add_argument("--no-plain", action="store_true", help="part (c) without the plain client's replay")
     ap.add_argument("--json", help="write part (c)'s rows to this file")
+    ap.add_argument("--work", help="work folder kept after the run (server logs, run folders); default a temporary one")
     a = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
+    with (contextlib.nullcontext(a.work) if a.work else tempfile.TemporaryDirectory(prefix="serve-bench-")) as tmp:
         work = Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         if a.only_vllm:
             a.skip_model = a.skip_real = True
         if not a.skip_vllm and not a.only_a0:

@@ -396,15 +396,19 @@ class ServerConfig:
                                    ".venv-vllm/bin/python of this checkout or the working folder, then this Python "
                                    "when it imports vllm, then a `vllm` command on PATH)")
     max_model_len: int | None = opt(None, "context length the server allocates for (vLLM --max-model-len; llama.cpp "
-                                          "servers' n_ctx, default 4096); None: vLLM takes the model's own", min=64)
+                                          "servers' n_ctx, default 4096); None: vLLM takes the model's own, except "
+                                          "vLLM's CPU build, 4096 (the in-process llama.cpp context)", min=64)
     dtype: str = opt("auto", "vLLM --dtype of weights and activations; auto: the model folder's own, except a GGUF "
                              "preset's dequantized weights, which are served as bfloat16", choices=VLLM_DTYPES)
     gpu_memory_utilization: float | None = opt(None, "share of the GPU's memory vLLM takes for weights and KV cache "
                                                      "(--gpu-memory-utilization; vLLM's default 0.9, and it refuses to "
                                                      "start when less than that is free: kgrag's own embedder and "
-                                                     "index on the same GPU need a lower value)", gt=0, max=1)
-    cpu_kvcache_gib: int | None = opt(None, "GiB of KV cache vLLM takes on a CPU (VLLM_CPU_KVCACHE_SPACE; vLLM's "
-                                            "default 4)", min=1)
+                                                     "index on the same GPU need a lower value); on vLLM's CPU build "
+                                                     "the share of the RAM, used when cpu_kvcache_gib is not set",
+                                               gt=0, max=1)
+    cpu_kvcache_gib: int | None = opt(None, "GiB of KV cache vLLM's CPU build takes (VLLM_CPU_KVCACHE_SPACE); None: "
+                                            "4, unless gpu_memory_utilization is set (without either, vLLM reserves "
+                                            "0.92 of the RAM and refuses to start when that is not free)", min=1)
     cpu_reserved_cores: int | None = opt(None, "cores vLLM on a CPU keeps free of its compute threads for its HTTP "
                                                "front end (VLLM_CPU_NUM_OF_RESERVED_CPU); None: vLLM's default (1), "
                                                "but 0 on a machine of at most 4 cores, where one core less costs "

@@ -103,21 +103,35 @@ def test_server_options_become_arguments_and_environment(monkeypatch):
     args, env = server_args(CPU, ServerConfig(max_model_len=4096, cpu_kvcache_gib=3, max_num_seqs=16,
                                               args=["--enforce-eager"]), dtype="float32")
     assert args == ["--dtype", "float32", "--generation-config", "vllm", "--max-model-len", "4096",
-                    "--max-num-seqs", "16", "--enforce-eager"]
+                    "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096", "--max-num-seqs", "16",
+                    "--enforce-eager"]
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     monkeypatch.setattr(os, "cpu_count", lambda: 32)
-    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in server_args(CPU, ServerConfig(), dtype="auto")[1]
+    assert server_args(CPU, ServerConfig(), dtype="auto")[1] == {"VLLM_CPU_KVCACHE_SPACE": "4"}   # not 0.92 of the RAM
     assert server_args(CPU, ServerConfig(cpu_reserved_cores=2), dtype="auto")[1]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "2"
     args, env = server_args(GPU, ServerConfig(gpu_memory_utilization=0.6, batch_invariant=True), dtype="auto")
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.6" and env == {"VLLM_BATCH_INVARIANT": "1"}
 
 
+def test_the_cpu_build_prefills_whole_prompts_in_a_context_of_4096():
+    """vllm-cpu 0.32 dies on a seeded, sampled request prefilled in chunks (tests/test_vllm_server.py):
+    whole prompts, a step budget of the context, 4096 unless asked (the in-process llama.cpp's)."""
+    args, _ = server_args(CPU, ServerConfig(), dtype="float32")
+    assert args[args.index("--max-model-len") + 1] == "4096" and "--no-enable-chunked-prefill" in args
+    args, _ = server_args(CPU, ServerConfig(max_model_len=8192), dtype="float32")
+    assert args[args.index("--max-num-batched-tokens") + 1] == "8192"
+    args, _ = server_args(CPU, ServerConfig(args=["--enable-chunked-prefill"]), dtype="float32")
+    assert "--no-enable-chunked-prefill" not in args   # the user's own choice stands
+    args, _ = server_args(GPU, ServerConfig(), dtype="auto")
+    assert "--max-model-len" not in args and "--no-enable-chunked-prefill" not in args   # GPUs: vLLM's defaults
+
+
 def test_settings_of_the_other_build_are_refused_or_said():
     with pytest.raises(ConfigError, match="batch_invariant: vllm-cpu 0.32.0 has no batch-invariant mode.*LLM cache"):
         server_args(CPU, ServerConfig(batch_invariant=True), dtype="auto")
-    with pytest.warns(UserWarning, match="gpu_memory_utilization=0.5 is not used: vllm-cpu runs on the CPU"):
-        args, _ = server_args(CPU, ServerConfig(gpu_memory_utilization=0.5), dtype="auto")
-    assert "--gpu-memory-utilization" not in args   # a GPU profile rehearsed on a CPU still starts
+    # on the CPU build the share is of the RAM, and replaces the default KV size
+    args, env = server_args(CPU, ServerConfig(gpu_memory_utilization=0.5), dtype="auto")
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.5" and "VLLM_CPU_KVCACHE_SPACE" not in env
     with pytest.raises(ConfigError, match="cpu_kvcache_gib=2 is a setting of vLLM's CPU build"):
         server_args(GPU, ServerConfig(cpu_kvcache_gib=2), dtype="auto")
 
@@ -302,3 +316,36 @@ def test_shared_starts_each_managed_spec_once_and_stops_it(monkeypatch):
         assert table["vllm-serve:a"]["weights"] == "w" and shared_servers.lookup("vllm-serve:a")["base_url"] == "http://h:1/v1"
     assert [s for s, _ in started] == ["vllm-serve:a", "llamacpp-server:b"] and started[0][1]["server"] == {"max_model_len": 2048}
     assert len(closed) == 2 and shared_servers.SHARED_SERVERS_ENV not in os.environ
+
+
+def test_a_started_server_that_dies_mid_run_is_reported_with_its_reason(tmp_path):
+    """Fault injection: a stand-in server lists its model, then dies on the first request the way vllm-cpu
+    0.32's engine did; the run's error names the server, its exit code and its last error line."""
+    from kgrag_lib.llm.backends.openai_compat import OpenAICompatLLM
+
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent("""\
+        import http.server, json, os, sys
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+            def do_GET(self):
+                body = json.dumps({"data": [{"id": "m", "owned_by": "vllm", "root": "/m"}]}).encode()
+                self.send_response(200); self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body))); self.end_headers()
+                self.wfile.write(body)
+            def do_POST(self):
+                print("RuntimeError: Worker failed with error 'CPU Generator does not use offset'", flush=True)
+                os._exit(3)
+        http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+        """))
+    port = ms.free_port()
+    server = ms.ManagedServer([sys.executable, str(script), str(port)], flavor="vllm", alias="m", port=port,
+                              log_path=tmp_path / "server.log", startup_timeout=30).start()
+    llm = OpenAICompatLLM(server.base_url, "m", managed=server, max_retries=2, retry_delay=0.01, weights="w")
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"the vllm server kgrag started for this run has stopped "
+                                                          r"\(exit code 3\): RuntimeError: Worker failed .*does not use offset"):
+            llm.generate([{"role": "user", "content": "hi"}], max_tokens=4)
+    finally:
+        llm.close()

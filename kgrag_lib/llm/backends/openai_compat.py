@@ -202,6 +202,8 @@ class OpenAICompatLLM(LLM):
                     f"{self.base_url} gave no answer to {what} within {self.timeout:g} s; the server is "
                     f"stalled or overloaded (raise --request-timeout / run.request_timeout for a slow server with many requests in flight)") from None
             except openai.APIConnectionError as e:
+                if self.managed is not None and self.managed.exited(within=2.0):   # our own server died: say why
+                    raise BackendUnavailableError(self.managed.stopped_message()) from None
                 last: Exception = BackendUnavailableError(
                     f"cannot reach the OpenAI-compatible server at {self.base_url} ({redact(str(e.__cause__ or e))}); "
                     f"start it first, e.g. `vllm serve {self.model}`, or let kgrag start one "
