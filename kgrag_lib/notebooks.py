@@ -147,11 +147,13 @@ def _study_servers(executor: Any, profile: str, tasks: list[Any]) -> Any:
     if not isinstance(executor, LocalExecutor):
         return contextlib.nullcontext()
     from .config import profile_section
+    from .llm import is_managed_spec, load_llm
     from .llm.shared_servers import shared
     from .studies import load_profile
 
-    specs = [_notebook_model(t.key, profile) for t in tasks]
-    return shared([s for s in specs if s], server=profile_section(load_profile(profile), "server"))
+    server = profile_section(load_profile(profile), "server")
+    specs = [s for s in (_notebook_model(t.key, profile) for t in tasks) if s and is_managed_spec(s)]
+    return shared(specs, lambda spec: load_llm(spec, cache=False, server=server))
 
 
 def _notebook_model(stem: str, profile: str) -> str | None:

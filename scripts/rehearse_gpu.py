@@ -98,8 +98,9 @@ def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None) ->
     if only:
         cmd += ["--only", *only]
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "",
-           # one cache folder per engine: their KGs and LLM answers differ, their embeddings would not
-           "KGRAG_CACHE_DIR": str(work / f"cache-{engine}")}
+           # one cache folder for both engines: the embeddings are the same, and the LLM answers and the
+           # KGs are keyed by each engine's model identity
+           "KGRAG_CACHE_DIR": str(work / "cache"), "KGRAG_FIGURES_DIR": str(out / "figures")}
     print(f"\n$ HF_HOME={hf_home} HF_HUB_OFFLINE=1 {' '.join(cmd)}", flush=True)
     start = time.perf_counter()
     code = subprocess.call(cmd, env=env, cwd=REPO)

@@ -195,7 +195,7 @@ def test_managed_server_that_cannot_start_says_why(tmp_path):
     _server_modules_or_skip()
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)  # right magic, no model inside
-    with pytest.raises(BackendUnavailableError, match="exited with code .* while starting; its log"):
+    with pytest.raises(BackendUnavailableError, match=r"exited with code 1 while starting: ValueError: Failed to load model.*; its log"):
         load_llm(f"llamacpp-server:{bad}", cache=False, log_dir=tmp_path)
 
 

@@ -296,8 +296,7 @@ def test_a_spec_a_parent_started_is_reached_with_the_same_identity(monkeypatch):
 def test_shared_starts_each_managed_spec_once_and_stops_it(monkeypatch):
     import json
 
-    import kgrag_lib.llm as llm_mod
-    from kgrag_lib.llm import shared_servers
+    from kgrag_lib.llm import is_managed_spec, shared_servers
 
     started, closed = [], []
 
@@ -307,14 +306,15 @@ def test_shared_starts_each_managed_spec_once_and_stops_it(monkeypatch):
         def close(self):
             closed.append(self)
 
-    monkeypatch.setattr(llm_mod, "load_llm", lambda spec, **kw: started.append((spec, kw)) or Fake())
     monkeypatch.delenv(shared_servers.SHARED_SERVERS_ENV, raising=False)
     specs = ["vllm-serve:a", "qwen2.5-coder-0.5b-q4", "vllm-serve:a", "openai:http://h:2/v1#m", "llamacpp-server:b"]
-    with shared_servers.shared(specs, server={"max_model_len": 2048}) as got:
+    managed = [s for s in specs if is_managed_spec(s)]   # the filter notebooks._study_servers applies
+    assert managed == ["vllm-serve:a", "vllm-serve:a", "llamacpp-server:b"]
+    with shared_servers.shared(managed, lambda spec: started.append(spec) or Fake()) as got:
         table = json.loads(os.environ[shared_servers.SHARED_SERVERS_ENV])
         assert set(got) == set(table) == {"vllm-serve:a", "llamacpp-server:b"}
         assert table["vllm-serve:a"]["weights"] == "w" and shared_servers.lookup("vllm-serve:a")["base_url"] == "http://h:1/v1"
-    assert [s for s, _ in started] == ["vllm-serve:a", "llamacpp-server:b"] and started[0][1]["server"] == {"max_model_len": 2048}
+    assert started == ["vllm-serve:a", "llamacpp-server:b"]
     assert len(closed) == 2 and shared_servers.SHARED_SERVERS_ENV not in os.environ
 
 

@@ -245,8 +245,9 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any], engine: 
     folder lies. A folder's identity is its fingerprint; a hub id's is the id, as a running vLLM
     reports it (`vllm:<id>` shares it). The dtype (`vllm_env.serve_dtype`) joins the identity
     unless it is vLLM's own choice: it changes the answers."""
-    from .vllm_env import serve_dtype
     from pathlib import Path
+
+    from .vllm_env import serve_dtype
 
     gguf = sha = None
     prompt: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 SHARED_SERVERS_ENV = "KGRAG_SHARED_SERVERS"
 
@@ -39,17 +39,17 @@ def describe(llm: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def shared(specs: Iterable[str], server: Any = None) -> Iterator[dict[str, Any]]:
-    """Start each managed spec once, list them in $KGRAG_SHARED_SERVERS while the block runs, then stop them."""
-    from . import is_managed_spec, load_llm
-
+def shared(specs: Iterable[str], start: Callable[[str], Any]) -> Iterator[dict[str, Any]]:
+    """Start each spec once with `start` (a managed spec's loader: the caller filters the specs, so this
+    module needs nothing from `kgrag_lib.llm`), list them in $KGRAG_SHARED_SERVERS while the block runs,
+    then stop them."""
     started: dict[str, Any] = {}
     old = os.environ.get(SHARED_SERVERS_ENV)
     try:
-        for spec in dict.fromkeys(s for s in specs if s and is_managed_spec(s)):
+        for spec in dict.fromkeys(s for s in specs if s):
             if lookup(spec) is None:   # a grandparent's server is used as it is
                 print(f"starting {spec} once for every notebook of this study", flush=True)
-                started[spec] = load_llm(spec, cache=False, server=server)
+                started[spec] = start(spec)
         if started:
             table = json.loads(old) if old else {}
             table.update({spec: describe(llm) for spec, llm in started.items()})
