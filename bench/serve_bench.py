@@ -398,7 +398,11 @@ def main() -> None:
     ap.add_argument("--no-plain", action="store_true", help="part (c) without the plain client's replay")
     ap.add_argument("--json", help="write part (c)'s rows to this file")
     ap.add_argument("--work", help="work folder kept after the run (server logs, run folders); default a temporary one")
+    ap.add_argument("--summarize", metavar="JSON", help="print REPORT's table of part (c) from a --json file and exit")
     a = ap.parse_args()
+    if a.summarize:
+        print(vllm_summary(json.loads(Path(a.summarize).read_text(encoding="utf-8"))))
+        return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with (contextlib.nullcontext(a.work) if a.work else tempfile.TemporaryDirectory(prefix="serve-bench-")) as tmp:
         work = Path(tmp)
@@ -411,6 +415,7 @@ def main() -> None:
             rows = part_vllm(a.vllm_levels, sizes, work, a.vllm_workloads, not a.no_in_process, a.json,
                              a.vllm_preset, not a.no_plain)
             print(_table(rows))
+            print(vllm_summary(rows))
         if not a.skip_model:
             print("(a0) the in-flight machinery alone: the modelled server with free prefill, LLM-only control",
                   flush=True)
@@ -425,6 +430,31 @@ def main() -> None:
         if not a.skip_real and not a.only_a0:
             print("(b) real llama.cpp server (llama_cpp.server, embedded 0.5B model)", flush=True)
             print(_table(part_b(a.real_n, work)))
+
+
+WORKLOAD_NAMES = {"llm": "LLM only (MetaQA 1-hop)", "kg-rag": "KG-RAG (MetaQA 2-hop)", "kg-infused": "KG-Infused RAG (2Wiki)",
+                  "sa-rag-extraction": "SA-RAG text-to-KG, chunks", "tcr-qf": "TCR-QF (2Wiki, sample schedule)"}
+
+
+def vllm_summary(rows: list[dict]) -> str:
+    """Part (c)'s rows as REPORT's table: per workload, items/s at each in-flight level with kgrag / plain
+    client in brackets, then in-process llama.cpp and the best level against it."""
+    import pandas as pd
+
+    levels = sorted({r["in_flight"] for r in rows if isinstance(r["in_flight"], int)})
+    out = []
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == w]
+        line = {"workload (items)": f"{WORKLOAD_NAMES.get(w, w)} ({mine[0]['items']})"}
+        for c in levels:
+            r = next((r for r in mine if r["in_flight"] == c), None)
+            ratio = f" ({r['kgrag_vs_plain']:.2f})" if r and "kgrag_vs_plain" in r else ""
+            line[f"{c} in flight"] = f"{r['items_per_s']:.3f}{ratio}" if r else "–"
+        inproc = next((r for r in mine if not isinstance(r["in_flight"], int)), None)
+        line["in-process llama.cpp"] = f"{inproc['items_per_s']:.3f}" if inproc else "–"
+        line["best vLLM / in-process"] = f"{inproc['best_vllm_vs_in_process']:.2f}x" if inproc else "–"
+        out.append(line)
+    return pd.DataFrame(out).to_markdown(index=False, disable_numparse=True)
 
 
 def _table(rows: list[dict]) -> str:
