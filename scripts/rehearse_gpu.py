@@ -16,7 +16,7 @@ with its n = 2, through each engine asked for:
     .venv/bin/python scripts/rehearse_gpu.py --engines vllm --only 00 11
     .venv/bin/python scripts/rehearse_gpu.py --build-cache-only   # the HF cache, then exit
 
-Each study writes into `<work>/<engine>/` (default work folder: .cache/rehearsal); the script
+Each study writes into `<work>/study-<engine>/` (default work folder: .cache/rehearsal); the script
 prints the wall time of each and each notebook's summary rows, and exits non-zero if a notebook
 failed. A rerun reuses the HF cache and resumes the studies from their LLM caches.
 """
@@ -91,7 +91,7 @@ def build_cache(work: Path) -> Path:
 
 
 def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None) -> tuple[int, float]:
-    out = work / engine
+    out = work / f"study-{engine}"   # not <work>/hf: that is the HF_HOME
     cmd = [str(REPO / ".venv" / "bin" / "kgrag"), "study", "--profile", "gpu-smoke", "--out", str(out)]
     if ENGINES[engine]:
         cmd += ["--model", ENGINES[engine]]
