@@ -349,3 +349,31 @@ def test_a_started_server_that_dies_mid_run_is_reported_with_its_reason(tmp_path
             llm.generate([{"role": "user", "content": "hi"}], max_tokens=4)
     finally:
         llm.close()
+
+
+def test_a_local_study_starts_its_managed_specs_once_with_the_profile_server_section(monkeypatch):
+    """notebooks._study_servers: only managed specs reach the starter, each once, with the profile's `server:`."""
+    import types
+
+    import kgrag_lib.llm as llm_mod
+    import kgrag_lib.studies as studies
+    from kgrag_lib import notebooks
+    from kgrag_lib.executors.local import LocalExecutor
+
+    started = []
+
+    class Fake:
+        base_url, model, identity, flavor, timeout, chat, fold_system_prompt = "http://h:1/v1", "m", "x|weights=w", "vllm", 9.0, True, False
+
+        def close(self):
+            pass
+
+    models = {"a": "vllm-serve:a", "b": "openai:http://h:2/v1#m", "c": "vllm-serve:a", "d": None}
+    monkeypatch.setattr(notebooks, "_notebook_model", lambda stem, profile: models[stem])
+    monkeypatch.setattr(studies, "load_profile", lambda profile: {"name": "p", "server": {"max_model_len": 2048}})
+    monkeypatch.setattr(llm_mod, "load_llm", lambda spec, **kw: started.append((spec, kw)) or Fake())
+    tasks = [types.SimpleNamespace(key=k) for k in models]
+    with notebooks._study_servers(LocalExecutor.__new__(LocalExecutor), "p", tasks) as got:
+        assert set(got) == {"vllm-serve:a"}
+    assert [s for s, _ in started] == ["vllm-serve:a"]
+    assert started[0][1]["server"]["max_model_len"] == 2048 and started[0][1]["cache"] is False
