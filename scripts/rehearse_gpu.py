@@ -130,7 +130,7 @@ def main() -> int:
     print("\nrehearsal of gpu-smoke on this CPU:")
     for engine, (code, secs) in times.items():
         print(f"  {engine:5s} {'ok' if code == 0 else f'FAILED (exit {code})'}  {secs / 60:.1f} min  "
-              f"results: {work / engine / 'results.md'}")
+              f"results: {work / f'study-{engine}' / 'results.md'}")
     return 1 if failed else 0
 
 

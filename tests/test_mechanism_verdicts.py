@@ -212,3 +212,31 @@ def test_claims_on_a_second_kg_read_its_kg_sides_only(tmp_path):
     assert on_oracle["claim"][0] == "t1.kg_infused_over_vanilla_rag.2wiki@2wiki-evidence-oracle"
     no_kg = ("t1.retrieval_over_nor.2wiki", "Table 1", "2wiki", ("vanilla-rag", None), ">", ("nor", None), "avg", "q")
     assert list(check_claims(base, [claim, no_kg], kg_report=oracle, kg="o")["claim"]) == [f"{claim[0]}@o"]
+
+
+def test_a_tcr_claim_reads_the_parse_health_of_its_own_sides_baselines_included(tmp_path):
+    """c2.tcr_helps compares TOG+TCR with ToG: a TCR-AF run beside them that parsed 1 of 10 does
+    not make it untestable; a baseline answering through TCR-QF's parser (Naive RAG) is checked
+    like TCR-QF itself (issue 41, item 3)."""
+    no_final = ["answer: no 'Final Answer:' line; took the last line"]
+    runs = pd.DataFrame([
+        _run(tmp_path, "tt", "tog-tcr", "2wiki", "tcr:2wiki", [no_final] * 3 + [[]] * 7, "42_x"),
+        _run(tmp_path, "tog", "tog", "2wiki", "tcr:2wiki", [no_final] * 2 + [[]] * 8, "42_x"),
+        _run(tmp_path, "af", "tcr-af", "2wiki", "tcr:2wiki", [no_final] * 9 + [[]], "42_x"),
+        _run(tmp_path, "qf", "tcr-qf", "2wiki", "tcr:2wiki", [[]] * 10, "41_x"),
+        _run(tmp_path, "nr", "tcr-naive-rag", "2wiki", "tcr:2wiki", [no_final] * 8 + [[]] * 2, "41_x"),
+    ])
+    claims = pd.DataFrame([
+        _claim("c2.tcr_helps.2wiki", "2wiki", "42_x", "not separable at this n"),
+        _claim("c2.tcr_helps.2wiki@f1", "2wiki", "42_x", "not separable at this n"),
+        _claim("c3.qf_over_af.2wiki", "2wiki", "42_x", "not separable at this n"),
+        _claim("c1.tcr_qf_over_baselines.2wiki.tcr-naive-rag", "2wiki", "41_x", "confirmed"),
+    ])
+    health = health_table(runs)
+    assert set(health["method"]) >= {"tcr-naive-rag", "tcr-af"}
+    out = apply_testability(claims, runs, health)
+    v = dict(zip(out["claim"], out["verdict"]))
+    assert v["c2.tcr_helps.2wiki"] == v["c2.tcr_helps.2wiki@f1"] == "not separable at this n"
+    assert "7 of 10 (tog-tcr" in out["mechanism"][0]
+    assert v["c3.qf_over_af.2wiki"] == "not testable at this model (mechanism ran for 1 of 10)"
+    assert v["c1.tcr_qf_over_baselines.2wiki.tcr-naive-rag"] == "not testable at this model (mechanism ran for 2 of 10)"

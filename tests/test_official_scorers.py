@@ -184,3 +184,14 @@ def test_score_records_on_mixed_datasets():
     recs = [{"dataset": "hotpotqa", "prediction": "yes sir", "answers": ["yes"]},
             {"dataset": "musique", "prediction": "yes sir", "answers": ["yes"]}]
     assert score_records(recs, ("f1",))["f1"] == pytest.approx(100 * (0 + 2 / 3) / 2)
+
+
+def test_a_failed_question_scores_zero_on_every_metric_even_acc_on_its_raw_text():
+    """Issue 41, item 3: a question whose output could not be parsed is a failure, scored 0; its
+    raw text (which here holds the gold) is not an answer the method gave."""
+    from kgrag_lib.eval.metrics import get_metric
+
+    rec = {"qid": "q", "dataset": "2wiki", "prediction": "", "answers": ["yes"], "failed": True,
+           "trace": {"answer_raw": "Follow up: yes"}}
+    assert {m: get_metric(m)(rec) for m in ("em", "f1", "acc", "hit1")} == {"em": 0.0, "f1": 0.0, "acc": 0.0, "hit1": 0.0}
+    assert get_metric("acc")({**rec, "failed": False}) == 1.0   # the same raw text, not failed: read as usual

@@ -179,6 +179,26 @@ def wikidata5m_paths(root: str | Path | None = None, *, folder: str | Path | Non
     return out
 
 
+TWOWIKI_ALIASES_ENV = "KGRAG_2WIKI_ALIASES"
+TWOWIKI_ALIASES = "2wiki/id_aliases.json"
+
+
+def twowiki_aliases_path(root: str | Path | None = None) -> Path | None:
+    """The 2Wiki id_aliases.json the official scorer reads: $KGRAG_2WIKI_ALIASES (which must
+    exist), else `<data root>/2wiki/id_aliases.json` when it is there, else None (no aliases)."""
+    import os
+
+    env = os.environ.get(TWOWIKI_ALIASES_ENV)
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"${TWOWIKI_ALIASES_ENV}={env}: no such file; point it at the ID-enhanced 2Wiki "
+                              f"release's id_aliases.json ({twowiki.ALIASES_FORM}) or unset it")
+        return p
+    p = data_root(root) / TWOWIKI_ALIASES
+    return p if p.is_file() else None
+
+
 def load_questions(
     name: str,
     split: str | None = None,
@@ -203,6 +223,10 @@ def load_questions(
     else:
         file = _checked(Path(path), None, spec.manifest_key, name, True, spec.form)
     kwargs = {}
+    if spec.name == "2wiki":
+        aliases = twowiki_aliases_path(root)
+        if aliases is not None:
+            kwargs["aliases_path"] = aliases
     if spec.qtypes:
         qsplit = split if path is None else next((s for s, rel in spec.splits.items()
                                                    if (data_root(root) / rel).resolve() == file.resolve()), None)

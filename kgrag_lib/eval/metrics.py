@@ -179,6 +179,29 @@ def hit1_first(pred: str, golds: Sequence[str]) -> float | None:
     return 0.0
 
 
+# a sentence ends at . ! ? before white space, unless the word before it is a title or an initial
+# (MetaQA titles: "Dr. No", "Mr. Deeds Goes to Town", "Jules Verne's 20,000 Leagues ... J. Verne")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_NOT_AN_END = re.compile(r"(?:^|\s)(?:mr|mrs|ms|dr|st|jr|sr|vs|no|vol|mt|ft|prof|gen|sgt|lt|col|[a-z])\.$", re.I)
+
+
+def first_sentence(text: str) -> str:
+    """The answer's first sentence (or first line): what a reader takes as its answer."""
+    text = (text or "").strip()
+    for m in _SENTENCE_END.finditer(text):
+        head = text[:m.start()]
+        if "\n" in m.group(0) or not _NOT_AN_END.search(head):
+            return head.strip()
+    return text
+
+
+def hit1_sentence(pred: str, golds: Sequence[str]) -> float | None:
+    """Hit@1 read on the answer's first sentence only: a length-matched reading of `hit1` for
+    answers that differ in length (a long answer that names many entities cannot score by
+    listing them after its first sentence)."""
+    return hit1(first_sentence(pred), golds)
+
+
 def recall_at_k(retrieved_ids: Sequence[Any], gold_ids: Sequence[Any], k: int) -> float | None:
     """Fraction of the distinct gold ids found among the first k retrieved; None without golds."""
     if k < 1:
@@ -245,6 +268,7 @@ METRICS: dict[str, AnswerMetric] = {
     "hit1": hit1,
     "hit1_exact": hit1_exact,
     "hit1_first": hit1_first,
+    "hit1_sentence": hit1_sentence,
     "yesno_agree": yesno_agree,
 }
 LABELS = {
@@ -252,6 +276,7 @@ LABELS = {
     "hit1": "Hit@1 (gold entity in answer, as the paper's figures behave)",
     "hit1_exact": "Hit@1 exact (answer equals a gold entity, §4.2.1 literally)",
     "hit1_first": "Hit@1 first (first listed entity is gold, usual KGQA)",
+    "hit1_sentence": "Hit@1 first sentence (a gold entity in the answer's first sentence)",
     "yesno_agree": "yes/no agreement",
 }
 RAW_ANSWER_METRICS = {"acc"}   # scored on the raw final answer where the trace keeps it
@@ -288,7 +313,10 @@ def _answer_record_metric(name: str, fn: AnswerMetric) -> RecordMetric:
     raw = name in RAW_ANSWER_METRICS
 
     def score(rec: Any) -> float | None:
-        pred = (_from_record_or_trace(rec, "answer_raw") if raw else None) or _get(rec, "prediction") or ""
+        # a failed question (unparsable output, `Prediction.failed`) scores as an empty answer on
+        # every metric: its raw text is not an answer the method gave
+        failed = bool(_get(rec, "failed"))
+        pred = "" if failed else (_from_record_or_trace(rec, "answer_raw") if raw else None) or _get(rec, "prediction") or ""
         official = OFFICIAL_ANSWER_METRICS.get(str(_get(rec, "dataset") or ""), {}).get(name)
         return (official or fn)(pred, _get(rec, "answers") or [])
 

@@ -36,9 +36,10 @@ KG_DOMAINS: dict[str, tuple[str, ...]] = {
 }
 # Methods whose answers rest on the KG they are given (KG-Infused RAG and its ablations).
 KG_METHODS = ("kg-infused", "kg-qe-only", "kg-aug-only", "self-ask-kg-infused", "self-rag-kg-infused")
-# TCR-QF and its ablations read the answer from a `Final Answer:` line, or a weaker form of it
-# (`methods.tcr_qf.prompts.read_answer`); only the last-line fallback counts as not parsed.
-TCR_METHODS = ("tcr-qf", "tog", "tog-tcr", "tog-qf", "tcr-af")
+# TCR-QF, its ablations and its baselines (they answer through TCR-QF's prompt and parser) read the
+# answer from a `Final Answer:` line, or a weaker form of it (`methods.tcr_qf.prompts.read_answer`);
+# only the last-line fallback counts as not parsed.
+TCR_METHODS = ("tcr-qf", "tog", "tog-tcr", "tog-qf", "tcr-af", "tcr-llm", "tcr-cot", "tcr-naive-rag", "graphrag-local")
 # SA-RAG and its combinations spread activation from seed entities over the LLM-built KG.
 SA_RAG_METHODS = ("sa-rag", "sa-rag-cot", "sa-rag-qd")
 NO_FINAL_ANSWER = "answer: no 'Final Answer:' line"
@@ -221,12 +222,17 @@ def judge_health(summaries: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
 
 
 def _claim_sides(claim_id: str) -> tuple[str, ...]:
-    """The methods a KG-Infused RAG claim compares (from its CLAIMS), else ()."""
+    """The methods a KG-Infused RAG, SA-RAG or TCR-QF claim compares (from its paper's CLAIMS),
+    else (): a claim's testability rests on its own sides' mechanisms, not on every run beside them."""
     from .kg_infused import paper_numbers as kgi
+    from .sa_rag import paper_numbers as sar
+    from .tcr_qf import paper_numbers as tcr
 
-    base = str(claim_id).split("@")[0]
-    for c in (*kgi.CLAIMS, *getattr(kgi, "PLUGIN_CLAIMS", ())):
-        if c[0] == base:
+    cid = str(claim_id)   # "<id>", "<id>@<metric>", "<id>@<kg>"; SA-RAG ids hold "@k5" themselves
+    known = {c[0]: c for c in (*kgi.CLAIMS, *getattr(kgi, "PLUGIN_CLAIMS", ()), *sar.CLAIMS, *tcr.CLAIMS)}
+    for base in (cid, cid.rsplit("@", 1)[0], cid.split("@")[0]):
+        if base in known:
+            c = known[base]
             return tuple(str(s[0] if isinstance(s, tuple) else s) for s in (c[3], c[5]))
     return ()
 
@@ -266,12 +272,15 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         return None, ""
     h = health[(health["notebook"] == nb) & (health["dataset"] == dataset)]
     run = claim.get("verdict") != "not run"
-    tcr = _fewest(h[h["method"].isin(TCR_METHODS)])
+    def compared(methods: tuple[str, ...]) -> pd.DataFrame:   # the claim's own sides among `methods`
+        return h[h["method"].isin(methods) & (h["method"].isin(sides) if sides else True)]
+
+    tcr = _fewest(compared(TCR_METHODS))
     if tcr and run:
         x, n, m = tcr
         text = f"final answer parsed for {x} of {n} ({m}; fewest among the TCR-QF runs compared)"
         return (_dead(x, n) if ran_too_rarely(x, n) else None), text
-    sa = _fewest(h[h["method"].isin(SA_RAG_METHODS)])
+    sa = _fewest(compared(SA_RAG_METHODS))
     if sa and run and "sa_rag" in str(claim.get("claim")):
         x, n, m = sa
         text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"

@@ -3,9 +3,9 @@ compact per-question files alone, so every committed number stays what today's s
 
 A published run keeps no traces (`study.compact_rows`), so only the answer metrics that read
 the prediction and the golds are recomputed (EM, F1, the Hit@1 family); Acc reads the raw answer
-kept in the trace, so its stored per-question value is kept. Then, in each notebook's
+kept in the trace, so its stored per-question value is kept, except that a failed question scores 0. Then, in each notebook's
 summary.json: the result rows of a run whose scores changed (KG-Infused RAG's layout: variant,
-dataset, rounds, kg), its "KG difference" rows and the paper's claims on those runs (re-tested on
+dataset, rounds, kg), notebook 50's cross-method rows, its "KG difference" rows and the paper's claims on those runs (re-tested on
 the same questions with the same paired test). A changed run that feeds a claim this module
 cannot place is refused by name rather than left stale.
 
@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import numpy as np
 
 RESCORED = ("em", "f1", "hit1", "hit1_exact", "hit1_first")   # per-question values a compact row recomputes
-KEPT = ("acc",)                                              # read the raw answer: stored value kept
+KEPT = ("acc",)      # read the raw answer: stored value kept, except a failed question's, which scores 0
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -47,6 +47,11 @@ def rescore_rows(rows: list[dict[str, Any]]) -> set[str]:
                 if v != r[m]:
                     r[m] = v
                     changed.add(m)
+    for m in KEPT:
+        for r in rows:
+            if r.get("failed") and r.get(m):
+                r[m] = 0.0
+                changed.add(m)
     return changed
 
 
@@ -140,7 +145,7 @@ def rescore_published(root: str | Path) -> list[str]:
         if not names:
             continue
         metrics = json.loads(met_path.read_text(encoding="utf-8"))
-        before = {m: metrics.get(m) for m in (*RESCORED, "avg")}
+        before = {m: metrics.get(m) for m in (*RESCORED, *KEPT, "avg")}
         qids = json.loads((qfile.parent / "manifest.json").read_text(encoding="utf-8"))["config"].get("qids") or []
         by_qid = {r["qid"]: r for r in rows}
         ordered = [by_qid[q] for q in qids if q in by_qid] if len(by_qid) == len(rows) == len(qids) else rows
@@ -192,6 +197,19 @@ def rescore_published(root: str | Path) -> list[str]:
                 rec.update({"n_pairs": r.n, base_kg: round(r.mean_b, 1), other_kg: round(r.mean_a, 1),
                             "diff": round(r.diff, 1), "ci95": [round(v, 1) for v in r.ci95], "p_value": r.p_value,
                             "separable": "yes" if r.p_value < 0.05 else "not separable at this n"})
+                dirty = True
+            elif rec.get("table") == "cross-method":   # notebook 50: one run per method and dataset
+                hits = [f for f, i in nb.runs.items() if i["method"] == rec.get("method")
+                        and i["dataset"] == rec.get("dataset") and (rec.get("kg") is None or i["kg"] in (None, rec["kg"]))]
+                if len(hits) > 1:
+                    raise ConfigError(f"{summary}: {len(hits)} runs of {rec.get('method')} on {rec.get('dataset')}; "
+                                      "cannot tell which one its cross-method row shows")
+                if not hits or hits[0] not in changed:
+                    continue
+                met = json.loads((hits[0] / "metrics.json").read_text(encoding="utf-8"))
+                for k in (*RESCORED, *KEPT, "avg", *(f"{m}_ci95" for m in (*RESCORED, *KEPT))):
+                    if k in rec and k in met:
+                        rec[k] = met[k]
                 dirty = True
             elif {"variant", "dataset", "kg"} <= set(rec) and "f1" in rec:
                 f = nb.find(rec["variant"], rec.get("rounds"), rec["dataset"], rec["kg"])

@@ -31,6 +31,17 @@ DEVIATIONS_COMMON = (
     "llama.cpp), not the papers' 7-8B models; token budgets per stage are cut (see methods.* in the profile).",
     "Sample sizes are the profile's (cpu-reference: about 100 questions per dataset), not the papers' 500-1,000 "
     "x seeds; every table states its n and every claim is tested on paired questions.",
+    "2WikiMultiHopQA EM/F1 are scored against the answer each question file gives (plus any aliases the file "
+    "carries): the official v1.1 scorer also accepts every alias of the answer's Wikidata id from the ID-enhanced "
+    "release's id_aliases.json, which the data here lacks. So every 2Wiki EM/F1 without aliases is a lower bound; a "
+    "run given the alias file ($KGRAG_2WIKI_ALIASES or data/2wiki/id_aliases.json) uses it and its manifest says so.",
+    "The 2Wiki questions of TCR-QF, SA-RAG and the cross-method table come from the 200-question file that ships "
+    "paragraphs (MIGRES_200_2wiki.jsonl); 36 of its 200 questions ship none, 6 of the 30 in the cpu-reference "
+    "sample: their corpus lacks the gold paragraphs, so every retrieval method starts from a lower ceiling there.",
+    "A failed question (output the method could not parse, e.g. Self-Ask with neither a follow-up nor a final "
+    "answer) scores 0 on every metric, Acc included, though the papers' code scores Acc on the raw output: a "
+    "raw text that happens to contain the gold is not an answer the method gave. This changed one committed "
+    "number: notebook 50's self-ask-kg-infused Acc 16.67 -> 13.33 (Avg 14.72 -> 13.61).",
 )
 
 def setup_deviations(runs: pd.DataFrame) -> list[str]:
@@ -190,7 +201,7 @@ def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
     if claims.empty:
         return claims
     cols = ["table", "claim", "dataset", "statement", "metric", "n_pairs", "ours_a", "ours_b", "diff", "ci95",
-            "p_value", "verdict", "statistical verdict", "mechanism"]
+            "p_value", "p_holm", "verdict", "statistical verdict", "unadjusted verdict", "mechanism"]
     df = claims[[c for c in cols if c in claims.columns]].copy()
     for c in ("ours_a", "ours_b", "diff"):
         if c in df:
@@ -206,14 +217,16 @@ def verdict_counts(claims: pd.DataFrame) -> pd.DataFrame:
     if claims.empty:
         return claims
     main = claims[~claims["metric"].isin(SECONDARY_METRICS)] if "metric" in claims else claims
+    main = main.assign(verdict=main["verdict"].astype(str).str.split("; ").str[0])   # without reading notes
     counts = main.groupby(["table", "verdict"]).size().unstack(fill_value=0)
     counts.columns.name = None
     return counts.reset_index()
 
 
 def _md(df: pd.DataFrame, digits: int = 1) -> str:
-    if "p_value" in df:
-        df = df.assign(p_value=df["p_value"].map(format_p))
+    for col in ("p_value", "p_holm"):
+        if col in df:
+            df = df.assign(**{col: df[col].map(format_p)})
     return to_markdown(df, digits=digits) if not df.empty else "(none)"
 
 
@@ -241,7 +254,17 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     runs = unique_runs(res.runs)
     every_run = pd.DataFrame(res.runs)
     health = health_table(runs)
-    claims = claims_table(apply_testability(res.claims, every_run, health_table(every_run)))
+    from . import multiplicity
+
+    from .metaqa.readings import READINGS, flip_notes, readings_table
+
+    claims = claims_table(apply_testability(multiplicity.adjust(res.claims, SECONDARY_METRICS), every_run,
+                                            health_table(every_run)))
+    readings = readings_table(every_run)
+    notes = flip_notes(readings)
+    if notes and not claims.empty:
+        claims["verdict"] = [f"{v}; {notes[c]}" if c in notes and m == "hit1" else v
+                             for c, m, v in zip(claims["claim"], claims["metric"], claims["verdict"])]
     from ..paths import shown_path
 
     commit = git_commit()
@@ -262,16 +285,34 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
               "claims need the difference bounded within ±5 points. `diff` and `ci95` are A − B in points. "
+              f"**Multiplicity**: the verdict is read from `p_holm`, the Holm-adjusted p over one family, {multiplicity.FAMILY_TEXT} "
+              f"(m = {multiplicity.family_size(claims)}); `unadjusted verdict` is what the claim's own p said, as the "
+              "notebooks print it. The claims on a second metric are exploratory: unadjusted, they confirm nothing. "
               "A claim whose KG holds no fact of its dataset reads **not testable with the data here**; one whose "
               "mechanism ran for fewer than half its questions **not testable at this model (mechanism ran for x "
               "of n)**; `statistical verdict` keeps what the paired test alone said, `mechanism` the health of the "
               "mechanism the claim is about (`kgrag_lib.report.mechanism`).", "",
               _md(verdict_counts(claims), 0) if not claims.empty else "(no claims were tested)", ""]
+    changed = multiplicity.changed_by_adjustment(claims)
+    if not changed.empty:
+        parts += ["Verdicts the adjustment changed:", "", _md(changed), ""]
     if not claims.empty:
         secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
         parts += [_md(claims[~secondary]), "",
-                  "The same claims on a second metric (MetaQA: Hit@1 exact, §4.2.1 read literally; SA-RAG and "
-                  "TCR-QF: F1):", "", _md(claims[secondary]), ""]
+                  "The same claims on a second metric, exploratory (unadjusted p; MetaQA: Hit@1 exact, §4.2.1 read "
+                  "literally; SA-RAG and TCR-QF: F1):", "", _md(claims[secondary]), ""]
+    if not readings.empty:
+        cols = ["claim", "dataset", "statement", "n_pairs"] + [f"{m} {k}" for m in READINGS for k in ("diff", "p", "verdict")]
+        shown = readings[[c for c in [*cols, "flips"] if c in readings]]
+        shown = shown.assign(**{f"{m} p": shown[f"{m} p"].map(format_p) for m in READINGS if f"{m} p" in shown})
+        parts += ["### MetaQA: every claim under three readings of Hit@1", "",
+                  "The paper's figures count an answer right when it names a gold entity (`hit1`, the primary reading); "
+                  "KG-RAG answers in sentences two to three times as long as KAPING's, which that reading favours. So each "
+                  "MetaQA claim is re-tested on the same questions under the first-entity reading (`hit1_first`, the usual "
+                  "KGQA Hit@1) and a length-matched one (`hit1_sentence`: a gold in the answer's first sentence). Each "
+                  "reading is judged at its own p (a sensitivity analysis); `flips` names the readings whose verdict "
+                  "differs from `hit1`'s, and the claims table says so beside the verdict.", "",
+                  _md(shown), ""]
     parts += ["## Mechanism health", "",
               "Did the part of each method a claim is about run? Per run: the signal and for how many of its "
               f"questions it held. \"{NOT_RECORDED}\": the published per-question files of that run lack the "

@@ -144,6 +144,10 @@ DEVIATIONS = (
     "SA-RAG: Figure 4's question (3hop2__655849_223623_162182) ships without paragraphs here, so the figure is "
     "drawn for a sampled MuSiQue question; 'golden' entities are the KG entities named by the question's gold "
     "reasoning chain (MuSiQue decomposition answers, 2Wiki evidence triples), matched by normalized name or alias.",
+    "SA-RAG: edge weights are rescaled as §3.4 gives, w' = (w - c) / (1 - c), and then clipped at 0 "
+    "(w' = max(0, ...)): a link whose cosine is below c passes no activation. The paper's formula has no clip; "
+    "unclipped, such a link would pass negative activation and an entity could lose activation to a dissimilar "
+    "neighbour.",
     "SA-RAG: Figure 5 prints no values; ours shows each subgraph entity's activation against its hop distance "
     "from the seeds for c = 0.5, 0.4, 0.3, and recall of gold paragraphs against context size over c x tau_a.",
 )

@@ -212,6 +212,14 @@ DEVIATIONS = (
     "TCR-QF: samples of the profile's n (every table states it), not 1,200 questions per dataset (ConcurrentQA "
     "1,600); 2Wiki questions come from the 200-question file that ships paragraphs (dev200), and the "
     "KG is the pooled paragraphs of the sample, so it is far smaller than the paper's (Table 3: 74,571 nodes).",
+    "TCR-QF: the baselines (LLM only, CoT, Naive RAG, GraphRAG-style local search, ToG) answer through TCR-QF's "
+    "reasoning prompt and its answer parser, with their own context; the paper ran Naive RAG as a LangChain Q&A "
+    "chain and GraphRAG's own local search. So the baselines share TCR-QF's prompt wording and its parse failures "
+    "(mechanism health counts the answers read for every one of them).",
+    "TCR-QF: with schedule: question (how the committed cpu-reference runs were made), each question runs all its "
+    "feedback rounds before the next starts, so a later question's round 0 already searches the triples earlier "
+    "questions' feedback added: its 'round 0' is not the initial KG, and round-0 scores (Fig. 3, the w/o-QF "
+    "comparisons) carry some feedback. schedule: sample (the default) answers round r of every question on KG_r.",
     "TCR-QF: the paper's claims are tested on EM (and on F1) paired on the same questions; the paper compared single "
     "numbers without intervals.",
     "TCR-QF: Table 3 / Fig. 4 count round r's KG as the initial KG plus every triple the feedback of rounds before r "

@@ -1,0 +1,98 @@
+"""Multiplicity: the report tests dozens of the papers' claims at once, so its verdicts are read
+from Holm-adjusted p-values over one stated family, not from each test's own p.
+
+The family is every *primary* claim of the report (its first metric: MetaQA Hit@1, KG-Infused
+RAG Avg, SA-RAG judged correctness, TCR-QF EM) that a valid paired test decided: claims not run
+and claims whose LLM judge failed its controls carry no test and stay outside. Holm's step-down
+procedure keeps the family-wise error at `alpha` under any dependence between the tests (the
+claims share runs, so they are dependent). The same claims on a second metric are *exploratory*:
+their p is shown unadjusted and they confirm nothing on their own.
+
+Each notebook prints its own claims with unadjusted p (a notebook tests a handful); the report,
+which tests them all, is where the family is defined and the verdicts are final.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+PRIMARY, EXPLORATORY = "primary", "exploratory"
+FAMILY_TEXT = ("every primary claim of this report decided by a paired test (claims not run and claims whose "
+               "judge failed its controls are outside)")
+
+
+def holm(p: Sequence[float]) -> np.ndarray:
+    """Holm-adjusted p-values, in the input order: the i-th smallest p times (m - i + 1), made
+    non-decreasing along that order and capped at 1."""
+    p = np.asarray(p, dtype=float)
+    m = p.size
+    if m == 0:
+        return p
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate(p[order] * (m - np.arange(m)))
+    out = np.empty(m)
+    out[order] = np.minimum(stepped, 1.0)
+    return out
+
+
+def relation(statement: str) -> str:
+    """'>', '<' or '~' of a claim's statement ("A > B", as `tables.check_paired_claims` writes it)."""
+    return ">" if " > " in statement else "<" if " < " in statement else "~"
+
+
+def in_family(claims: pd.DataFrame, secondary_metrics: Sequence[str]) -> pd.Series:
+    """Which claims belong to the Holm family (see module doc)."""
+    from ..eval.paired import NOT_RUN
+    from .claims import JUDGE_UNINFORMATIVE
+
+    p = pd.to_numeric(claims.get("p_value"), errors="coerce")
+    return (~claims["metric"].isin(secondary_metrics) & p.notna()
+            & ~claims["verdict"].isin([NOT_RUN, JUDGE_UNINFORMATIVE]))
+
+
+def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float = 0.05) -> pd.DataFrame:
+    """Claims with `family` (primary / exploratory), `p_holm` (the family's Holm-adjusted p; empty
+    outside it), `unadjusted verdict` (what the claim's own p said) and `verdict` re-read from
+    p_holm: a confirmation or refutation whose adjusted p reaches `alpha` becomes 'not separable
+    at this n'. An equivalence (`~`) claim confirmed by its bound keeps its verdict (its p is
+    not what confirmed it)."""
+    from ..eval.paired import NOT_SEPARABLE, REFUTED
+
+    if claims.empty:
+        return claims
+    out = claims.copy()
+    fam = in_family(out, secondary_metrics)
+    out["family"] = np.where(out["metric"].isin(secondary_metrics), EXPLORATORY, PRIMARY)
+    out["p_holm"] = np.nan
+    out.loc[fam, "p_holm"] = holm(pd.to_numeric(out.loc[fam, "p_value"]).to_numpy())
+    out["unadjusted verdict"] = out["verdict"]
+    verdicts = []
+    for rec, member in zip(out.to_dict("records"), fam):
+        v = rec["verdict"]
+        if member and rec["p_holm"] >= alpha:
+            rel = relation(str(rec.get("statement", "")))
+            if rel in (">", "<") or v == REFUTED:
+                v = NOT_SEPARABLE if v in ("confirmed", REFUTED) else v
+        verdicts.append(v)
+    out["verdict"] = verdicts
+    return out
+
+
+def family_size(claims: pd.DataFrame) -> int:
+    """m, the number of claims in the Holm family of an adjusted claims table."""
+    return int(pd.to_numeric(claims.get("p_holm"), errors="coerce").notna().sum()) if not claims.empty else 0
+
+
+def changed_by_adjustment(claims: pd.DataFrame) -> pd.DataFrame:
+    """The claims whose verdict the adjustment changed, with both p-values (not those whose final
+    verdict is 'not testable' for another reason: the adjustment changes nothing a reader sees there)."""
+    if claims.empty or "unadjusted verdict" not in claims:
+        return pd.DataFrame()
+    after = claims["statistical verdict"] if "statistical verdict" in claims else claims["verdict"]
+    shown = (after != claims["unadjusted verdict"]) & ~claims["verdict"].astype(str).str.startswith("not testable")
+    ch = claims[shown].assign(**{"adjusted verdict": after[shown]})
+    return ch[[c for c in ("claim", "dataset", "metric", "p_value", "p_holm", "unadjusted verdict", "adjusted verdict")
+               if c in ch]]

@@ -1,0 +1,58 @@
+"""The report's verdicts are read from Holm-adjusted p over one stated family (issue 41, item 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kgrag_lib.report import multiplicity as mu
+from kgrag_lib.report.study import SECONDARY_METRICS, collect
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+
+
+def test_holm_matches_the_step_down_procedure_worked_by_hand():
+    # sorted 0.01, 0.02, 0.03, 0.04 times 4, 3, 2, 1 -> 0.04, 0.06, 0.06, 0.06 (kept non-decreasing)
+    got = mu.holm([0.03, 0.01, 0.04, 0.02])
+    assert np.allclose(got, [0.06, 0.04, 0.06, 0.06])
+    assert mu.holm([0.5, 0.9]).max() == 1.0   # capped
+    assert mu.holm([]).size == 0
+
+
+def _claim(cid, p, verdict, statement="a > b", metric="hit1"):
+    return {"claim": cid, "dataset": "d", "statement": statement, "metric": metric, "p_value": p, "verdict": verdict}
+
+
+def test_adjusted_verdicts_keep_the_family_and_leave_exploratory_and_untested_claims_alone():
+    claims = pd.DataFrame([
+        _claim("strong", 0.001, "confirmed"),
+        _claim("weak", 0.03, "confirmed"),
+        _claim("against", 0.002, "refuted"),
+        _claim("equal", 0.8, "confirmed", statement="a ~ b"),        # confirmed by its bound, not its p
+        _claim("judge", 1.0, "not testable: the judge failed its controls"),
+        _claim("missing", float("nan"), "not run"),
+        _claim("second", 0.01, "confirmed", metric=SECONDARY_METRICS[0]),
+    ])
+    out = mu.adjust(claims, SECONDARY_METRICS).set_index("claim")
+    assert mu.family_size(out) == 4                                   # strong, weak, against, equal
+    assert out.loc["strong", "p_holm"] == pytest.approx(0.004)
+    assert out.loc["strong", "verdict"] == "confirmed"
+    assert out.loc["against", "verdict"] == "refuted"                 # 0.002 x 3 = 0.006
+    assert out.loc["weak", "verdict"] == "not separable at this n"    # 0.03 x 2 = 0.06
+    assert out.loc["weak", "unadjusted verdict"] == "confirmed"
+    assert out.loc["equal", "verdict"] == "confirmed"
+    assert out.loc["judge", "verdict"].startswith("not testable") and np.isnan(out.loc["judge", "p_holm"])
+    assert out.loc["second", "family"] == mu.EXPLORATORY and out.loc["second", "verdict"] == "confirmed"
+
+
+def test_the_reference_report_family_and_the_three_metaqa_verdicts_it_changes():
+    adjusted = mu.adjust(collect(REFERENCE).claims, SECONDARY_METRICS)
+    assert mu.family_size(adjusted) == 44
+    changed = mu.changed_by_adjustment(adjusted).set_index("claim")
+    for cid in ("exp1.1hop_best_at_N1", "exp2.ours_over_kaping_3hop", "exp2.ours_over_llm_3hop"):
+        assert changed.loc[cid, "unadjusted verdict"] == "confirmed"
+        assert changed.loc[cid, "adjusted verdict"] == "not separable at this n"
+        assert changed.loc[cid, "p_holm"] >= 0.05
