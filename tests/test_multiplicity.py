@@ -56,3 +56,29 @@ def test_the_reference_report_family_and_the_three_metaqa_verdicts_it_changes():
         assert changed.loc[cid, "unadjusted verdict"] == "confirmed"
         assert changed.loc[cid, "adjusted verdict"] == "not separable at this n"
         assert changed.loc[cid, "p_holm"] >= 0.05
+
+
+def test_the_claims_accounting_counts_every_registered_claim_and_says_why_one_did_not_run():
+    """Issue 41, item 7: plug-in, StrategyQA and DPO claims are in the counts, each not-run claim
+    with its reason."""
+    import pandas as pd
+
+    from kgrag_lib.report.accounting import account, registered_claims
+    from kgrag_lib.report.mechanism import apply_testability, health_table
+    from kgrag_lib.report.study import claims_table
+
+    res = collect(REFERENCE)
+    runs = pd.DataFrame(res.runs)
+    claims = claims_table(apply_testability(mu.adjust(res.claims, SECONDARY_METRICS), runs, health_table(runs)))
+    every = registered_claims()
+    assert every["claim"].is_unique
+    assert {"t1.dpo_helps.2wiki", "t1.kg_infused_over_vanilla_rag.strategyqa",
+            "table2.self-rag-kg-infused.r2.hotpotqa"} <= set(every["claim"])
+    outcomes, idle = account(claims, "cpu-reference")
+    total = outcomes.set_index("paper").loc["all"]
+    assert total["claims"] == len(every) == 127
+    assert total["confirmed"] == 7 and total["refuted"] == 0
+    assert idle["claims"].sum() == total["not run"]
+    assert "not run in this study" not in set(idle["reason"])   # the reference states each reason
+    _, elsewhere = account(claims, "gpu-paper")
+    assert set(elsewhere["reason"]) == {"not run in this study"}

@@ -296,6 +296,14 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     changed = multiplicity.changed_by_adjustment(claims)
     if not changed.empty:
         parts += ["Verdicts the adjustment changed:", "", _md(changed), ""]
+    from .accounting import account
+
+    outcomes, idle = account(claims, profile)
+    parts += ["### Every claim of the four papers", "",
+              "Each paper's registered claims (`report.<paper>.paper_numbers`: the tables' claims, KG-Infused RAG's "
+              "plug-in, StrategyQA and DPO claims), by their outcome here on the primary metric; a claim with no row "
+              "above counts as not run.", "", _md(outcomes, 0), "",
+              "Why the claims not run were not run:", "", _md(idle, 0) if not idle.empty else "(every claim ran)", ""]
     if not claims.empty:
         secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
         parts += [_md(claims[~secondary]), "",
