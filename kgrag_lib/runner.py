@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from .errors import KgragError
 from .jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
@@ -242,6 +242,32 @@ def check_resume(out: Path, config: dict[str, Any], n_stored: int, overwrite: bo
                         f"To start again, {remedy} to discard them{why}")
 
 
+def changed_questions(out: Path, done: list[dict[str, Any]], questions: Sequence[Question],
+                      overwrite: bool) -> set[str]:
+    """A stored prediction is resumed only for the question it answered: the same text and the
+    same golds. An edited question file keeps its qids, so the run's settings match while its
+    stored answers (and the golds they are scored against) belong to the old questions. Refused
+    naming them; with `overwrite`, their qids are returned to be answered again."""
+    now = {q.qid: q for q in questions}
+    changed = []
+    for row in done:
+        q = now.get(row.get("qid"))
+        if q is None:
+            continue
+        what = [w for w, same in (("text", row.get("question") == q.question),
+                                  ("gold answers", list(row.get("answers") or []) == list(q.answers))) if not same]
+        if what:
+            changed.append(f"{q.qid} ({' and '.join(what)})")
+    if changed and overwrite:
+        return {c.split(" (")[0] for c in changed}
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise StaleRunError(f"{out} holds predictions for {len(changed)} question(s) whose content has changed since "
+                            f"they were answered: {shown}; nothing was changed. To answer the questions as they are "
+                            f"now, {RUN_REMEDY} to discard the stored predictions")
+    return set()
+
+
 def recorded_config(prev: dict[str, Any] | None, config: dict[str, Any], n_stored: int) -> dict[str, Any]:
     """The config a resumed folder's new manifest records: `config`, except that a folder whose
     stored items' prompt wording is unknown keeps `prompts: null` (see `PROMPTS_KEY`)."""
@@ -287,6 +313,9 @@ def run_method(
         pred_path = out / PRED_FILE
         done = read_predictions(pred_path, allow_torn_tail=True) if pred_path.exists() else []
         prev = check_resume(out, config, len(done), overwrite)
+        if prev is not None and done:
+            changed = changed_questions(out, done, questions, overwrite)
+            done = [r for r in done if r.get("qid") not in changed]   # with overwrite: answered again
         if prev is None:
             done = []
             for f in (PRED_FILE, METRICS_FILE):

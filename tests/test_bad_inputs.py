@@ -21,7 +21,7 @@ from kgrag_lib.cli import main
 from kgrag_lib.data import iter_passages, load_2wiki_corpus, load_metaqa_kb, read_triples
 from kgrag_lib.data.registry import load_corpus, load_questions
 from kgrag_lib.data.wikidata5m import read_aliases, read_descriptions, read_triple_ids
-from kgrag_lib.errors import DataFormatError, KgragError
+from kgrag_lib.errors import ConfigError, DataFormatError, KgragError
 from kgrag_lib.kg.sources import load_kg
 from kgrag_lib.methods.base import Method
 from kgrag_lib.records import Prediction, Question
@@ -540,3 +540,26 @@ def test_specs_differing_only_in_their_token_are_one_run_and_other_urls_are_not(
     assert identity_diff(cfg("http://u:SECRET1@h:1/v1?api_key=SECRET2"), cfg("http://v:other@h:1/v1?api_key=x")) == []
     assert identity_diff(cfg("http://u:SECRET1@h:1/v1"), cfg("http://u:SECRET1@h:2/v1")) == [
         "run.model: 'openai:http://***@h:1/v1#m?flavor=vllm' -> 'openai:http://***@h:2/v1#m?flavor=vllm'"]
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_at_once():
+    """Issue 40: `--executor ray --address 127.0.0.1:1` waited silently (ray.init keeps retrying)."""
+    import time
+
+    from kgrag_lib.executors.ray_executor import RayExecutor
+
+    class NeverInit:
+        @staticmethod
+        def is_initialized():
+            return False
+
+        @staticmethod
+        def init(**kw):
+            raise AssertionError("ray.init must not be reached for a dead address")
+
+    t = time.monotonic()
+    with pytest.raises(ConfigError, match=r"--address 127\.0\.0\.1:1: nothing answers there.*ray start --head"):
+        RayExecutor(address="127.0.0.1:1")._connect(NeverInit)
+    assert time.monotonic() - t < 5
+    with pytest.raises(ConfigError, match="expected host:port"):
+        RayExecutor(address="10.0.0.5:notaport")._connect(NeverInit)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -34,9 +35,11 @@ class FakeServer:
             def log_message(self, *a):
                 pass
 
-            def _send(self, code, payload):
+            def _send(self, code, payload, headers=None):
                 data = json.dumps(payload).encode()
                 self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -54,8 +57,8 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.bodies.append(body)
                 if outer.fail_next:
-                    code, msg = outer.fail_next.pop(0)
-                    return self._send(code, {"error": {"message": msg}})
+                    code, msg, *headers = outer.fail_next.pop(0)
+                    return self._send(code, {"error": {"message": msg}}, *headers)
                 text = outer.reply(body)
                 if self.path == "/api/chat":  # Ollama's native chat
                     return self._send(200, {"message": {"role": "assistant", "content": text}, "done": True,
@@ -168,6 +171,31 @@ def test_gives_up_after_retries(server):
     llm = OpenAICompatLLM(server.url, "qwen-test", max_retries=1, retry_delay=0.01)
     with pytest.raises(BackendUnavailableError, match="HTTP 503"):
         llm.generate(Q)
+
+
+def test_a_server_failing_forever_is_given_up_on_within_a_bounded_wait_saying_each_retry(server, monkeypatch, capsys):
+    """Issue 40: HTTP 503 forever with many retries doubled its wait without a cap and printed
+    nothing (20 retries would wait about 6 days). Each wait is capped, their sum bounded, each
+    retry said on stderr."""
+    from kgrag_lib.llm.backends import openai_compat
+
+    monkeypatch.setattr(openai_compat, "RETRY_WAIT_CAP", 0.05)
+    monkeypatch.setattr(openai_compat, "RETRY_TOTAL_CAP", 0.3)
+    server.fail_next = [(503, "down")] * 100
+    llm = OpenAICompatLLM(server.url, "qwen-test", max_retries=50, retry_delay=0.04)
+    t = time.monotonic()
+    with pytest.raises(BackendUnavailableError, match=r"HTTP 503.*gave up after \d+ tries and 0 s of waiting"):
+        llm.generate(Q)
+    assert time.monotonic() - t < 5.0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "retry" in ln]
+    assert len(lines) >= 5 and all("HTTP 503" in ln and " of 50 in 0." in ln for ln in lines)
+
+
+def test_a_429_waits_what_its_retry_after_asks(server, capsys):
+    server.fail_next = [(429, "slow down", {"Retry-After": "0.2"})]
+    llm = OpenAICompatLLM(server.url, "qwen-test", max_retries=1, retry_delay=0.01)
+    assert llm.generate(Q).startswith("Paris")
+    assert "retry 1 of 1 in 0.2 s (its Retry-After)" in capsys.readouterr().err
 
 
 def test_context_overflow_and_bad_request(server):

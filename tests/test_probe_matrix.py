@@ -36,6 +36,13 @@ PROBES = [
     ("--dataset hotpotqa on a 2Wiki file, bamboogle on HotpotQA", "refused naming the file's dataset",
      "test_data_real.py::test_a_file_of_another_dataset_is_refused_naming_it"),
     ("--seed -1", "refused", "test_bad_inputs.py::test_a_negative_seed_is_refused_naming_the_parameter"),
+    ("HTTP 503 forever with --request-retries 50", "each wait capped, all bounded, a line per retry",
+     "test_llm_openai.py::test_a_server_failing_forever_is_given_up_on_within_a_bounded_wait_saying_each_retry"),
+    ("--executor ray --address 127.0.0.1:1 (nothing listens)", "refused within seconds",
+     "test_bad_inputs.py::test_a_ray_address_where_nothing_listens_is_refused_at_once"),
+    ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
+    ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
+     "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),
     # data lost without --overwrite
     ("kg build --out onto an existing folder or file", "kept; refused without --overwrite",
      "test_kg_cli.py::test_build_never_replaces_an_existing_folder_or_file_without_overwrite"),

@@ -97,3 +97,29 @@ def test_resume_is_given_the_rows_already_written(tmp_path):
     m = Remembering({"q1": "a", "q2": "b", "q3": "c"})
     run_method(m, qs, tmp_path, {}, progress=False)
     assert m.resumed == ["q1", "q2"] and m.asked == ["q3"]
+
+
+def test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold(tmp_path):
+    """Issue 40: a question file edited under the same qids kept the run's settings, so the
+    stored predictions (old text, old gold) were resumed and scored silently. Now the resume is
+    refused naming the questions; --overwrite answers those again (the others are kept)."""
+    from kgrag_lib.runner import StaleRunError
+
+    answers = {"q1": "William Dieterle", "q2": "1944", "q3": "English"}
+    out = tmp_path / "run"
+    run_method(CountingMethod(answers), _questions(), out, {"m": 1}, progress=False)
+    edited = _questions()
+    edited[1] = Question("q2", "what year was Kismet released", ["1955"], dataset="metaqa-1hop")      # new gold
+    edited[2] = Question("q3", "what language is Kismet shot in", ["English"], dataset="metaqa-1hop")  # new text
+    with pytest.raises(StaleRunError, match=r"2 question\(s\) whose content has changed.*q2 \(gold answers\), "
+                                            r"q3 \(text\).*--overwrite"):
+        run_method(CountingMethod(answers), edited, out, {"m": 1}, progress=False)
+    assert len(read_predictions(out / "predictions.jsonl")) == 3            # nothing was changed
+    again = CountingMethod(answers)
+    metrics = run_method(again, edited, out, {"m": 1}, progress=False, overwrite=True)
+    assert sorted(again.asked) == ["q2", "q3"] and metrics["em"] == pytest.approx(66.67, abs=0.01)
+    assert {r["qid"]: r["answers"] for r in read_predictions(out / "predictions.jsonl")}["q2"] == ["1955"]
+    # the unchanged file resumes as before: nothing asked again
+    same = CountingMethod(answers)
+    run_method(same, edited, out, {"m": 1}, progress=False)
+    assert same.asked == []

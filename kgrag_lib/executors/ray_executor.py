@@ -102,6 +102,7 @@ class RayExecutor:
         if ray.is_initialized():
             return False
         if self.address:
+            _refuse_silent_address(self.address)
             try:
                 ray.init(address=self.address, log_to_driver=True)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -176,3 +177,26 @@ class RayExecutor:
         import_bytes(staged.cache_rows, cache)
         return TaskResult(task.key, seconds=staged.seconds, error=error, llm_rows_added=staged.n_rows,
                           attempts=staged.attempts)
+
+
+def _refuse_silent_address(address: str, timeout: float = 3.0) -> None:
+    """ray.init(address=...) keeps retrying an address where nothing listens, silently and for
+    minutes; a host:port where no TCP connection opens within `timeout` seconds is refused at
+    once. ("auto" and addresses without a port are left to Ray.)"""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address == "auto":
+        return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise ConfigError(f"--address {address}: expected host:port (e.g. 10.0.0.5:6379), ray://host:port or auto") from None
+    if not host or port is None:
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ConfigError(f"--address {address}: nothing answers there within {timeout:g} s ({exc.strerror or exc}); "
+                          f"start a cluster with `ray start --head` and pass the address it prints") from None

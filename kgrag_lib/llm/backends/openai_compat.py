@@ -27,6 +27,7 @@ import base64
 import json
 import os
 import random
+import sys
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -193,7 +194,8 @@ class OpenAICompatLLM(LLM):
         """Run one SDK call, retrying transient failures and mapping errors to ours."""
         import openai
 
-        delay = self.retry_delay
+        delay, waited = self.retry_delay, 0.0
+        retry_after: float | None = None
         for attempt in range(self.max_retries + 1):
             try:
                 return fn()
@@ -212,6 +214,7 @@ class OpenAICompatLLM(LLM):
                 detail = redact(_error_detail(e))   # a server may echo the request URL
                 if e.status_code in (408, 409, 429) or e.status_code >= 500:
                     last = BackendUnavailableError(f"{self.base_url} answered HTTP {e.status_code} to {what}: {detail}")
+                    retry_after = _retry_after(e)
                 elif any(s in detail.lower() for s in ("context length", "context window", "exceed_context", "maximum context")):
                     raise PromptTooLongError(f"{self.base_url}: {detail}") from None
                 else:
@@ -223,8 +226,20 @@ class OpenAICompatLLM(LLM):
                 raise BackendUnavailableError(f"{public_url(self.base_url)} is not an OpenAI-compatible server: its "
                                               f"answer to {what} is {kind} ({redact(str(e))})") from None
             if attempt < self.max_retries:
-                time.sleep(delay * (1 + 0.25 * random.random()))
+                # each wait capped, all of them bounded, every one said: a server that answers 503
+                # forever must not hold the run silently for hours
+                wait = retry_after if retry_after is not None else min(delay, RETRY_WAIT_CAP) * (1 + 0.25 * random.random())
+                wait = min(wait, RETRY_TOTAL_CAP - waited)
+                if wait <= 0:
+                    raise BackendUnavailableError(f"{last} (gave up after {attempt + 1} tries and {waited:.0f} s of "
+                                                  f"waiting, the most one request may wait)") from None
+                print(f"kgrag: {_first_line(last)}; retry {attempt + 1} of "
+                      f"{self.max_retries} in {wait:.1f} s{' (its Retry-After)' if retry_after is not None else ''}",
+                      file=sys.stderr, flush=True)
+                time.sleep(wait)
+                waited += wait
                 delay *= 2
+                retry_after = None
         raise last
 
     def _get_json(self, path: str) -> Any:
@@ -387,3 +402,20 @@ def _error_detail(e: Any) -> str:
         return str(e)[:500]
 
 
+RETRY_WAIT_CAP = 30.0     # seconds: the longest wait between two tries of one request (doubling stops there)
+RETRY_TOTAL_CAP = 300.0   # seconds: all the waits of one request together, Retry-After included
+
+
+def _retry_after(e: Any) -> float | None:
+    """Seconds a 429/503's Retry-After header asks for (numeric form), else None."""
+    try:
+        value = e.response.headers.get("retry-after")
+        secs = float(value) if value is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return secs if secs is not None and 0 <= secs < float("inf") else None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
