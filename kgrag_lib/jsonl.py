@@ -168,11 +168,15 @@ def atomic_text(path: str | os.PathLike, text: str) -> None:
     """Replace `path` by `text` (UTF-8) through a fsynced temporary file and a rename."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # writers never share one
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:   # a full disk, a kill: the old file stays whole and no temporary is left
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def atomic_json(path: str | os.PathLike, obj: Any, **dumps: Any) -> None:

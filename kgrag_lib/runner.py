@@ -309,6 +309,7 @@ def run_method(
     questions = list(questions)
     if not questions:
         raise KgragError(f"no questions to run into {out}: the question sample is empty")
+    workers = resolve_concurrency(concurrency, llm, method)   # a bad setting is refused before anything is discarded
     with folder_lock(out):
         pred_path = out / PRED_FILE
         done = read_predictions(pred_path, allow_torn_tail=True) if pred_path.exists() else []
@@ -329,8 +330,7 @@ def run_method(
             man["resumed_from"] = prev.get("started")
             man["started"] = prev.get("started", man["started"])
         atomic_json(out / MANIFEST_FILE, man)
-        result = _answer_and_score(method, questions, done, pred_path, llm, progress, metrics,
-                                   resolve_concurrency(concurrency, llm, method))
+        result = _answer_and_score(method, questions, done, pred_path, llm, progress, metrics, workers)
         atomic_json(out / METRICS_FILE, result)
     _warn_issues(result, out)
     return result

@@ -436,3 +436,44 @@ def test_show_prints_the_calls_behind_a_predictions_request_ids(tmp_path, capsys
     assert "expected hex digits" in capsys.readouterr().err
     assert kgrag(["cache", "show", ids[0], "--cache", str(tmp_path / "none.sqlite")]) == 2
     assert "no such LLM cache file" in capsys.readouterr().err
+
+
+def test_two_part_exports_into_one_folder_at_once_get_their_own_parts(tmp_path):
+    """Issue 40: two `cache export --parts` into one folder at once picked the same part name;
+    one died and a part was corrupt. They now take turns: each writes its own whole part."""
+    import threading
+
+    from kgrag_lib.llm.cache import LLMCache, cache_exports, export_cache_part
+    from kgrag_lib.llm.fake import ScriptedLLM
+
+    sources = []
+    for name, qs in (("a", ("one", "two")), ("b", ("three", "four"))):
+        cache = LLMCache(tmp_path / f"{name}.sqlite")
+        llm = ScriptedLLM(lambda m, p: "answer to " + m[-1]["content"], identity="scripted:x", cache=cache)
+        for q in qs:
+            llm.generate([{"role": "user", "content": q}])
+        cache.close()
+        sources.append(tmp_path / f"{name}.sqlite")
+    parts = tmp_path / "llm-cache"
+    results, errors = [], []
+    start = threading.Barrier(2)
+
+    def export(src):
+        try:
+            start.wait()
+            results.append(export_cache_part(parts, src))
+        except Exception as exc:   # noqa: BLE001 - the test reports any failure of either export
+            errors.append(exc)
+
+    threads = [threading.Thread(target=export, args=(s,)) for s in sources]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(p.name for p in cache_exports(parts)) == ["part-0001.jsonl.gz", "part-0002.jsonl.gz"]
+    assert sorted(n for _, n in results) == [2, 2]
+    from kgrag_lib.llm.cache import import_cache
+
+    added = [import_cache(p, tmp_path / "c.sqlite") for p in cache_exports(parts)]   # each part whole and readable
+    assert sum(a for a, _ in added) == 4 and all(r == 0 for _, r in added)

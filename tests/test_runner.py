@@ -123,3 +123,41 @@ def test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold(tmp_path
     same = CountingMethod(answers)
     run_method(same, edited, out, {"m": 1}, progress=False)
     assert same.asked == []
+
+
+def test_overwrite_with_a_bad_setting_refuses_before_discarding_the_finished_run(tmp_path):
+    """Issue 40: `--overwrite --concurrency 0` deleted the finished run, then refused the setting."""
+    from kgrag_lib.errors import ConfigError
+
+    answers = {"q1": "William Dieterle", "q2": "1944", "q3": "English"}
+    out = tmp_path / "run"
+    run_method(CountingMethod(answers), _questions(), out, {"m": 1}, progress=False)
+    with pytest.raises(ConfigError, match="concurrency"):
+        run_method(CountingMethod(answers), _questions(), out, {"m": 2}, progress=False, overwrite=True, concurrency=0)
+    assert len(read_predictions(out / "predictions.jsonl")) == 3 and (out / "metrics.json").is_file()
+
+
+def test_the_data_manifest_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Issue 40: refresh-manifest rewrote the manifest in place and a full disk left it cut."""
+    import errno
+    import os
+
+    from kgrag_lib.data import manifest as mf
+
+    path = tmp_path / "datasets.yaml"
+    path.write_text("# header\ndatasets:\n  x:\n    files:\n    - path: x/a.txt\n", encoding="utf-8")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "a.txt").write_text("one\ntwo\n", encoding="utf-8")
+    before = path.read_text(encoding="utf-8")
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        mf.refresh_manifest(tmp_path, path)
+    assert path.read_text(encoding="utf-8") == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    monkeypatch.undo()
+    assert mf.refresh_manifest(tmp_path, path) == ["x/a.txt"]
+    assert path.read_text(encoding="utf-8").startswith("# header\n") and "sha256" in path.read_text(encoding="utf-8")

@@ -39,6 +39,21 @@ def test_sweep_runs_grid_and_collects_rows(tmp_path, capsys):
     assert capsys.readouterr().out.count("already done, skipped") == 2
 
 
+def test_a_rerun_with_other_values_keeps_the_earlier_cells_in_the_table(tmp_path, capsys):
+    """Issue 40: sweep.csv was rewritten with this invocation's cells only; the folder's table
+    lists every finished cell of it."""
+    nb = tmp_path / "tiny.ipynb"
+    _tiny_notebook(nb)
+    first = argparse.Namespace(notebook=str(nb), param=[["x", "2", "3"], ["y", "10"]], profile="cpu-smoke",
+                               out=str(tmp_path / "sweep"), force=False)
+    assert sweep.handle(first) == 0
+    second = argparse.Namespace(**{**vars(first), "param": [["x", "4"], ["y", "10"]]})
+    assert sweep.handle(second) == 0
+    table = pd.read_csv(tmp_path / "sweep" / "sweep.csv")
+    assert list(table["x"]) == [4, 2, 3] and sorted(table["product"]) == [20, 30, 40]
+    assert len(table) == 3 and len((tmp_path / "sweep" / "sweep.md").read_text(encoding="utf-8").splitlines()) == 5
+
+
 def test_study_results_md_has_one_table_per_notebook(tmp_path, monkeypatch):
     """`kgrag study` writes one section per notebook, each without the other notebooks' columns."""
     from kgrag_lib.commands import study

@@ -159,16 +159,15 @@ def handle(args: argparse.Namespace) -> int:
     results = executor.run(tasks, on_done=lambda t: t.executed.replace(t.root / "executed.ipynb"))
     failed = [(t, results[t.key]) for t in tasks if not results[t.key].ok]
     rows = []
-    for combo, identity, run_dir in cells:
-        done_marker = run_dir / "executed.ipynb"
-        if not done_marker.exists():
-            continue   # failed: reported below
+    for combo, run_dir in _finished_cells(out_root, nb, [(c, d) for c, _, d in cells]):
         for r in read_summary(run_dir) or [{}]:
-            rows.append(redact({**combo, **r, "executed": str(done_marker)}))
+            rows.append(redact({**combo, **r, "executed": str(run_dir / "executed.ipynb")}))
     table = pd.DataFrame(rows)
     out_root.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_root / "sweep.csv", index=False)
-    (out_root / "sweep.md").write_text(table.to_markdown(index=False) if _has_tabulate() else table.to_string(index=False))
+    from ..jsonl import atomic_text
+
+    atomic_text(out_root / "sweep.csv", table.to_csv(index=False))
+    atomic_text(out_root / "sweep.md", table.to_markdown(index=False) if _has_tabulate() else table.to_string(index=False))
     print(table.to_string(index=False))
     print(json.dumps({"combinations": len(combos), "table": str(out_root / "sweep.csv")}))
     for t, r in failed:
@@ -187,6 +186,32 @@ def _profile_model(profile: dict[str, Any]) -> str | None:
     from ..executors.base import resources_for
 
     return max(specs, key=lambda m: (resources_for(m).num_gpus, resources_for(m).num_cpus))
+
+
+def _finished_cells(out_root: Path, nb: Path, these: list[tuple[dict[str, Any], Path]]
+                    ) -> list[tuple[dict[str, Any], Path]]:
+    """Every finished cell of the sweep folder, for its table: this invocation's, in order, then
+    those an earlier invocation with other values left there (a re-run with other values must
+    not drop them from sweep.csv). Values come from each cell's parameters (cell.json); the
+    profile is a column only when the folder holds cells of more than one."""
+    mine = [d for _, d in these if (d / "executed.ipynb").exists()]   # failed cells are reported apart
+    earlier = sorted(c.parent for c in out_root.glob(f"*/{CELL_FILE}")
+                     if c.parent not in {d for _, d in these} and (c.parent / "executed.ipynb").exists())
+    found = []
+    for d in [*mine, *earlier]:
+        try:
+            stored = json.loads((d / CELL_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if stored.get("notebook") != nb.name or not isinstance(stored.get("parameters"), dict):
+            continue   # another notebook's sweep in the same folder: not this table's
+        found.append((dict(stored["parameters"]), d))
+    several = len({json.dumps(p.get("profile"), sort_keys=True, default=str) for p, _ in found}) > 1
+    out = []
+    for params, d in found:
+        profile = params.pop("profile", None)
+        out.append(({"profile": profile, **params} if several else params, d))
+    return out
 
 
 def _same_cell(run_dir: Path, identity: dict[str, Any]) -> bool:

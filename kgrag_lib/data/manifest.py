@@ -95,8 +95,9 @@ def refresh_manifest(root: str | Path, path: str | Path | None = None) -> list[s
             if fp.is_file():
                 spec.update(file_facts(fp))
                 updated.append(spec["path"])
-    with open(p, "w", encoding="utf-8") as f:
-        f.writelines(header)
-        yaml.safe_dump(doc, f, sort_keys=False, allow_unicode=True, width=100)
+    from ..jsonl import atomic_text
+
+    # replaced whole (temporary file, rename): a full disk leaves the old manifest, never a cut one
+    atomic_text(p, "".join(header) + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100))
     _load.cache_clear()
     return updated

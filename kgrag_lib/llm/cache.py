@@ -506,6 +506,20 @@ def export_cache_part(folder: str | os.PathLike, path: str | os.PathLike | None 
     (None, 0 when there is nothing new). Parts are never rewritten, so a long run can commit its
     answers every few minutes and the repository grows by the new answers only."""
     folder = Path(folder)
+    with _parts_lock(folder):   # two exports into one folder at once would pick the same next number
+        return _export_part_locked(folder, path, identities)
+
+
+def _parts_lock(folder: Path) -> Any:
+    """A lock per parts folder, kept in the temp folder (not in the folder, which is committed)."""
+    from filelock import FileLock
+
+    key = hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:16]
+    return FileLock(str(Path(tempfile.gettempdir()) / f"kgrag-cache-parts-{key}.lock"))
+
+
+def _export_part_locked(folder: Path, path: str | os.PathLike | None, identities: Iterable[str] | None
+                        ) -> tuple[Path | None, int]:
     parts = sorted(folder.glob(PART_GLOB))
     seen: set[str] = set()
     for part in parts:
