@@ -490,21 +490,34 @@ def _secret_spec(host: str) -> str:
     return f"openai:http://user:SECRET1@{host}/v1?api_key=SECRET2#m?flavor=vllm"   # vllm: the cpu-smoke profile samples with top_k
 
 
+SECRET_SPECS = [   # (spec template, the model the manifest records, the credentials the server must see)
+    (_secret_spec("{host}"), "openai:http://***@{host}/v1?api_key=***#m?flavor=vllm",
+     ("/v1/chat/completions?api_key=SECRET2", b"user:SECRET1")),
+    ("openai:http://{host}/v1?code=SECRET2#m?flavor=vllm", "openai:http://{host}/v1?code=***#m?flavor=vllm",
+     ("/v1/chat/completions?code=SECRET2", None)),                       # Azure Functions style
+    ("openai:http://user:p@SECRET1@{host}/v1#m?flavor=vllm", "openai:http://***@{host}/v1#m?flavor=vllm",
+     ("/v1/chat/completions", b"user:p@SECRET1")),                       # a password holding '@'
+]
+
+
+@pytest.mark.parametrize("template,recorded,sent", SECRET_SPECS, ids=["userinfo+api_key", "code=", "p@ssword"])
 def test_a_token_in_the_server_url_reaches_the_server_but_no_file_and_no_output(tmp_path, metaqa_root, openai_server,
-                                                                                capsys, recwarn, monkeypatch):
+                                                                                capsys, recwarn, monkeypatch,
+                                                                                template, recorded, sent):
     import base64
 
     port, seen = openai_server
+    host = f"127.0.0.1:{port}"
     argv = ["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
-            "--model", _secret_spec(f"127.0.0.1:{port}"), "--cache-dir", str(tmp_path / "cache"),
+            "--model", template.format(host=host), "--cache-dir", str(tmp_path / "cache"),
             "--out", str(tmp_path / "run")]
     monkeypatch.setattr(sys, "argv", ["kgrag", *argv])   # the run lock records the command line
     assert main(argv) == 0
     out, err = capsys.readouterr()
     rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert [r["prediction"] for r in rows] == ["Tom Hanks"]
-    basic = "Basic " + base64.b64encode(b"user:SECRET1").decode()
-    assert ("/v1/chat/completions?api_key=SECRET2", basic) in seen   # the credentials went where the URL said
+    basic = "Basic " + base64.b64encode(sent[1]).decode() if sent[1] else "Bearer not-needed"
+    assert (sent[0], basic) in seen   # the credentials went where the URL said
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.suffix == ".sqlite" for p in files) and any(p.name == ".run.lock.json" for p in files)
     printed = [out, err] + [str(w.message) for w in recwarn]
@@ -512,7 +525,50 @@ def test_a_token_in_the_server_url_reaches_the_server_but_no_file_and_no_output(
         assert [p for p in files if secret.encode() in p.read_bytes()] == []
         assert not any(secret in text for text in printed)
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert man["config"]["run"]["model"] == "openai:http://***@127.0.0.1:%d/v1?api_key=***#m?flavor=vllm" % port
+    assert man["config"]["run"]["model"] == recorded.format(host=host)
+
+
+def test_a_server_echoing_the_key_in_its_401_and_a_key_ending_in_cr_print_no_key(tmp_path, metaqa_root, capsys,
+                                                                                 recwarn, monkeypatch):
+    """Issue 40: a 401 body that echoes the Authorization header was printed as is, and a key file's
+    CR put the key into "Illegal header value b'Bearer sk-...\\r'"."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._send(401, {"error": {"message": f"invalid credentials: {self.headers.get('Authorization')}"}})
+
+        def _send(self, code: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("KGRAG_OPENAI_API_KEY", "sk-SECRETKEY99\r")   # a CRLF key file
+    try:
+        rc = main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+                   "--model", f"openai:http://127.0.0.1:{srv.server_address[1]}/v1#m?flavor=vllm",
+                   "--request-retries", "0", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    out, err = capsys.readouterr()
+    assert rc == 2 and "HTTP 401" in err and "Bearer ***" in err
+    printed = [out, err] + [str(w.message) for w in recwarn]
+    assert not any("SECRETKEY99" in t for t in printed)
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and b"SECRETKEY99" in p.read_bytes()] == []
 
 
 @pytest.mark.parametrize("where", ["a closed port", "an unknown host"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -122,7 +123,7 @@ def test_monkeypatched_probes_feed_the_command(monkeypatch, capsys):
 class _Models(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 - http.server's name
         body = json.dumps({"data": [{"id": "Qwen/Qwen2.5-7B-Instruct", "owned_by": "vllm"}]}).encode()
-        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_response(200 if self.path.split("?")[0] == "/v1/models" else 404)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(body)
@@ -147,6 +148,22 @@ def test_server_probe_lists_the_models_of_a_reachable_server(models_server):
         assert s.reachable and s.models == ("Qwen/Qwen2.5-7B-Instruct",)
     text = report.render(findings(server=probes.probe_server(models_server)))
     assert f"{models_server} serves Qwen/Qwen2.5-7B-Instruct" in text
+
+
+def test_doctor_reads_a_server_url_with_credentials_as_a_run_does_and_prints_none_of_them(models_server, capsys):
+    """Issue 40: `doctor --server` printed user:password and ?api_key=, and called a reachable
+    server with userinfo unreachable (it appended /models after the query)."""
+    host = models_server.split("//")[1]
+    assert cli.main(["doctor", "--server", f"http://user:p@SECRET1@{host}/v1?api_key=SECRET2"]) == 0
+    out = capsys.readouterr().out
+    assert f"http://***@{host}/v1?api_key=*** serves Qwen/Qwen2.5-7B-Instruct" in out
+    assert "SECRET" not in out
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    assert cli.main(["doctor", "--server", f"http://user:SECRET1@127.0.0.1:{port}/v1?api_key=SECRET2"]) == 0
+    out = capsys.readouterr().out
+    assert "not reachable" in out and "SECRET" not in out
 
 
 def test_an_unreachable_server_is_reported_and_doctor_still_exits_0(capsys):

@@ -48,6 +48,12 @@ PROBES = [
      "test_sweep.py::test_a_rerun_with_other_values_keeps_the_earlier_cells_in_the_table"),
     ("two cache export --parts into one folder at once", "each its own whole part",
      "test_cache_damage.py::test_two_part_exports_into_one_folder_at_once_get_their_own_parts"),
+    ("?code=SECRET (Azure style), a password holding '@'", "sent, written and printed nowhere",
+     "test_bad_inputs.py::test_a_token_in_the_server_url_reaches_the_server_but_no_file_and_no_output"),
+    ("a 401 body echoing the Authorization header; an API key ending in CR", "no key printed or written",
+     "test_bad_inputs.py::test_a_server_echoing_the_key_in_its_401_and_a_key_ending_in_cr_print_no_key"),
+    ("doctor --server with user:password and ?api_key=", "reached as a run would, nothing secret printed",
+     "test_doctor.py::test_doctor_reads_a_server_url_with_credentials_as_a_run_does_and_prints_none_of_them"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -281,19 +281,30 @@ def probe_server(url: str | None) -> Server:
     """GET <url>/models with a short timeout; `url` None means none was named."""
     if not url:
         return Server(None)
-    base = url.rstrip("/")
-    target = base + "/models" if base.endswith("/v1") else base + "/v1/models"
-    headers = {}
-    key = os.environ.get("KGRAG_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
-    if key:
+    from urllib.parse import urlencode
+
+    from ..errors import ConfigError
+    from ..llm.backends.openai_compat import api_key_from, split_credentials
+    from ..redact import redact
+
+    shown = redact(url)
+    try:   # the same reading of a server URL as the backend's: userinfo as Basic auth, the query kept apart
+        base, headers, query = split_credentials(url)
+        key = api_key_from()
+    except ConfigError as exc:
+        return Server(shown, False, (), _short(exc))
+    target = base + "/models" + (f"?{urlencode(query)}" if query else "")
+    if key and "Authorization" not in headers:
         headers["Authorization"] = f"Bearer {key}"
     try:
         with urllib.request.urlopen(urllib.request.Request(target, headers=headers), timeout=SERVER_TIMEOUT_S) as r:
             body = json.loads(r.read().decode("utf-8", "replace") or "{}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Server(url, False, (), _short(exc))
-    ids = tuple(str(m.get("id")) for m in body.get("data", []) if isinstance(m, dict))
-    return Server(url, True, ids)
+        return Server(shown, False, (), redact(_short(exc)))
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return Server(shown, False, (), f"its /models answer is not an OpenAI-compatible model list: {redact(str(body))[:80]}")
+    return Server(shown, True, tuple(str(m.get("id")) for m in data if isinstance(m, dict)))
 
 
 def probe_data(root: str | None = None) -> Data:

@@ -73,12 +73,23 @@ def split_credentials(url: str) -> tuple[str, dict[str, str], dict[str, str]]:
     try:
         p.port
     except ValueError:
-        raise ConfigError(f"base_url: expected http(s)://host[:port][/v1], got {redact(url)!r}") from None
+        raise ConfigError(f"base_url: expected http(s)://host[:port][/v1], got {redact(url)!r} (percent-encode "
+                          "'@', '#', '/' and ':' inside a user name or password: %40, %23, %2F, %3A)") from None
     headers = {}
     if "@" in p.netloc:
         pair = f"{unquote(p.username or '')}:{unquote(p.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
     return normalize_base_url(public_url(url.strip())), headers, dict(parse_qsl(p.query, keep_blank_values=True))
+
+
+def api_key_from(given: str | None = None) -> str | None:
+    """The API key: `given`, else $KGRAG_OPENAI_API_KEY, else $OPENAI_API_KEY, without the white
+    space a key file's line end leaves (a CR would make an illegal header that prints the key)."""
+    key = (given or os.environ.get("KGRAG_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "").strip()
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise ConfigError("the API key ($KGRAG_OPENAI_API_KEY / $OPENAI_API_KEY) holds a control character inside "
+                          "it; write the key alone on one line")
+    return key or None
 
 
 def _server_root(base_url: str) -> str:
@@ -134,7 +145,7 @@ class OpenAICompatLLM(LLM):
                 raise ConfigError(f"{knob}: expected a positive number (max_retries: an int >= 0), got {value!r}")
         self.base_url, auth_headers, query = split_credentials(base_url)
         self.model = model
-        self.api_key = api_key or os.environ.get("KGRAG_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.api_key = api_key_from(api_key)
         self.timeout = float(timeout)
         self.max_retries = max_retries
         self.retry_delay = retry_delay
