@@ -17,6 +17,9 @@ from .redact import redact
 COMMANDS = (run, study, sweep, score, data, kg, cache, train, doctor, completion)
 # A full disk or a read-only folder ends a command in one line naming the path, not a traceback.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.EFBIG}
+# A path that cannot be what the command needs (missing, too long, below a file, a folder for a
+# file, a loop of links): refused naming it.
+_PATH_ERRNOS = {errno.ENOENT, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ELOOP}
 _STORAGE_ADVICE = ("free space or choose a writable folder (--out, --cache-dir or KGRAG_CACHE_DIR), "
                    "then rerun the same command: finished work is kept")
 
@@ -50,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):   # a path with a non-UTF-8 byte is shown escaped, never a second error
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.global_data_root:   # through the environment, so notebook kernels started by papermill see it too
@@ -62,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KgragError as exc:
-        print(f"kgrag: error: {redact(str(exc))}", file=sys.stderr)   # a message that quotes a spec keeps no token
+        _say(f"kgrag: error: {redact(str(exc))}")   # a message that quotes a spec keeps no token
         return 2
     except BrokenPipeError:   # `kgrag completion bash | head`: the reader closed the pipe, nothing failed
         import os
@@ -70,18 +79,78 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
         return 0
     except OSError as exc:
+        if exc.errno in _PATH_ERRNOS and exc.filename:   # a path given that cannot be what it names
+            _say(f"kgrag: error: {redact(str(exc.filename))[:300]}: {exc.strerror or exc}; check the paths given "
+                 "(--out, --cache, --manifest, files and folders on the command line)")
+            return 2
         if exc.errno not in _STORAGE_ERRNOS:
-            raise
-        print(f"kgrag: error: {exc.filename or 'a file'}: {exc.strerror or exc}; {_STORAGE_ADVICE}", file=sys.stderr)
+            return _internal_error(exc)
+        _say(f"kgrag: error: {exc.filename or 'a file'}: {exc.strerror or exc}; {_STORAGE_ADVICE}")
+        return 2
+    except RecursionError:
+        _say("kgrag: error: an input nests deeper than can be read (a JSON or YAML file of thousands of nested "
+             "brackets, or a profile `extends:` chain that long); check the files given")
         return 2
     except sqlite3.OperationalError as exc:
+        if "disk I/O error" in str(exc) or "not a database" in str(exc):
+            return _not_a_cache(args, exc)
         if not any(m in str(exc) for m in ("readonly", "disk is full", "unable to open")):
-            raise
-        print(f"kgrag: error: the LLM cache ({_llm_cache_where(args)}): {exc}; {_STORAGE_ADVICE}", file=sys.stderr)
+            return _internal_error(exc)
+        _say(f"kgrag: error: the LLM cache ({_llm_cache_where(args)}): {exc}; {_STORAGE_ADVICE}")
         return 2
+    except sqlite3.DatabaseError as exc:   # "file is not a database": --cache names another kind of file
+        return _not_a_cache(args, exc)
     except KeyboardInterrupt:
-        print("kgrag: interrupted; rerun the same command to resume", file=sys.stderr)
+        _say("kgrag: interrupted; rerun the same command to resume")
         return 130
+    except Exception as exc:   # noqa: BLE001 - the generic guard: no user sees a Python traceback
+        return _internal_error(exc)
+
+
+def _not_a_cache(args: argparse.Namespace, exc: Exception) -> int:
+    _say(f"kgrag: error: the LLM cache ({_llm_cache_where(args)}) is not an SQLite cache file ({exc}); name a cache "
+         "file kgrag wrote (--cache, KGRAG_LLM_CACHE) or a new path")
+    return 2
+
+
+def _say(line: str) -> None:
+    """One line on stderr, whatever it holds: a path with a byte that is no UTF-8 (a lone
+    surrogate from the command line) is shown escaped, never a second error."""
+    sys.stderr.write(line.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
+    sys.stderr.flush()
+
+
+INTERNAL_ERROR = 3   # exit status of an unexpected exception (a bug of kgrag, not a refused input: those exit 2)
+DEBUG_ENV = "KGRAG_DEBUG"   # set to 1 to let the exception through (a developer's traceback on the terminal)
+
+
+def _internal_error(exc: BaseException) -> int:
+    """One line naming the error and a file holding its (redacted) traceback, instead of the traceback."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    if os.environ.get(DEBUG_ENV) == "1":
+        raise exc
+    text = redact("".join(traceback.format_exception(exc)))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    log = None
+    for folder in (Path(os.environ.get("KGRAG_CACHE_DIR") or REPO_ROOT / ".cache") / "crash-reports",
+                   Path(tempfile.gettempdir()) / "kgrag-crash-reports"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            log = folder / f"kgrag-{stamp}-{os.getpid()}.log"
+            log.write_text(f"kgrag {__version__}\nargv: {redact(' '.join(sys.argv))}\n\n{text}", encoding="utf-8",
+                           errors="backslashreplace")
+            break
+        except OSError:
+            log = None
+    what = redact(f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__)
+    where = f"the traceback is in {log}" if log else "no file could be written for its traceback"
+    _say(f"kgrag: internal error: {what[:300]} ({where}; this is a bug of kgrag: please report it with that file, "
+         f"or rerun with {DEBUG_ENV}=1 to see it here)")
+    return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

@@ -54,6 +54,11 @@ PROBES = [
      "test_bad_inputs.py::test_a_server_echoing_the_key_in_its_401_and_a_key_ending_in_cr_print_no_key"),
     ("doctor --server with user:password and ?api_key=", "reached as a run would, nothing secret printed",
      "test_doctor.py::test_doctor_reads_a_server_url_with_credentials_as_a_run_does_and_prints_none_of_them"),
+    ("any unexpected exception in a kgrag command", "one line and a log file with the traceback (exit 3)",
+     "test_cli_fuzz.py::test_the_guard_turns_an_unexpected_exception_into_one_line_and_a_log"),
+    ("fuzzed arguments and input files (deep nesting, BOM, NUL, surrogates, huge numbers, bad paths)",
+     "an answer or a one-line refusal, never an internal error",
+     "test_cli_fuzz.py::test_no_argument_or_input_file_gives_a_traceback"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -96,13 +96,19 @@ def _open(args: argparse.Namespace):
     from ..kg import KGStore
     from ..kg.sources import load_kg
 
-    if args.kg:
+    if args.kg is not None:
+        if not args.kg.strip():
+            from ..errors import ConfigError
+
+            raise ConfigError(f"--kg is empty; expected {KG_HELP}")
         _provide_paper_sources()
         return load_kg(args.kg).store
     if getattr(args, "store", None):
         if not Path(args.store).is_dir():
             raise MissingDataError(f"--store {args.store}: no such directory (create one with `kgrag kg build`)")
         return KGStore.load(args.store)
+    if not getattr(args, "triples", None):
+        raise MissingDataError("--triples: empty; name a triple file")
     return _read(args.triples, args.format)
 
 

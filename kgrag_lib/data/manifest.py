@@ -24,10 +24,25 @@ MANIFEST_PATH = Path(__file__).resolve().parent / "manifests" / "datasets.yaml"
 
 @functools.lru_cache(maxsize=4)
 def _load(path: str, mtime: float) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        doc = yaml.safe_load(f) or {}
-    if not isinstance(doc.get("datasets"), dict):
+    return _read(Path(path))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The manifest document, refused in one line naming the file when it is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f) or {}
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not a YAML data manifest ({reason[:160]}); expected UTF-8 YAML with a "
+                          "top-level 'datasets:' mapping") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("datasets"), dict):
         raise ConfigError(f"{path}: expected a top-level 'datasets:' mapping")
+    for name, entry in doc["datasets"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("files", []), list) \
+                or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in entry.get("files", [])):
+            raise ConfigError(f"{path}: datasets.{name}: expected a mapping whose 'files' is a list of "
+                              "{path: ..., sha256: ..., size: ..., rows: ...}")
     return doc
 
 
@@ -80,8 +95,7 @@ def file_facts(path: str | Path) -> dict[str, Any]:
 def refresh_manifest(root: str | Path, path: str | Path | None = None) -> list[str]:
     """Recompute sha256/size/rows of every manifest file present under `root`; returns the paths updated."""
     p = Path(path) if path else MANIFEST_PATH
-    with open(p, encoding="utf-8") as f:
-        doc = yaml.safe_load(f)
+    doc = _read(p)
     header = []
     with open(p, encoding="utf-8") as f:
         for line in f:
