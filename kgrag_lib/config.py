@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -150,7 +151,10 @@ def _read_yaml(p: Path, asked: str | Path) -> dict[str, Any]:
         )
     try:
         with open(p, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+            data = yaml.load(fh, Loader=UniqueKeyLoader) or {}   # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        raise ConfigError(f"{p}:{exc.line}: the key {exc.key!r} appears twice in one mapping (the second would "
+                          f"silently replace the first); merge them into one") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}); expected a YAML profile") from None
     except yaml.YAMLError as exc:
@@ -168,6 +172,45 @@ def _read_yaml(p: Path, asked: str | Path) -> dict[str, Any]:
 
 
 MAX_PROFILE_NODES = 100_000
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(f"duplicate key {key!r} at line {line}")
+        self.key, self.line = key, line
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key given twice in one mapping is refused: PyYAML keeps the
+    last one silently, so a second `methods:` section would replace the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:   # the mapping's own keys (a `<<` merge may be overridden: not counted)
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise DuplicateKeyError(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads 010 as 8, 0x10 as 16, 0b11 as 3 and 1_000 as 1000; a user who typed
+# --set top_k=010 meant 10 or the string. Such a value on the command line is refused.
+_AMBIGUOUS_NUMBER = re.compile(r"^[-+]?(?:0[0-9_]+|0[xXoObB][0-9a-fA-F_]+|[0-9]+(?:_[0-9]+)+(?:\.[0-9_]*)?|[0-9]+:[0-5]?[0-9](?::[0-5]?[0-9])*)$")
+
+
+def cli_yaml_value(raw: str, where: str) -> Any:
+    """A value given on the command line (`--set k=v`, `-p name v`), read as YAML, except the
+    number forms YAML 1.1 reads in surprising ways (010 -> 8, 0x10 -> 16, 1:30 -> 90), which are
+    refused with the reading to use instead."""
+    text = raw.strip()
+    if _AMBIGUOUS_NUMBER.match(text):
+        raise ConfigError(f"{where} {raw!r}: an ambiguous number (YAML 1.1 reads 010 as 8, 0x10 as 16, 1_000 as "
+                          f"1000 and 1:30 as 90); write it in plain decimal, or quote it to pass the text "
+                          f"(e.g. \"'{text}'\")")
+    return yaml.safe_load(raw)
 
 
 def expanded_size(obj: Any) -> int:

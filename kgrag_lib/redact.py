@@ -73,7 +73,9 @@ def redact(value: Any) -> Any:
 def refuse_secret(value: Any, where: str, written_to: str) -> None:
     """A token that would have to be written to a file for another process to read it (a notebook's
     parameters, a study's profile) is refused: the environment carries it instead."""
-    if redact(value) != value:
+    import json
+
+    if json.dumps(redact(value), default=str) != json.dumps(value, default=str):   # NaN != NaN: compare the text
         from .errors import ConfigError
 
         raise ConfigError(f"{where}: {redact(value)!r} carries a token (URL user:password, a query value or a "

@@ -619,3 +619,34 @@ def test_a_ray_address_where_nothing_listens_is_refused_at_once():
     assert time.monotonic() - t < 5
     with pytest.raises(ConfigError, match="expected host:port"):
         RayExecutor(address="10.0.0.5:notaport")._connect(NeverInit)
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--model", ""], "--model is empty"),
+    (["--set", "top_k=010"], "ambiguous number"),
+    (["--set", "top_k=0x10"], "ambiguous number"),
+    (["--set", "top_k=1_000"], "ambiguous number"),
+])
+def test_silent_surprises_on_the_command_line_are_refused(tmp_path, metaqa_root, capsys, argv, says):
+    """Issue 40: `--model ''` (an unset $MODEL) ran the default model; YAML 1.1 read --set 010 as 8
+    and 0x10 as 16."""
+    rc = main(["run", "--method", "kg-rag", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+               "--out", str(tmp_path / "run"), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_profile_with_a_key_twice_is_refused_naming_the_line(tmp_path):
+    from kgrag_lib.studies import load_profile
+
+    p = tmp_path / "mine.yaml"
+    p.write_text("extends: cpu-smoke\nmethods:\n  llm: {max_tokens: 8}\nrun: {n: 2}\nmethods:\n  llm: {max_tokens: 9}\n",
+                 encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"mine\.yaml:5: the key 'methods' appears twice"):
+        load_profile(str(p))
+
+
+def test_study_only_with_an_empty_prefix_is_refused(capsys):
+    assert main(["study", "--only", ""]) == 2
+    assert "--only needs notebook name prefixes" in capsys.readouterr().err

@@ -359,3 +359,18 @@ def test_two_questions_under_one_id_or_a_question_without_text_are_refused(tmp_p
         blank = write(tmp_path / "blank.jsonl", json.dumps(dict(HOTPOT_REC, question=text)))
         with pytest.raises(DataFormatError, match="has no text|question"):
             load_questions("hotpotqa", path=blank)
+
+
+def test_a_bom_is_dropped_and_a_nul_past_the_head_is_refused_naming_its_line(tmp_path):
+    """Issue 40: a UTF-8 BOM stayed in question 1; a NUL byte after the first 8 KiB was accepted."""
+    from kgrag_lib.data.metaqa import load_metaqa_qa
+    from kgrag_lib.errors import DataFormatError
+
+    qa = tmp_path / "qa_test.txt"
+    qa.write_bytes("\ufeffwho directed [The Lovers]\tLouis Malle\n".encode("utf-8"))
+    [q] = load_metaqa_qa(qa)
+    assert q.question.startswith("who directed")
+    lines = "".join(f"who directed [Film {i}]\tSomeone\n" for i in range(400))   # > 8 KiB
+    qa.write_bytes((lines + "who directed [Bad\0Film]\tX\n").encode("utf-8"))
+    with pytest.raises(DataFormatError, match=r"qa_test\.txt:401: .*NUL byte"):
+        load_metaqa_qa(qa)

@@ -196,3 +196,18 @@ def test_a_token_in_a_swept_value_is_refused_before_anything_runs_and_summaries_
     write_summary(tmp_path / "s", [{"model": spec}])
     assert "SECRET" not in (tmp_path / "s" / "summary.json").read_text()
     assert read_summary(tmp_path / "s") == [{"model": "openai:http://***@127.0.0.1:9/v1?api_key=***#m"}]
+
+
+def test_a_parameter_given_twice_and_an_ambiguous_number_are_refused_but_nan_is_a_value(tmp_path):
+    """Issue 40: `-p a 1 -p a 2` dropped a=1; `-p x 010` ran x=8; `-p x .nan` was refused as a token."""
+    from kgrag_lib.errors import ConfigError
+
+    nb = tmp_path / "tiny.ipynb"
+    _tiny_notebook(nb)
+    accepted = {"x": {}, "y": {}}
+    with pytest.raises(ConfigError, match=r"-p x is given twice; give all its values once: -p x 1 2"):
+        sweep._grid([["x", "1"], ["x", "2"]], accepted, nb)
+    with pytest.raises(ConfigError, match="ambiguous number"):
+        sweep._grid([["x", "010"]], accepted, nb)
+    grid = sweep._grid([["x", ".nan", "'010'"]], accepted, nb)
+    assert grid["x"][1] == "010" and grid["x"][0] != grid["x"][0]   # the text, and NaN

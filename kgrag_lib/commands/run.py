@@ -13,6 +13,7 @@ from ..methods.registry import cli_flags
 def _parse_set(items: list[str]) -> dict:
     import yaml
 
+    from ..config import cli_yaml_value
     from ..errors import ConfigError
 
     out = {}
@@ -21,7 +22,7 @@ def _parse_set(items: list[str]) -> dict:
         if not eq or not k.strip():
             raise ConfigError(f"--set expects KEY=VALUE (the value is read as YAML), got {item!r}")
         try:
-            out[k.strip().replace("-", "_")] = yaml.safe_load(v)
+            out[k.strip().replace("-", "_")] = cli_yaml_value(v, f"--set {k.strip()}=")
         except yaml.YAMLError:
             raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it, e.g. {k.strip()}='...'") from None
     return out
@@ -76,6 +77,11 @@ def handle(args: argparse.Namespace) -> int:
     missing = [f for f in ("method", "dataset", "out") if not getattr(args, f)]
     if missing:
         raise ConfigError(f"kgrag run needs --{', --'.join(missing)} (see `kgrag run --help`)")
+    for flag in ("model", "embedder", "qa_file", "data_root", "cache_dir"):   # an unset $MODEL must not mean the default
+        value = getattr(args, flag, None)
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"--{flag.replace('_', '-')} is empty (an unset shell variable?); give a value or "
+                              f"leave the flag out for the profile's")
 
     overrides = {
         "split": args.split, "qa_file": args.qa_file, "n": args.n, "seed": args.seed, "model": args.model,

@@ -45,6 +45,14 @@ def handle(args: argparse.Namespace) -> int:
     require_notebook_tools("kgrag study")
 
     given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
+    from ..errors import ConfigError
+
+    for k in ("model", "embedder"):
+        if given[k] is not None and not str(given[k]).strip():
+            raise ConfigError(f"--{k} is empty (an unset shell variable?); give a value or leave the flag out")
+    if args.only is not None and (not args.only or any(not str(o).strip() for o in args.only)):
+        raise ConfigError("--only needs notebook name prefixes, e.g. --only 00 11 (an empty one would match every "
+                          "notebook); leave the flag out to run them all")
     if given["concurrency"] is not None:
         check_workers(given["concurrency"], "--concurrency")
     executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),

@@ -54,11 +54,16 @@ def _grid(entries: list[list[str]], accepted: dict[str, Any], notebook: Path) ->
     notebook's or not an identifier, or a value is not plain YAML."""
     from ..errors import ConfigError
 
+    from ..config import cli_yaml_value
+
     grid: dict[str, list] = {}
     for entry in entries:
         if len(entry) < 2:
             raise ConfigError(f"-p expects a name and at least one value, got {entry}")
         name = entry[0]
+        if name in grid:   # `-p a 1 -p a 2` would silently keep only the last
+            raise ConfigError(f"-p {name} is given twice; give all its values once: -p {name} "
+                              f"{' '.join(map(str, grid[name]))} {' '.join(entry[1:])}")
         if not name.isidentifier() or keyword.iskeyword(name):
             raise ConfigError(f"-p {name!r}: a parameter name must be a Python identifier (a variable of the "
                               f"notebook's parameters cell), e.g. top_k")
@@ -68,7 +73,7 @@ def _grid(entries: list[list[str]], accepted: dict[str, Any], notebook: Path) ->
         values = []
         for raw in entry[1:]:
             try:
-                value = yaml.safe_load(raw)
+                value = cli_yaml_value(raw, f"-p {name}")
             except yaml.YAMLError as exc:
                 what = str(exc).splitlines()[0]
                 raise ConfigError(f"-p {name} {raw!r}: not a YAML value ({what}); quote strings, e.g. '\"{raw}\"'") from None

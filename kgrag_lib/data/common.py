@@ -103,16 +103,46 @@ def _not_utf8(path: Path, expected: str) -> DataFormatError:
 
 
 @contextmanager
-def open_text(path: str | Path, expected: str, *, encoding: str = "utf-8",
+def open_text(path: str | Path, expected: str, *, encoding: str = "utf-8-sig",
               newline: str | None = None) -> Iterator[TextIO]:
-    """`open(path)` for reading text, after `check_file`; a decoding error inside the block
-    becomes a DataFormatError naming the file and the first line that is not UTF-8."""
+    """`open(path)` for reading text, after `check_file`: a leading UTF-8 BOM is dropped (it would
+    stay glued to the first record), a decoding error inside the block becomes a DataFormatError
+    naming the file and the first line that is not UTF-8, and a NUL byte anywhere (`check_file`
+    sniffs only the head) one naming its line."""
     path = check_file(path, expected)
     with open(path, encoding=encoding, newline=newline) as f:
         try:
-            yield f
+            yield _NulGuard(f, path, expected)   # type: ignore[misc]
         except UnicodeDecodeError:
             raise _not_utf8(path, expected) from None
+
+
+class _NulGuard:
+    """A text file whose reads refuse a NUL byte, naming the line (binary data past the head)."""
+
+    def __init__(self, f: TextIO, path: Path, expected: str) -> None:
+        self._f, self._path, self._expected, self._line = f, path, expected, 0
+
+    def _check(self, text: str) -> str:
+        at = text.find("\0")
+        if at >= 0:
+            raise DataFormatError(self._path, self._line + text.count("\n", 0, at) + 1, f"a text file, {self._expected}",
+                                  "binary data (a NUL byte); is this the right file?")
+        self._line += text.count("\n")
+        return text
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._f:
+            yield self._check(line)
+
+    def read(self, size: int = -1) -> str:
+        return self._check(self._f.read(size))
+
+    def readline(self, size: int = -1) -> str:
+        return self._check(self._f.readline(size))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 def _first_char(path: Path, expected: str) -> str:
