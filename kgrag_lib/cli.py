@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 stream.reconfigure(errors="backslashreplace")
             except (ValueError, OSError):
                 pass
+    _absolute_env_paths()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.global_data_root:   # through the environment, so notebook kernels started by papermill see it too
@@ -105,6 +106,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:   # noqa: BLE001 - the generic guard: no user sees a Python traceback
         return _internal_error(exc)
+
+
+PATH_ENV = ("KGRAG_CACHE_DIR", "KGRAG_LLM_CACHE", "KGRAG_DATA_ROOT", "KGRAG_FIGURES_DIR", "KGRAG_2WIKI_ALIASES")
+
+
+def _absolute_env_paths() -> None:
+    """Relative paths in the environment are made absolute against the directory kgrag was started
+    in: notebook kernels and sweep cells run elsewhere (notebooks/, each cell's folder), where a
+    relative KGRAG_CACHE_DIR would give every cell a cache of its own."""
+    import os
+
+    for name in PATH_ENV:
+        value = os.environ.get(name)
+        if value and not os.path.isabs(os.path.expanduser(value)):
+            os.environ[name] = os.path.abspath(os.path.expanduser(value))
 
 
 def _not_a_cache(args: argparse.Namespace, exc: Exception) -> int:

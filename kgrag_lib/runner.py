@@ -53,6 +53,15 @@ def read_predictions(path: str | Path, *, allow_torn_tail: bool = False) -> list
             raise DataFormatError(path, lineno, EXPECTED, f'field "answers" missing or not a list of strings in {_shown(rec)}')
         rec["prediction"] = pred or ""
         rec["answers"] = [a if isinstance(a, str) else json.dumps(a) for a in answers]
+    first: dict[Any, int] = {}
+    for lineno, rec in zip(read.lines, read.rows):   # scored twice, or from its last copy: neither is right
+        qid = rec.get("qid")
+        if qid is None:
+            continue
+        if qid in first:
+            raise DataFormatError(path, lineno, f"one line per question id; {EXPECTED}",
+                                  f"qid {qid!r} again (first at line {first[qid]}); keep one of the two lines")
+        first[qid] = lineno
     return read.rows
 
 
@@ -406,6 +415,11 @@ def _warn_issues(result: dict[str, Any], out: Path) -> None:
     unusable decomposition, ...) are counted in metrics.json and said at the end of the run."""
     import sys
 
+    for m in ("em", "f1", "acc", "hit1"):   # a question without gold is left out of that score: say so
+        k = result.get(f"n_{m}")
+        if k is not None and k < result.get("n", 0):
+            print(f"kgrag: warning: {m} is over {k} of {result['n']} questions: the others have no gold answer "
+                  f"(metrics.json n_{m})", file=sys.stderr)
     n_bad = result.get("questions_with_issues") or 0
     if n_bad:
         kinds = ", ".join(f"{k} {v}" for k, v in (result.get("issues") or {}).items())

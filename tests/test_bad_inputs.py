@@ -650,3 +650,17 @@ def test_a_profile_with_a_key_twice_is_refused_naming_the_line(tmp_path):
 def test_study_only_with_an_empty_prefix_is_refused(capsys):
     assert main(["study", "--only", ""]) == 2
     assert "--only needs notebook name prefixes" in capsys.readouterr().err
+
+
+def test_relative_paths_in_the_environment_are_made_absolute_before_any_kernel_starts(tmp_path, monkeypatch, capsys):
+    """Issue 40: a relative KGRAG_CACHE_DIR was resolved inside each sweep cell's folder (every
+    cell got a cache of its own)."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KGRAG_CACHE_DIR", "rel-cache")
+    monkeypatch.setenv("KGRAG_DATA_ROOT", "/abs/data")
+    main(["completion", "bash"])
+    capsys.readouterr()
+    assert os.environ["KGRAG_CACHE_DIR"] == str(tmp_path / "rel-cache")
+    assert os.environ["KGRAG_DATA_ROOT"] == "/abs/data"

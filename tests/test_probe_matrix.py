@@ -68,6 +68,11 @@ PROBES = [
      "test_sweep.py::test_a_parameter_given_twice_and_an_ambiguous_number_are_refused_but_nan_is_a_value"),
     ("a UTF-8 BOM before question 1; a NUL byte past the first 8 KiB", "dropped; refused naming the line",
      "test_data_formats.py::test_a_bom_is_dropped_and_a_nul_past_the_head_is_refused_naming_its_line"),
+    ("a qid twice in predictions.jsonl; a question without gold", "refused naming both lines; the score's "
+     "n_<metric> recorded and said", "test_runner.py::test_a_qid_twice_in_predictions_is_refused_and_a_question_"
+     "without_gold_is_said"),
+    ("a relative KGRAG_CACHE_DIR under kgrag sweep / study", "made absolute where kgrag started: one cache",
+     "test_bad_inputs.py::test_relative_paths_in_the_environment_are_made_absolute_before_any_kernel_starts"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -161,3 +161,21 @@ def test_the_data_manifest_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch
     monkeypatch.undo()
     assert mf.refresh_manifest(tmp_path, path) == ["x/a.txt"]
     assert path.read_text(encoding="utf-8").startswith("# header\n") and "sha256" in path.read_text(encoding="utf-8")
+
+
+def test_a_qid_twice_in_predictions_is_refused_and_a_question_without_gold_is_said(tmp_path, capsys):
+    """Issue 40: a qid twice in predictions.jsonl was scored from its last copy; a question without
+    gold was left out of every score while metrics.json said n = 2, silently."""
+    from kgrag_lib.errors import DataFormatError
+
+    path = tmp_path / "predictions.jsonl"
+    row = {"qid": "q1", "prediction": "a", "answers": ["a"]}
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "prediction": "b"}) + "\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"predictions\.jsonl:2: .*qid 'q1' again \(first at line 1\)"):
+        read_predictions(path)
+    questions = [Question("q1", "who directed Kismet", ["William Dieterle"], dataset="metaqa-1hop"),
+                 Question("q2", "what is Kismet", [], dataset="metaqa-1hop")]
+    metrics = run_method(CountingMethod({"q1": "William Dieterle", "q2": "a film"}), questions, tmp_path / "run",
+                         {"m": 1}, progress=False)
+    assert metrics["n"] == 2 and metrics["n_em"] == 1 and metrics["em"] == 100.0
+    assert "em is over 1 of 2 questions: the others have no gold answer" in capsys.readouterr().err

@@ -29,6 +29,8 @@ def summarize(rows: list[dict[str, Any]], metrics: Iterable[str] | None = None, 
         if not len(vals):  # e.g. recall@k on rows without gold passages
             continue
         out[m] = round(100.0 * float(vals.mean()), 2)
+        if len(vals) != len(rows):   # e.g. a question without gold: the score is over the others only
+            out[f"n_{m}"] = int(len(vals))
         if ci:
             lo, hi = bootstrap_ci(vals)
             out[f"{m}_ci95"] = [round(100.0 * lo, 2), round(100.0 * hi, 2)]
