@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -210,7 +211,12 @@ def cli_yaml_value(raw: str, where: str) -> Any:
         raise ConfigError(f"{where} {raw!r}: an ambiguous number (YAML 1.1 reads 010 as 8, 0x10 as 16, 1_000 as "
                           f"1000 and 1:30 as 90); write it in plain decimal, or quote it to pass the text "
                           f"(e.g. \"'{text}'\")")
+    if _DECIMAL_FLOAT.match(text):   # YAML 1.1 reads 1e-3 (no dot) as a string
+        return float(text)
     return yaml.safe_load(raw)
+
+
+_DECIMAL_FLOAT = re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 
 def expanded_size(obj: Any) -> int:
@@ -365,6 +371,8 @@ def _within(f: dataclasses.Field, v: Any) -> bool:
     m = f.metadata
     if "choices" in m:
         return v in m["choices"]
+    if isinstance(v, float) and not math.isfinite(v):   # inf passes "> 0"; NaN no bound at all
+        return False
     try:  # written so that NaN is outside every bound
         return (("min" not in m or v >= m["min"]) and ("gt" not in m or v > m["gt"])
                 and ("max" not in m or v <= m["max"]) and ("lt" not in m or v < m["lt"]))

@@ -69,6 +69,17 @@ def _shown(rec: dict[str, Any]) -> str:
     return json.dumps(rec, ensure_ascii=False)[:200]
 
 
+def _not_unicode(q: Question) -> str:
+    """Which part of a question cannot be encoded as UTF-8 ("text", "gold answers"), or ""."""
+    for what, texts in (("text", [q.question]), ("gold answers", list(q.answers))):
+        try:
+            for t in texts:
+                str(t).encode("utf-8")
+        except UnicodeEncodeError:
+            return what
+    return ""
+
+
 def _failure_types() -> tuple[type[BaseException], ...]:
     """Errors that mean 'this question failed' (unparsable model output), not 'the run is broken'."""
     try:
@@ -368,6 +379,13 @@ def _answer_and_score(method: Method, questions: list[Question], done: list[dict
 
     def answer(q: Question) -> dict[str, Any]:
         t0 = time.perf_counter()
+        bad = _not_unicode(q)
+        if bad:   # a lone surrogate cannot be sent, cached or written: that question fails, the run goes on
+            esc = (lambda t: t.encode("utf-8", "backslashreplace").decode("utf-8"))
+            pred = Prediction(q.qid, esc(q.question), "", [esc(a) for a in q.answers], name, failed=True,
+                              error=f"the question's {bad} holds text that is not valid Unicode (a lone surrogate); "
+                                    "fix the question file")
+            return row_of(q, pred, None, time.perf_counter() - t0)
         with _metering(llm) as meter:
             try:
                 pred: Prediction = method.answer(q)

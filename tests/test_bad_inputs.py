@@ -664,3 +664,14 @@ def test_relative_paths_in_the_environment_are_made_absolute_before_any_kernel_s
     capsys.readouterr()
     assert os.environ["KGRAG_CACHE_DIR"] == str(tmp_path / "rel-cache")
     assert os.environ["KGRAG_DATA_ROOT"] == "/abs/data"
+
+
+def test_an_infinite_timeout_is_refused_and_an_exponent_without_a_dot_is_a_number(tmp_path, metaqa_root, capsys):
+    """Issue 40: --request-timeout inf gave a traceback; --set temperature=1e-3 was refused as "must be float"."""
+    from kgrag_lib.commands.run import _parse_set
+
+    assert _parse_set(["temperature=1e-3"]) == {"temperature": 0.001}
+    rc = main(["run", "--method", "kg-rag", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+               "--request-timeout", "inf", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "request_timeout" in err and "must be a number > 0" in err

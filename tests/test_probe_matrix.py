@@ -73,6 +73,10 @@ PROBES = [
      "without_gold_is_said"),
     ("a relative KGRAG_CACHE_DIR under kgrag sweep / study", "made absolute where kgrag started: one cache",
      "test_bad_inputs.py::test_relative_paths_in_the_environment_are_made_absolute_before_any_kernel_starts"),
+    ("one question holding a lone surrogate (\\ud800)", "that question recorded failed, the run goes on",
+     "test_runner.py::test_a_question_with_a_lone_surrogate_fails_alone_and_the_run_goes_on"),
+    ("--request-timeout inf; --set temperature=1e-3", "refused naming the bound; read as 0.001",
+     "test_bad_inputs.py::test_an_infinite_timeout_is_refused_and_an_exponent_without_a_dot_is_a_number"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

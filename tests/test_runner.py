@@ -179,3 +179,13 @@ def test_a_qid_twice_in_predictions_is_refused_and_a_question_without_gold_is_sa
                          {"m": 1}, progress=False)
     assert metrics["n"] == 2 and metrics["n_em"] == 1 and metrics["em"] == 100.0
     assert "em is over 1 of 2 questions: the others have no gold answer" in capsys.readouterr().err
+
+
+def test_a_question_with_a_lone_surrogate_fails_alone_and_the_run_goes_on(tmp_path):
+    """Issue 40: one question holding "\\ud800" killed the whole run (it could not be written)."""
+    questions = [*_questions()[:2], Question("q3", "what language is \ud800 in", ["English"], dataset="metaqa-1hop")]
+    method = CountingMethod({"q1": "William Dieterle", "q2": "1944", "q3": "English"})
+    metrics = run_method(method, questions, tmp_path / "run", {"m": 1}, progress=False)
+    rows = {r["qid"]: r for r in read_predictions(tmp_path / "run" / "predictions.jsonl")}
+    assert method.asked == ["q1", "q2"] and metrics["failed"] == 1
+    assert rows["q3"]["failed"] and "not valid Unicode" in rows["q3"]["error"] and "\\ud800" in rows["q3"]["question"]
