@@ -7,7 +7,8 @@ Qwen2.5-Coder-0.5B-Instruct GGUF, dequantized and saved in bfloat16 (as the real
 under the Qwen id, and the shipped MiniLM under its own id; their snapshot revisions say
 `kgrag-rehearsal` so no identity can pass for the hub's. `HF_HOME` and `HF_HUB_OFFLINE=1` are set
 for the rehearsal's processes only. Then the study runs end to end, every notebook of the profile
-with its n = 2, through each engine asked for:
+with its n = 2, through each engine asked for, with the one change a CPU needs (DPO's bf16 mixed
+precision needs CUDA: off, `CPU_CHANGES`):
 
   hf    the transformers backend (batched generation, bfloat16 where the CPU has it)
   vllm  `--model vllm-serve:Qwen/Qwen2.5-0.5B-Instruct` (the vLLM server environment, .venv-vllm)
@@ -90,9 +91,23 @@ def build_cache(work: Path) -> Path:
     return work / "hf"
 
 
+# What a CPU cannot do that gpu-smoke asks: DPO in bf16 mixed precision needs a CUDA GPU (the
+# trainer refuses it on CPU). The rehearsal's profile is gpu-smoke with exactly that changed.
+CPU_CHANGES = "extends: gpu-smoke\nnotebooks:\n  27_dpo_training:\n    training_overrides: {bf16: false}\n"
+
+
+def rehearsal_profile(work: Path) -> Path:
+    """gpu-smoke as a CPU can run it (`CPU_CHANGES`), written beside the work folder."""
+    path = work / "gpu-smoke-on-cpu.yaml"
+    text = "# gpu-smoke for the CPU rehearsal (scripts/rehearse_gpu.py): only DPO's bf16 is off\n" + CPU_CHANGES
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
 def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None) -> tuple[int, float]:
     out = work / f"study-{engine}"   # not <work>/hf: that is the HF_HOME
-    cmd = [str(REPO / ".venv" / "bin" / "kgrag"), "study", "--profile", "gpu-smoke", "--out", str(out)]
+    cmd = [str(REPO / ".venv" / "bin" / "kgrag"), "study", "--profile", str(rehearsal_profile(work)), "--out", str(out)]
     if ENGINES[engine]:
         cmd += ["--model", ENGINES[engine]]
     if only:

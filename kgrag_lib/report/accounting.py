@@ -76,7 +76,8 @@ def account(claims: pd.DataFrame, profile: str = "") -> tuple[pd.DataFrame, pd.D
         from .study import SECONDARY_METRICS
 
         primary = claims[~claims["metric"].isin(SECONDARY_METRICS)]
-    verdict = {} if primary.empty else dict(zip(primary["claim"].astype(str), primary["verdict"]))
+    verdict = {} if primary.empty or "claim" not in primary or "verdict" not in primary else \
+        dict(zip(primary["claim"].astype(str), primary["verdict"]))
     reference = str(profile).startswith("cpu-reference")
     every["outcome"] = [_outcome(verdict.get(c, "not run")) for c in every["claim"]]
     every["reason"] = [_reason(p, c, d, reference) if o == "not run" else ""

@@ -260,7 +260,8 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     mine = runs[(runs["notebook"] == nb) & (runs["dataset"] == dataset)] if not runs.empty else runs
     sides = _claim_sides(str(claim.get("claim")))
     on_kg = str(claim.get("claim")).split("@", 1)[1] if "@" in str(claim.get("claim")) else None   # claim@<kg>
-    kg_runs = mine[mine["method"].isin([s for s in sides if s in KG_METHODS])] if sides else mine.iloc[0:0]
+    kg_runs = mine[mine["method"].isin([s for s in sides if s in KG_METHODS])] if sides and "method" in mine \
+        else mine.iloc[0:0]
     if on_kg and "kg" in kg_runs:
         kg_runs = kg_runs[kg_runs["kg"] == on_kg]
     for kg in sorted({str(k) for k in kg_runs.get("kg", pd.Series(dtype=str)).dropna()}):

@@ -48,9 +48,11 @@ def in_family(claims: pd.DataFrame, secondary_metrics: Sequence[str]) -> pd.Seri
     from ..eval.paired import NOT_RUN
     from .claims import JUDGE_UNINFORMATIVE
 
-    p = pd.to_numeric(claims.get("p_value"), errors="coerce")
-    return (~claims["metric"].isin(secondary_metrics) & p.notna()
-            & ~claims["verdict"].isin([NOT_RUN, JUDGE_UNINFORMATIVE]))
+    def col(name: str) -> pd.Series:
+        return claims[name] if name in claims else pd.Series([None] * len(claims), index=claims.index, dtype=object)
+
+    p = pd.to_numeric(col("p_value"), errors="coerce")
+    return ~col("metric").isin(secondary_metrics) & p.notna() & ~col("verdict").isin([NOT_RUN, JUDGE_UNINFORMATIVE])
 
 
 def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float = 0.05) -> pd.DataFrame:
@@ -65,9 +67,11 @@ def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float 
         return claims
     out = claims.copy()
     fam = in_family(out, secondary_metrics)
-    out["family"] = np.where(out["metric"].isin(secondary_metrics), EXPLORATORY, PRIMARY)
+    metric = out["metric"] if "metric" in out else pd.Series([None] * len(out), index=out.index)
+    out["family"] = np.where(metric.isin(secondary_metrics), EXPLORATORY, PRIMARY)
     out["p_holm"] = np.nan
-    out.loc[fam, "p_holm"] = holm(pd.to_numeric(out.loc[fam, "p_value"]).to_numpy())
+    if fam.any():
+        out.loc[fam, "p_holm"] = holm(pd.to_numeric(out.loc[fam, "p_value"]).to_numpy())
     out["unadjusted verdict"] = out["verdict"]
     verdicts = []
     for rec, member in zip(out.to_dict("records"), fam):
