@@ -32,13 +32,15 @@ MANIFEST_FILE = "manifest.json"
 EXPECTED = 'a JSON object per line like {"prediction": "Paris", "answers": ["Paris", "City of Light"]}'
 
 
-def read_predictions(path: str | Path, *, allow_torn_tail: bool = False) -> list[dict[str, Any]]:
+def read_predictions(path: str | Path, *, allow_torn_tail: bool = False, unique_qids: bool = False
+                     ) -> list[dict[str, Any]]:
     """Read and check a predictions file (a run's predictions.jsonl, or predictions from elsewhere).
 
     Every line must be a JSON object with a string "prediction" and a list "answers"; a bad
     line raises DataFormatError naming the file and line. With `allow_torn_tail` (the runner
     resuming after a kill) an unparsable *last* line is dropped instead: it is the write the
-    kill interrupted.
+    kill interrupted. With `unique_qids` (a run folder's file: one line per question) a qid
+    seen twice is refused naming both lines: scoring would take the last copy silently.
     """
     from .data.common import check_file
     from .errors import DataFormatError
@@ -54,7 +56,7 @@ def read_predictions(path: str | Path, *, allow_torn_tail: bool = False) -> list
         rec["prediction"] = pred or ""
         rec["answers"] = [a if isinstance(a, str) else json.dumps(a) for a in answers]
     first: dict[Any, int] = {}
-    for lineno, rec in zip(read.lines, read.rows):   # scored twice, or from its last copy: neither is right
+    for lineno, rec in zip(read.lines, read.rows) if unique_qids else ():   # the last copy would win silently
         qid = rec.get("qid")
         if qid is None:
             continue
@@ -332,7 +334,7 @@ def run_method(
     workers = resolve_concurrency(concurrency, llm, method)   # a bad setting is refused before anything is discarded
     with folder_lock(out):
         pred_path = out / PRED_FILE
-        done = read_predictions(pred_path, allow_torn_tail=True) if pred_path.exists() else []
+        done = read_predictions(pred_path, allow_torn_tail=True, unique_qids=True) if pred_path.exists() else []
         prev = check_resume(out, config, len(done), overwrite)
         if prev is not None and done:
             changed = changed_questions(out, done, questions, overwrite)

@@ -172,7 +172,13 @@ def test_a_qid_twice_in_predictions_is_refused_and_a_question_without_gold_is_sa
     row = {"qid": "q1", "prediction": "a", "answers": ["a"]}
     path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "prediction": "b"}) + "\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"predictions\.jsonl:2: .*qid 'q1' again \(first at line 1\)"):
-        read_predictions(path)
+        read_predictions(path, unique_qids=True)
+    assert len(read_predictions(path)) == 2   # predictions from elsewhere (kgrag score) may repeat a qid
+    (tmp_path / "again").mkdir()
+    path.replace(tmp_path / "again" / "predictions.jsonl")
+    with pytest.raises(DataFormatError, match="again"):   # a run folder's file: refused on resume
+        run_method(CountingMethod({"q1": "a"}), [Question("q1", "q", ["a"], dataset="metaqa-1hop")],
+                   tmp_path / "again", {"m": 1}, progress=False)
     questions = [Question("q1", "who directed Kismet", ["William Dieterle"], dataset="metaqa-1hop"),
                  Question("q2", "what is Kismet", [], dataset="metaqa-1hop")]
     metrics = run_method(CountingMethod({"q1": "William Dieterle", "q2": "a film"}), questions, tmp_path / "run",

@@ -66,16 +66,16 @@ def _reason(paper: str, claim: str, dataset: str, reference: bool) -> str:
     return "not run in this study"
 
 
-def account(claims: pd.DataFrame, profile: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
+def account(claims: pd.DataFrame, profile: str = "", secondary_metrics: Iterable[str] = ("hit1_exact", "f1")
+            ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(outcomes per paper, the not-run claims grouped by reason) over every registered claim;
     `claims` is the report's claims table (its primary rows are matched by claim id; a claim
-    tested on several KGs counts once, by its own KG's row)."""
+    tested on several KGs counts once, by its own KG's row); `secondary_metrics` are the metrics
+    of the exploratory rows (`report.study.SECONDARY_METRICS`)."""
     every = registered_claims()
     primary = claims
     if not claims.empty and "metric" in claims:
-        from .study import SECONDARY_METRICS
-
-        primary = claims[~claims["metric"].isin(SECONDARY_METRICS)]
+        primary = claims[~claims["metric"].isin(list(secondary_metrics))]
     verdict = {} if primary.empty or "claim" not in primary or "verdict" not in primary else \
         dict(zip(primary["claim"].astype(str), primary["verdict"]))
     reference = str(profile).startswith("cpu-reference")

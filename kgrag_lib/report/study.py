@@ -298,7 +298,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += ["Verdicts the adjustment changed:", "", _md(changed), ""]
     from .accounting import account
 
-    outcomes, idle = account(claims, profile)
+    outcomes, idle = account(claims, profile, SECONDARY_METRICS)
     parts += ["### Every claim of the four papers", "",
               "Each paper's registered claims (`report.<paper>.paper_numbers`: the tables' claims, KG-Infused RAG's "
               "plug-in, StrategyQA and DPO claims), by their outcome here on the primary metric; a claim with no row "
