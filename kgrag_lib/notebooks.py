@@ -90,8 +90,8 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
     change the profile's `run` section for every notebook: the effective profile is written to
     `<out_root>/profile.yaml` and passed to the notebooks, so their executed copies name the file
     that holds their settings. `executor` (`executors.base.make_executor`) runs them; the
-    default runs them here one after another. A notebook that failed under the Ray executor is
-    reported in `failed` (the others go on); the local one stops at the first failure."""
+    default runs them here one after another. A notebook that failed is reported in `failed`
+    and the ones that need it are skipped as blocked; the others go on, under either executor."""
     from .executors.base import NotebookTask, resources_for
     from .executors.local import LocalExecutor
     from .studies.order import study_graph

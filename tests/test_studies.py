@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +225,30 @@ def test_a_profile_file_of_the_users_gets_its_own_results_and_figures_folders(tm
     assert load_profile(seen[0]["cwd"] / seen[0]["profile"])["name"] == label          # so figures/<label>
     notebooks.run_study("cpu-smoke", only=["00"], progress=False)
     assert seen[1]["profile"] == "cpu-smoke"                          # the shipped profile as it is
+
+
+def test_a_failing_notebook_blocks_only_the_notebooks_that_need_it_under_the_local_executor(tmp_path, capsys):
+    """Issue 39's rehearsal: notebook 27 failed (no DPO pair) and the local study stopped there,
+    leaving 28-90 unrun. Now a failure is reported and only the notebooks that need it are skipped."""
+    from kgrag_lib.executors.base import NotebookTask
+    from kgrag_lib.executors.execute import NotebookError
+    from kgrag_lib.executors.local import LocalExecutor
+
+    ran = []
+
+    def run(notebook, executed, params, progress=True, cwd=None):
+        ran.append(Path(notebook).stem)
+        if Path(notebook).stem == "26_dpo_data":
+            raise NotebookError("26_dpo_data.ipynb failed in cell 6: DataFormatError: no pair")
+
+    def task(key, after=()):
+        return NotebookTask(key=key, notebook=tmp_path / f"{key}.ipynb", root=tmp_path, out_dir=tmp_path / key,
+                            executed=tmp_path / "executed" / f"{key}.ipynb", parameters={},
+                            figures_root=tmp_path / "figures", after=after)
+
+    tasks = [task("26_dpo_data"), task("27_dpo_training", ("26_dpo_data",)), task("28_plugins")]
+    results = LocalExecutor(progress=False, run=run).run(tasks)
+    assert ran == ["26_dpo_data", "28_plugins"]
+    assert "no pair" in results["26_dpo_data"].error
+    assert results["27_dpo_training"].blocked_by == "26_dpo_data" and results["28_plugins"].ok
+    assert "27_dpo_training: not run, it needs 26_dpo_data" in capsys.readouterr().out

@@ -1,6 +1,8 @@
 """The default executor: the tasks one after another in this process tree, each writing straight
-into the driver's folders (what `kgrag study` and `kgrag sweep` always did). A failing notebook
-stops the rest, as before; the error names its executed copy."""
+into the driver's folders (what `kgrag study` and `kgrag sweep` always did). A notebook whose cell
+fails is reported (its error names the executed copy) and the tasks that need it are skipped as
+blocked; the others go on, as under the Ray executor, so one failure late in an hour's study
+does not leave the notebooks after it unrun."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any, Callable
 from unittest import mock
 
 from .base import NotebookTask, TaskResult, check_graph
-from .execute import execute, param_path
+from .execute import NotebookError, execute, param_path
 
 
 class LocalExecutor:
@@ -24,12 +26,22 @@ class LocalExecutor:
         check_graph(tasks)   # the list order is the run order; it already respects every `after`
         results: dict[str, TaskResult] = {}
         for i, task in enumerate(tasks, 1):
+            blocked = next((a for a in task.after if not results[a].ok), None)
+            if blocked is not None:
+                results[task.key] = TaskResult(task.key, blocked_by=blocked)
+                print(f"[{i}/{len(tasks)}] {task.name}: not run, it needs {blocked}, which did not finish", flush=True)
+                continue
             print(f"[{i}/{len(tasks)}] {task.name} -> {task.executed}", flush=True)
             t0 = time.perf_counter()
             # the kernel inherits our environment: the task's figures go under its figures root
-            with mock.patch.dict(os.environ, {"KGRAG_FIGURES_DIR": str(task.figures_root)}):
-                params, cwd = self.relative(task)
-                self._execute(task.notebook, task.executed, params, progress=self.progress, cwd=cwd)
+            try:
+                with mock.patch.dict(os.environ, {"KGRAG_FIGURES_DIR": str(task.figures_root)}):
+                    params, cwd = self.relative(task)
+                    self._execute(task.notebook, task.executed, params, progress=self.progress, cwd=cwd)
+            except NotebookError as exc:   # a cell failed: said now and at the end; the rest go on
+                results[task.key] = TaskResult(task.key, seconds=round(time.perf_counter() - t0, 1), error=str(exc))
+                print(f"    FAILED: {exc}", flush=True)
+                continue
             secs = round(time.perf_counter() - t0, 1)
             results[task.key] = TaskResult(task.key, seconds=secs)
             print(f"    done in {secs} s", flush=True)
