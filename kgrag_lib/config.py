@@ -71,7 +71,8 @@ def available_profiles() -> list[str]:
 ProfileCheck = Callable[[dict[str, Any], str], None]
 
 
-def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck) -> dict[str, Any]:
+def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck,
+                 _children: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Read a profile: by name (shipped in kgrag_lib/profiles), YAML path, or a dict.
 
     The keys this module knows are checked here (top level, `run`, the shape of `models`,
@@ -92,6 +93,13 @@ def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck) -> dict
         data = _read_yaml(p, name_or_path)
         data.setdefault("name", p.stem)
         where = str(p)
+        parent = data.get("extends")
+        if isinstance(parent, str) and parent and checks:
+            q = _parent_path(parent, p)
+            chain = (*_children, p.resolve())
+            if q.resolve() not in chain and q.is_file():   # (a cycle is refused by _extend below)
+                # the parent checked on its own first, so a misspelt key there is reported against its file
+                read_profile(q, *checks, _children=chain)
         data = _extend(data, p, where, seen=(p.resolve(),))
     check_profile_basics(data, where)
     for check in checks:
@@ -110,6 +118,12 @@ def _merge(base: Any, over: Any) -> Any:
     return over
 
 
+def _parent_path(parent: str, child: Path) -> Path:
+    """The file an `extends:` names: a shipped profile's name, or a path relative to the child."""
+    q = Path(parent)
+    return PROFILE_DIR / f"{parent}.yaml" if _is_name(parent) else (q if q.is_absolute() else child.parent / q)
+
+
 def _extend(data: dict[str, Any], p: Path, where: str, seen: tuple[Path, ...]) -> dict[str, Any]:
     """`data` laid over the profile its `extends` names (recursively), so a variant of a profile
     (another model, another n) states only what differs instead of copying every section."""
@@ -118,8 +132,7 @@ def _extend(data: dict[str, Any], p: Path, where: str, seen: tuple[Path, ...]) -
         return data
     if not isinstance(parent, str) or not parent:
         raise ConfigError(f"{where}, extends: expected a profile name or YAML path, got {parent!r}")
-    q = Path(parent)
-    q = PROFILE_DIR / f"{parent}.yaml" if _is_name(parent) else (q if q.is_absolute() else p.parent / q)
+    q = _parent_path(parent, p)
     if q.resolve() in seen:
         raise ConfigError(f"{where}, extends: {parent!r} extends itself through "
                           f"{' -> '.join(str(s) for s in seen)}; a profile chain must end")

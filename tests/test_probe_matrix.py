@@ -77,6 +77,8 @@ PROBES = [
      "test_runner.py::test_a_question_with_a_lone_surrogate_fails_alone_and_the_run_goes_on"),
     ("--request-timeout inf; --set temperature=1e-3", "refused naming the bound; read as 0.001",
      "test_bad_inputs.py::test_an_infinite_timeout_is_refused_and_an_exponent_without_a_dot_is_a_number"),
+    ("a misspelt key in a parent profile", "reported against the parent's file",
+     "test_profile_extends.py::test_a_misspelt_key_in_a_parent_profile_is_reported_against_the_parent"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

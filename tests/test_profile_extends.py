@@ -46,3 +46,18 @@ def test_bad_extends_is_refused(tmp_path, text, match):
     (tmp_path / "loop.yaml").write_text(text)
     with pytest.raises(ConfigError, match=match):
         read_profile(tmp_path / "loop.yaml")
+
+
+def test_a_misspelt_key_in_a_parent_profile_is_reported_against_the_parent(tmp_path):
+    """Issue 40: the error named the child file, which does not hold the key."""
+    from kgrag_lib.errors import ConfigError
+    from kgrag_lib.studies import load_profile
+
+    (tmp_path / "parent.yaml").write_text("extends: cpu-smoke\nmethods:\n  llm: {max_tokenz: 8}\n", encoding="utf-8")
+    (tmp_path / "child.yaml").write_text("extends: parent.yaml\nrun: {n: 2}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"parent\.yaml, methods\.llm: unknown parameter 'max_tokenz'"):
+        load_profile(str(tmp_path / "child.yaml"))
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\n", encoding="utf-8")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="extends itself"):
+        load_profile(str(tmp_path / "a.yaml"))
