@@ -368,3 +368,51 @@ def test_managed_specs_say_what_is_missing(monkeypatch, tmp_path):
             load_llm("vllm-serve:Qwen/Qwen2.5-7B-Instruct", cache=False)
     with pytest.raises(ConfigError, match="preset 'qwen2.5-7b-instruct' is not a GGUF model"):
         load_llm("llamacpp-server:qwen2.5-7b-instruct", cache=False)
+
+
+def test_a_body_that_cannot_be_decoded_is_not_called_unreachable():
+    """Issue 40: a gzip decoding error was reported as "cannot reach the server"."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class BadGzip(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", "12")
+            self.end_headers()
+            self.wfile.write(b"not gzip at!")
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), BadGzip)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(BackendUnavailableError, match="cannot be decoded") as exc:
+            OpenAICompatLLM(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", max_retries=0)
+        assert "cannot reach" not in str(exc.value)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_the_models_probe_says_the_limit_it_waited():
+    """Issue 40: "no answer to GET /models within 60 s" came after 15 s."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Silent(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            time.sleep(2)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"GET /models within 1 s"):
+            OpenAICompatLLM(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", timeout=1.0, max_retries=0)
+    finally:
+        srv.shutdown()
+        srv.server_close()

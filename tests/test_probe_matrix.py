@@ -79,6 +79,10 @@ PROBES = [
      "test_bad_inputs.py::test_an_infinite_timeout_is_refused_and_an_exponent_without_a_dot_is_a_number"),
     ("a misspelt key in a parent profile", "reported against the parent's file",
      "test_profile_extends.py::test_a_misspelt_key_in_a_parent_profile_is_reported_against_the_parent"),
+    ("a gzip body that cannot be decoded", "said as such, not as 'cannot reach the server'",
+     "test_llm_openai.py::test_a_body_that_cannot_be_decoded_is_not_called_unreachable"),
+    ("GET /models stalls", "the message names the limit that applied (15 s), not 60 s",
+     "test_llm_openai.py::test_the_models_probe_says_the_limit_it_waited"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -201,8 +201,9 @@ class OpenAICompatLLM(LLM):
         self.check_params(self.default_params)
 
     # ---- HTTP -------------------------------------------------------------------------
-    def _call(self, fn, what: str):
-        """Run one SDK call, retrying transient failures and mapping errors to ours."""
+    def _call(self, fn, what: str, timeout: float | None = None):
+        """Run one SDK call, retrying transient failures and mapping errors to ours; `timeout` is
+        the call's own limit when it is not the backend's (the message says the one that applied)."""
         import openai
 
         delay, waited = self.retry_delay, 0.0
@@ -212,9 +213,14 @@ class OpenAICompatLLM(LLM):
                 return fn()
             except openai.APITimeoutError:
                 raise BackendUnavailableError(
-                    f"{self.base_url} gave no answer to {what} within {self.timeout:g} s; the server is "
+                    f"{self.base_url} gave no answer to {what} within {timeout or self.timeout:g} s; the server is "
                     f"stalled or overloaded (raise --request-timeout / run.request_timeout for a slow server with many requests in flight)") from None
             except openai.APIConnectionError as e:
+                if type(e.__cause__).__name__ == "DecodingError":   # (httpx's, whichever httpx the SDK uses) it
+                    # answered, in an encoding that cannot be read
+                    raise BackendUnavailableError(
+                        f"{self.base_url} answered {what} with a body that cannot be decoded ({redact(str(e.__cause__))}); "
+                        "a proxy between kgrag and the server may be corrupting compressed answers") from None
                 if self.managed is not None and self.managed.exited(within=2.0):   # our own server died: say why
                     raise BackendUnavailableError(self.managed.stopped_message()) from None
                 last: Exception = BackendUnavailableError(
@@ -266,8 +272,9 @@ class OpenAICompatLLM(LLM):
 
     def _probe(self) -> dict[str, Any]:
         """The server's /models entry for our model (raises if the model is not served)."""
-        listing = self._call(lambda: self._client.get("/models", cast_to=object,
-                                                      options={"timeout": min(self.timeout, 15.0)}), "GET /models")
+        limit = min(self.timeout, 15.0)
+        listing = self._call(lambda: self._client.get("/models", cast_to=object, options={"timeout": limit}),
+                             "GET /models", timeout=limit)
         entries = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(entries, list):  # an HTML page (a proxy, a web UI), a bare JSON list, ...
             raise BackendUnavailableError(f"{public_url(self.base_url)} is not an OpenAI-compatible server: GET /models "
