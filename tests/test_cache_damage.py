@@ -477,3 +477,24 @@ def test_two_part_exports_into_one_folder_at_once_get_their_own_parts(tmp_path):
 
     added = [import_cache(p, tmp_path / "c.sqlite") for p in cache_exports(parts)]   # each part whole and readable
     assert sum(a for a, _ in added) == 4 and all(r == 0 for _, r in added)
+
+
+def test_absurd_token_counts_neither_crash_a_run_nor_enter_the_cache(tmp_path):
+    """Issue 40: usage tokens of 10**30 or -1 in a reply, or in an imported cache row, ended in
+    SQLite's OverflowError (a traceback)."""
+    import gzip
+    import hashlib
+    import json
+
+    from kgrag_lib.llm.backends.openai_compat import _tokens
+    from kgrag_lib.llm.cache import import_cache
+
+    assert _tokens(10 ** 30) == 0 and _tokens(-1) == 0 and _tokens(True) == 0 and _tokens(42) == 42
+    request = json.dumps({"messages": [{"role": "user", "content": "q"}]})
+    row = {"key": hashlib.sha256(request.encode()).hexdigest(), "backend": "b", "identity": "i", "request": request,
+           "response": "{}", "prompt_tokens": 10 ** 30, "completion_tokens": 1, "seconds": 0.1, "created": 1.0}
+    part = tmp_path / "part.jsonl.gz"
+    with gzip.open(part, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n" + json.dumps({**row, "prompt_tokens": 5}) + "\n")
+    added, refused = import_cache(part, tmp_path / "c.sqlite")
+    assert (added, refused) == (1, 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -354,7 +355,10 @@ def _valid_row(row: tuple) -> bool:
     """Types as stored by `put`, and the key is the hash of the stored request."""
     if len(row) != 9 or not all(isinstance(v, str) for v in row[:5]):
         return False
-    if not all(isinstance(v, int) for v in row[5:7]) or not all(isinstance(v, (int, float)) for v in row[7:]):
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31 for v in row[5:7]):
+        return False   # token counts as a run stores them (10**30 or -1 would overflow SQLite or fake a cost)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 2**62
+               for v in row[7:]):
         return False
     return hashlib.sha256(row[3].encode("utf-8")).hexdigest() == row[0]
 

@@ -399,9 +399,13 @@ class OpenAICompatLLM(LLM):
 
 
 def _tokens(value: Any) -> int:
-    """A reported token count; a missing, non-integer or negative one counts as unreported (0, as
+    """A reported token count; a missing, non-integer, negative or absurd one counts as unreported (0, as
     when a server sends no `usage`), so a broken counter neither crashes a run nor fakes a cost."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT
+    return value if ok else 0
+
+
+MAX_TOKEN_COUNT = 2**31 - 1   # no request has more tokens; a larger count (10**30) would overflow SQLite
 
 
 def _error_detail(e: Any) -> str:
