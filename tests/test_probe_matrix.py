@@ -85,6 +85,8 @@ PROBES = [
      "test_llm_openai.py::test_the_models_probe_says_the_limit_it_waited"),
     ("usage tokens of 10**30 or -1 in a reply or an imported cache row", "counted as unreported; the row refused",
      "test_cache_damage.py::test_absurd_token_counts_neither_crash_a_run_nor_enter_the_cache"),
+    ("two sweeps into one folder at once", "the second refused naming the first's process",
+     "test_sweep.py::test_a_second_sweep_into_a_folder_being_written_is_refused"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -211,3 +211,21 @@ def test_a_parameter_given_twice_and_an_ambiguous_number_are_refused_but_nan_is_
         sweep._grid([["x", "010"]], accepted, nb)
     grid = sweep._grid([["x", ".nan", "'010'"]], accepted, nb)
     assert grid["x"][1] == "010" and grid["x"][0] != grid["x"][0]   # the text, and NaN
+
+
+def test_a_second_sweep_into_a_folder_being_written_is_refused(tmp_path):
+    """Issue 40: two sweeps of one cell into one folder ran it twice at once (no lock)."""
+    from kgrag_lib.errors import KgragError
+    from kgrag_lib.runner import folder_lock
+
+    nb = tmp_path / "tiny.ipynb"
+    _tiny_notebook(nb)
+    out = tmp_path / "sweep"
+    out.mkdir()
+    args = argparse.Namespace(notebook=str(nb), param=[["x", "2"], ["y", "10"]], profile="cpu-smoke",
+                              out=str(out), force=False)
+    with folder_lock(out):
+        with pytest.raises(KgragError, match="is being written by process"):
+            sweep.handle(args)
+    assert not list(out.glob("x=2*"))
+    assert sweep.handle(args) == 0   # once the other is done

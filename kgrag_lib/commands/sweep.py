@@ -116,13 +116,9 @@ def _identity(notebook: Path, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from ..errors import ConfigError
     from ..executors import make_executor, require_notebook_tools
-    from ..executors.base import NotebookTask, resources_for
-    from ..jsonl import atomic_json
-    from ..notebooks import NOTEBOOK_DIR, read_summary
+    from ..notebooks import NOTEBOOK_DIR
     from ..paths import REPO_ROOT
 
     require_notebook_tools("kgrag sweep")
@@ -144,6 +140,20 @@ def handle(args: argparse.Namespace) -> int:
         cells.append((combo, identity, out_root / _slug(redact(combo), identity)))
     executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),
                              num_cpus=getattr(args, "num_cpus", None))
+    from ..runner import folder_lock
+
+    out_root.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out_root):   # two sweeps into one folder would run the same cell twice at once
+        return _run_cells(args, nb, out_root, cells, combos, executor)
+
+
+def _run_cells(args: argparse.Namespace, nb: Path, out_root: Path, cells: list, combos: list, executor: Any) -> int:
+    import pandas as pd
+
+    from ..executors.base import NotebookTask, resources_for
+    from ..jsonl import atomic_json
+    from ..notebooks import read_summary
+
     tasks = []
     for i, (combo, identity, run_dir) in enumerate(cells, 1):
         done_marker = run_dir / "executed.ipynb"
