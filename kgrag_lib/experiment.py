@@ -64,6 +64,8 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
     run_cfg = make_config(RunConfig, profile_section(prof, "run"),
                           {"method": method, "dataset": dataset, "out": str(out), "profile": prof["name"]},
                           run_over, where=f"profile {prof['name']!r} / run overrides")
+    if run_cfg.qa_file:   # ./qa.txt and its absolute path are one file: one run identity
+        run_cfg.qa_file = str(Path(run_cfg.qa_file).expanduser().resolve())
     run_cfg.model = resolve_model(prof, spec.family, run_over.get("model"))
     run_cfg.embedder = resolve_embedder(prof, spec.family, run_over.get("embedder"))
     method_cfg = {**profile_section(prof, "methods", method), **method_over}

@@ -675,3 +675,15 @@ def test_an_infinite_timeout_is_refused_and_an_exponent_without_a_dot_is_a_numbe
                "--request-timeout", "inf", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert rc == 2 and "request_timeout" in err and "must be a number > 0" in err
+
+
+def test_one_question_file_by_a_relative_and_an_absolute_path_is_one_run(tmp_path, monkeypatch):
+    """Issue 40: `--qa-file ./qa.txt`, then the same file by its absolute path, was refused as a
+    run with other settings."""
+    from kgrag_lib.experiment import resolve_run
+
+    (tmp_path / "qa.txt").write_text("who directed [The Lovers]\tLouis Malle\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    rel = resolve_run("llm", "metaqa-1hop", tmp_path / "run", "cpu-smoke", qa_file="./qa.txt")
+    absolute = resolve_run("llm", "metaqa-1hop", tmp_path / "run", "cpu-smoke", qa_file=str(tmp_path / "qa.txt"))
+    assert rel.run.qa_file == absolute.run.qa_file == str(tmp_path / "qa.txt")

@@ -87,6 +87,8 @@ PROBES = [
      "test_cache_damage.py::test_absurd_token_counts_neither_crash_a_run_nor_enter_the_cache"),
     ("two sweeps into one folder at once", "the second refused naming the first's process",
      "test_sweep.py::test_a_second_sweep_into_a_folder_being_written_is_refused"),
+    ("--qa-file ./qa.txt, then by its absolute path", "one run (the path resolved)",
+     "test_bad_inputs.py::test_one_question_file_by_a_relative_and_an_absolute_path_is_one_run"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),
