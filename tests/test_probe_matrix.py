@@ -89,6 +89,8 @@ PROBES = [
      "test_sweep.py::test_a_second_sweep_into_a_folder_being_written_is_refused"),
     ("--qa-file ./qa.txt, then by its absolute path", "one run (the path resolved)",
      "test_bad_inputs.py::test_one_question_file_by_a_relative_and_an_absolute_path_is_one_run"),
+    ("00_quickstart with -p method llm", "runs (hops/top_k only to methods that read triples)",
+     "test_reader_outputs.py::test_quickstart_runs_every_method_its_parameters_cell_offers"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -119,3 +119,24 @@ def test_a_closed_pipe_ends_quietly():
                           shell=True, executable="/bin/bash", capture_output=True, text=True, cwd=REPO_ROOT)
     assert proc.returncode == 0 and proc.stdout.startswith("#"), (proc.returncode, proc.stderr[-500:])
     assert "Traceback" not in proc.stderr
+
+
+def test_quickstart_runs_every_method_its_parameters_cell_offers(tmp_path, metaqa_root, monkeypatch):
+    """Issue 40: `-p method llm` failed in cell 6 ("unknown parameter 'hops'"): the notebook gave
+    hops and top_k to a method that reads no triples."""
+    pytest.importorskip("papermill")
+    pytest.importorskip("sentence_transformers")
+    from test_llm_openai import FakeServer
+
+    from kgrag_lib.notebooks import run_study
+
+    server = FakeServer()
+    server.reply = lambda body: "Louis Malle"
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
+    try:
+        report = run_study("cpu-smoke", tmp_path / "results", only=["00"], progress=False, extra={"method": "llm"},
+                           run_overrides={"model": f"openai:{server.url}#qwen-test", "concurrency": 1})
+    finally:
+        server.httpd.shutdown()
+    assert report["failed"] == [] and report["notebooks"][0]["rows"][0]["method"] == "llm"
