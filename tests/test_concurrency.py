@@ -94,7 +94,7 @@ def test_identical_requests_in_flight_are_sent_once(tmp_path):
 
 
 def test_identical_requests_in_flight_are_sent_once_without_a_cache():
-    echo = SlowEcho(delay=0.2)
+    echo = SlowEcho(delay=1.0)   # long enough that all six callers join it on a loaded machine (0.2 s was not)
     llm = _server_like(echo)
     out = parallel_map(lambda _: llm.generate(_msg("q")), range(6), 6)
     assert echo.calls == 1 and len(set(out)) == 1
