@@ -98,7 +98,7 @@ def check_context(ctx: RunContext, run: RunConfig) -> None:
 
 
 def run_config(r: ResolvedRun, method_config: Any, embedder: str, llm_identity: str | None,
-               qids: list[str]) -> dict[str, Any]:
+               qids: list[str], answer_aliases: str | None = None) -> dict[str, Any]:
     """What a run's manifest records as its config; `runner.run_identity` of it decides whether a
     folder can be resumed. `prompts` is the digest of the wording of the method's prompt modules
     (`methods.prompt_digest`): a reworded prompt is another run even when no setting changed."""
@@ -114,9 +114,12 @@ def run_config(r: ResolvedRun, method_config: Any, embedder: str, llm_identity: 
         "llm_identity": llm_identity,
         "profile": r.profile,
         "qids": qids,
+        # the alias file whose answers the golds include (2Wiki's id_aliases.json), or None: scores with
+        # aliases are another run, and the report says which 2Wiki scores are the lower bound without
+        "answer_aliases": answer_aliases,
         PROMPTS_KEY: prompt_digests(r.spec),
     }
-    absent = absent_values(method_config, "method_config") if is_config else {}
+    absent = {**(absent_values(method_config, "method_config") if is_config else {}), "answer_aliases": None}
     if absent:
         config[ABSENT_KEY] = absent
     return config
@@ -145,7 +148,8 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
     runner_method = r.spec.factory(ctx, r.method_cfg, r.run.seed)
     method_config = runner_method.config
     llm = ctx.llm
+    aliases = next((q.meta["id_aliases"] for q in questions if (q.meta or {}).get("id_aliases")), None)
     config = run_config(r, method_config, ctx.embedder_spec, getattr(llm, "identity", None),
-                        [q.qid for q in questions])
+                        [q.qid for q in questions], answer_aliases=aliases)
     return run_method(runner_method, questions, out, config, llm=llm, progress=progress, overwrite=overwrite,
                       concurrency=r.run.concurrency)

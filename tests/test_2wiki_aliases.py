@@ -58,3 +58,21 @@ def test_the_alias_file_is_found_beside_the_data_or_named_by_the_environment(tmp
         load_questions("2wiki", path=qfile)
     monkeypatch.delenv(TWOWIKI_ALIASES_ENV)
     assert load_questions("2wiki", path=qfile)[0].answers == ["Russia"]   # none in the shared data: no aliases
+
+
+def test_a_run_records_the_alias_file_and_one_made_without_it_is_another_run(tmp_path, offline_parts, monkeypatch):
+    """The manifest says which 2Wiki scores had the aliases (the report flags the others as lower
+    bounds); adding the alias file is another run, not a resume of the one scored without it."""
+    from kgrag_lib.experiment import run_experiment
+    from kgrag_lib.runner import StaleRunError
+
+    qfile, afile = _write(tmp_path)
+    monkeypatch.delenv(TWOWIKI_ALIASES_ENV, raising=False)
+    out = tmp_path / "run"
+    run_experiment("nor", "2wiki", out, profile="cpu-smoke", qa_file=str(qfile), n=1, progress=False)
+    assert json.loads((out / "manifest.json").read_text())["config"]["answer_aliases"] is None
+    monkeypatch.setenv(TWOWIKI_ALIASES_ENV, str(afile))
+    with pytest.raises(StaleRunError, match="answer_aliases"):
+        run_experiment("nor", "2wiki", out, profile="cpu-smoke", qa_file=str(qfile), n=1, progress=False)
+    run_experiment("nor", "2wiki", tmp_path / "with", profile="cpu-smoke", qa_file=str(qfile), n=1, progress=False)
+    assert json.loads((tmp_path / "with" / "manifest.json").read_text())["config"]["answer_aliases"] == str(afile)

@@ -125,7 +125,7 @@ def read_run(folder: Path) -> dict[str, Any] | None:
            "kg": mcfg.get("kg") or (mcfg.get("kb") and "metaqa:" + str(mcfg.get("kb"))) or None,
            "rounds": mcfg.get("rounds"), "hops": mcfg.get("hops"), "top_k": mcfg.get("top_k"),
            "qids": tuple(cfg.get("qids") or ()), "commit": (man.get("git") or {}).get("commit"),
-           "llm_identity": cfg.get("llm_identity"),
+           "llm_identity": cfg.get("llm_identity"), "answer_aliases": cfg.get("answer_aliases"),
            "failed": met.get("failed"), "questions_with_issues": met.get("questions_with_issues")}
     rec.update({m: met.get(m) for m in RUN_SCORES})
     rec.update({f"{m}_ci95": met.get(f"{m}_ci95") for m in RUN_SCORES})
@@ -281,6 +281,14 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += [findings, ""]
     # the like-for-like table (notebook 50) comes first, when the study ran it
     parts += cross_method.report_section(res.summaries, _md)
+    if not runs.empty and "dataset" in runs:
+        twowiki = runs[runs["dataset"] == "2wiki"]
+        bare = twowiki[twowiki.get("answer_aliases", pd.Series(index=twowiki.index, dtype=object)).isna()]
+        if not bare.empty:
+            parts += [f"**2Wiki scores without aliases (lower bound):** {len(bare)} of the {len(twowiki)} 2Wiki runs "
+                      "were scored against the answer each question file gives, without the official id aliases "
+                      "(id_aliases.json, not in the data here), so their EM/F1 are lower bounds of the official "
+                      "scorer's (see the deviations).", ""]
     parts += ["## The papers' claims, tested", "",
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
