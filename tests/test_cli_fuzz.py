@@ -65,7 +65,7 @@ COMMANDS = [
     ("data check", ["--manifest", "--root"]),
     ("data stats", ["", "--root"]),
     ("data refresh-manifest", ["--root", "--manifest"]),
-    ("cache check", ["--cache"]),
+    ("cache check", [""]),
     ("cache show", ["--cache", "--limit"]),
     ("cache export", ["", "--cache", "--parts", "--overwrite"]),
     ("cache import", ["", "--cache"]),

@@ -91,6 +91,8 @@ PROBES = [
      "test_bad_inputs.py::test_one_question_file_by_a_relative_and_an_absolute_path_is_one_run"),
     ("00_quickstart with -p method llm", "runs (hops/top_k only to methods that read triples)",
      "test_reader_outputs.py::test_quickstart_runs_every_method_its_parameters_cell_offers"),
+    ("the API key in the environment through a study and cache export/check", "in no file, printed nowhere",
+     "test_reader_outputs.py::test_a_study_and_the_cache_commands_write_and_print_no_api_key"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

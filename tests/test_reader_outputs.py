@@ -140,3 +140,37 @@ def test_quickstart_runs_every_method_its_parameters_cell_offers(tmp_path, metaq
     finally:
         server.httpd.shutdown()
     assert report["failed"] == [] and report["notebooks"][0]["rows"][0]["method"] == "llm"
+
+
+def test_a_study_and_the_cache_commands_write_and_print_no_api_key(tmp_path, metaqa_root, monkeypatch, capsys):
+    """Issue 40's secret grep: with the API key in the environment, a study against a server, then
+    `cache show` / `cache export` of its cache, leave the key in no file and print it nowhere."""
+    pytest.importorskip("papermill")
+    pytest.importorskip("sentence_transformers")
+    from test_llm_openai import FakeServer
+
+    from kgrag_lib.cli import main
+    from kgrag_lib.notebooks import run_study
+
+    key = "sk-SECRETKEY77"
+    monkeypatch.setenv("KGRAG_OPENAI_API_KEY", key)
+    server = FakeServer()
+    server.reply = lambda body: "Louis Malle"
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
+    try:
+        report = run_study("cpu-smoke", tmp_path / "results", only=["00"], progress=False,
+                           run_overrides={"model": f"openai:{server.url}#qwen-test", "concurrency": 1})
+    finally:
+        server.httpd.shutdown()
+    assert report["failed"] == [] and server.bodies
+    cache = tmp_path / "cache" / "llm_cache.sqlite"
+    assert main(["cache", "export", str(tmp_path / "export.jsonl.gz"), "--cache", str(cache)]) == 0
+    assert main(["cache", "check", str(cache)]) == 0
+    printed = capsys.readouterr()
+    import gzip
+
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".sqlite" for p in files)
+    leaks = [p for p in files if key.encode() in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes())]
+    assert leaks == [] and key not in printed.out + printed.err
