@@ -280,3 +280,22 @@ def test_gpu_memory_against_the_plan_in_process_and_beside_vllm():
                        plan=_plan_of("gpu-smoke", model="vllm-serve:Qwen/Qwen2.5-0.5B-Instruct"))
     row = next(r for r in report.lines(no_vllm) if r.what == "vLLM server env")
     assert row.status == "MISSING" and "install_vllm.sh" in row.fix
+
+
+def test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu(tmp_path, monkeypatch):
+    """Issue 40: nvidia-smi exiting 3 was reported "ok", and a garbage line of its output as a GPU."""
+    import os
+    import stat
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    smi = probes.probe_nvidia_smi()
+    assert smi.present and smi.gpus == () and "exited 3: Failed to initialize NVML" in smi.error
+    text = report.render(findings(smi=smi))
+    assert "MISSING" in text and "present but failing" in text
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = \"\" ]; then echo 'Driver Version: 550.54.15   CUDA Version: 12.4'; "
+                    "else echo 'NVIDIA H100 80GB HBM3, 81559 MiB'; echo 'WARNING: infoROM is corrupted'; fi\n")
+    smi = probes.probe_nvidia_smi()
+    assert smi.gpus == ("NVIDIA H100 80GB HBM3, 81559 MiB",) and smi.driver == "550.54.15" and not smi.error

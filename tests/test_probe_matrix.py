@@ -93,6 +93,8 @@ PROBES = [
      "test_reader_outputs.py::test_quickstart_runs_every_method_its_parameters_cell_offers"),
     ("the API key in the environment through a study and cache export/check", "in no file, printed nowhere",
      "test_reader_outputs.py::test_a_study_and_the_cache_commands_write_and_print_no_api_key"),
+    ("kgrag doctor when nvidia-smi exits 3, or prints a warning line", "MISSING with its message; only "
+     "'<name>, <n> MiB' lines are GPUs", "test_doctor.py::test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

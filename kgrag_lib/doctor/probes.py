@@ -191,15 +191,20 @@ def probe_nvidia_smi() -> NvidiaSmi:
     if exe is None:
         return NvidiaSmi(False)
     try:
-        out = subprocess.run([exe], capture_output=True, text=True, timeout=SMI_TIMEOUT_S).stdout
-        names = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=SMI_TIMEOUT_S).stdout
+        full = subprocess.run([exe], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+        query = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return NvidiaSmi(True, error=_short(exc))
-    driver = re.search(r"Driver Version:\s*([\d.]+)", out)
-    cuda = re.search(r"CUDA Version:\s*([\d.]+)", out)
-    return NvidiaSmi(True, driver.group(1) if driver else "", cuda.group(1) if cuda else "",
-                     tuple(ln.strip() for ln in names.splitlines() if ln.strip()))
+    for r in (full, query):   # e.g. exit 9 "couldn't communicate with the NVIDIA driver": no GPU, and say why
+        if r.returncode != 0:
+            said = (r.stderr or r.stdout or "").strip().splitlines()
+            return NvidiaSmi(True, error=f"nvidia-smi exited {r.returncode}" + (f": {said[0][:160]}" if said else ""))
+    driver = re.search(r"Driver Version:\s*([\d.]+)", full.stdout)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", full.stdout)
+    # a GPU line is "<name>, <memory> MiB"; anything else (a warning, garbage) is not a GPU
+    gpus = tuple(ln.strip() for ln in query.stdout.splitlines() if re.fullmatch(r".+,\s*\d+\s*MiB", ln.strip()))
+    return NvidiaSmi(True, driver.group(1) if driver else "", cuda.group(1) if cuda else "", gpus)
 
 
 def probe_faiss() -> Faiss:

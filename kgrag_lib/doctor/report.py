@@ -96,7 +96,11 @@ def lines(f: Findings) -> list[Line]:
                               else "upgrade the NVIDIA driver")
                    + "  or upgrade the driver")
         out.append(Line("MISSING" if fix else "info", "GPU", why, fix))
-    if f.smi.present:
+    if f.smi.present and f.smi.error:   # it is there but cannot talk to the driver: no GPU this run can use
+        out.append(Line("MISSING", "nvidia-smi", f"present but failing ({f.smi.error})",
+                        "nvidia-smi must list the GPU before kgrag can use it: check the driver (after a driver "
+                        "update, reboot; in a container, run it with --gpus all)"))
+    elif f.smi.present:
         out.append(Line("ok" if f.smi.gpus else "info", "nvidia-smi",
                         f"driver {f.smi.driver or '?'}, CUDA {f.smi.cuda or '?'}; "
                         + ("; ".join(f.smi.gpus) or f.smi.error or "no GPU listed")))
