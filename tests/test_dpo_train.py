@@ -532,3 +532,21 @@ def test_cli_plan_only_and_shipped_config(tiny_base, capsys):
     assert cfg["distributed_type"] == "FSDP" and cfg["fsdp_config"]["fsdp_sharding_strategy"] == "FULL_SHARD"
     assert main(["train", "dpo", "--base-model", str(tiny_base)]) == 2      # no --pairs: one-line refusal
     assert "--pairs PATH is required" in capsys.readouterr().err
+
+
+def test_plan_only_reads_a_ggufs_metadata_and_refuses_zero_gpus(monkeypatch, capsys):
+    """Issue 40: `train dpo --plan-only` on a GGUF preset dequantized the model (2.4 GB for the
+    1.5B) although a plan needs its config only; `--gpus 0` planned one GPU."""
+    from kgrag_lib.cli import main
+    from kgrag_lib.train import gguf_to_hf
+
+    def no_dequantizing(*a, **kw):
+        raise AssertionError("a memory plan must not dequantize the model")
+
+    monkeypatch.setattr(gguf_to_hf, "hf_folder_from_gguf", no_dequantizing)
+    assert main(["train", "dpo", "--training", "cpu-smoke", "--base-model", "qwen2.5-coder-0.5b-q4", "--plan-only",
+                 "--gpus", "1", "--gpu-gib", "24", "--quiet"]) in (0, 1)
+    plan = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plan["n_gpus"] == 1 and plan["mode"] == "lora"
+    assert main(["train", "dpo", "--base-model", "qwen2.5-coder-0.5b-q4", "--plan-only", "--gpus", "0"]) == 2
+    assert "--gpus 0: expected the number of GPUs" in capsys.readouterr().err

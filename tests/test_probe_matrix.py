@@ -95,6 +95,8 @@ PROBES = [
      "test_reader_outputs.py::test_a_study_and_the_cache_commands_write_and_print_no_api_key"),
     ("kgrag doctor when nvidia-smi exits 3, or prints a warning line", "MISSING with its message; only "
      "'<name>, <n> MiB' lines are GPUs", "test_doctor.py::test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu"),
+    ("train dpo --plan-only on a GGUF preset; --gpus 0", "the GGUF's metadata read, nothing dequantized; refused",
+     "test_dpo_train.py::test_plan_only_reads_a_ggufs_metadata_and_refuses_zero_gpus"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

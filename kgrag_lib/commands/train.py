@@ -77,7 +77,6 @@ def handle_dpo(args: argparse.Namespace) -> int:
 
     from ..errors import ConfigError
     from ..train import dpo_memory, dpo_train
-    from ..train.gguf_to_hf import resolve_base_model
     from .run import _parse_set
 
     cuda = torch.cuda.is_available()
@@ -91,9 +90,14 @@ def handle_dpo(args: argparse.Namespace) -> int:
         overrides["memory_check"] = False
     cfg = dpo_train.dpo_config(training, **overrides)
     if args.plan_only:
-        base = resolve_base_model(cfg.base_model, cache_root=cfg.cache_dir, progress=not args.quiet)
-        plan = dpo_memory.plan_for(cfg, base.path, n_gpus=args.gpus, sharded=args.sharded or None,
-                                   gpu_gib=args.gpu_gib, cuda=cuda)
+        from ..train.gguf_to_hf import base_model_config
+
+        if args.gpus is not None and args.gpus < 1:
+            raise ConfigError(f"--gpus {args.gpus}: expected the number of GPUs to plan for, at least 1")
+        if args.gpu_gib is not None and not (0 < args.gpu_gib < float("inf")):
+            raise ConfigError(f"--gpu-gib {args.gpu_gib}: expected a GPU's memory in GiB, a number > 0")
+        plan = dpo_memory.plan_for(cfg, base_model_config(cfg.base_model, cache_root=cfg.cache_dir),
+                                   n_gpus=args.gpus, sharded=args.sharded or None, gpu_gib=args.gpu_gib, cuda=cuda)
         print(plan.describe(), file=sys.stderr)
         print(json.dumps(plan.to_dict()))
         return 0 if plan.fits is not False else 1

@@ -257,10 +257,11 @@ def visible_gpu_gib() -> float | None:
     return torch.cuda.get_device_properties(index).total_memory / GIB
 
 
-def plan_for(cfg: Any, model_path: str, *, n_gpus: int | None = None, sharded: bool | None = None,
+def plan_for(cfg: Any, model_path: Any, *, n_gpus: int | None = None, sharded: bool | None = None,
              gpu_gib: float | None = None, cuda: bool | None = None) -> MemoryPlan:
     """The memory plan of a `DPOTrainConfig` for the model at `model_path` (a folder or hub id
-    whose config.json is read), on this launch's processes and GPU unless given."""
+    whose config.json is read, or a config: `gguf_to_hf.base_model_config`), on this launch's
+    processes and GPU unless given."""
     import torch
 
     world, shard = launch_layout()

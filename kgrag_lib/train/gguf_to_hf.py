@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from ..llm.hf_from_gguf import Loader, hf_folder_from_gguf
@@ -32,6 +33,27 @@ class BaseModel:
     source: str          # "gguf" | "folder" | "hub"
     gguf: str | None = None
     gguf_sha256: str | None = None
+
+
+def base_model_config(spec: str, *, cache_root: str | os.PathLike | None = None) -> Any:
+    """What `dpo_memory.model_shape` reads for a `base_model` setting, without weights: a GGUF's
+    own metadata (transformers reads the header only), so a memory plan never dequantizes a model
+    (2.4 GB for the 1.5B preset); for any other setting, the folder or hub id (config.json only)."""
+    from ..llm.presets import PRESETS, resolve_gguf
+
+    name = spec.strip() if isinstance(spec, str) else spec
+    gguf = None
+    if name in PRESETS and PRESETS[name].backend == "llamacpp":
+        gguf, _ = resolve_gguf(PRESETS[name])
+    elif isinstance(name, str) and Path(name.removeprefix("hf:")).expanduser().suffix == ".gguf":
+        gguf = Path(name.removeprefix("hf:")).expanduser()
+        if not gguf.is_file():
+            raise ConfigError(f"base_model: {gguf}: no such GGUF file")
+    if gguf is not None:
+        import transformers
+
+        return transformers.AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return resolve_base_model(name, cache_root=cache_root, progress=False).path
 
 
 def resolve_base_model(
