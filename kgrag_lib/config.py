@@ -186,6 +186,9 @@ def _read_yaml(p: Path, asked: str | Path) -> dict[str, Any]:
 
 
 MAX_PROFILE_NODES = 100_000
+# The largest seed every backend reproduces: llama.cpp takes 0xFFFFFFFF as "pick a random seed", and
+# some servers read seeds as signed 32-bit integers.
+MAX_SEED = 2**31 - 1
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -427,7 +430,7 @@ class RunConfig:
     split: str | None = opt(None, "dataset split (None: the dataset's default, e.g. MetaQA test, 2Wiki corpus354)")
     qa_file: str | None = opt(None, "a question file in the dataset's format, instead of the default")
     n: int | None = opt(None, "number of questions to sample (None = all)")
-    seed: int = opt(0, "seed of the question sample and of every sampled choice in the method", min=0)
+    seed: int = opt(0, "seed of the question sample and of every sampled choice in the method (at most 2**31 - 1: llama.cpp reads 4294967295 as 'a random seed')", min=0, max=MAX_SEED)
     model: str | None = opt(None, "LLM preset, .gguf path, hf:<id|dir> or openai:<url>#<model> (None: the "
                                   "profile's models.<family>, else the embedded default)")
     embedder: str = opt("minilm", "embedding model: minilm, mpnet (shipped), a paper's retriever (multi-qa-mpnet-dot, "

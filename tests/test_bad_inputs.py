@@ -300,7 +300,7 @@ def test_a_negative_seed_is_refused_naming_the_parameter(tmp_path, capsys):
 
     assert main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "2", "--seed", "-1",
                  "--out", str(tmp_path / "run")]) == 2
-    assert "parameter 'seed' must be an integer >= 0, got -1" in capsys.readouterr().err
+    assert "parameter 'seed' must be an integer in [0, 2147483647], got -1" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 
@@ -687,3 +687,12 @@ def test_one_question_file_by_a_relative_and_an_absolute_path_is_one_run(tmp_pat
     rel = resolve_run("llm", "metaqa-1hop", tmp_path / "run", "cpu-smoke", qa_file="./qa.txt")
     absolute = resolve_run("llm", "metaqa-1hop", tmp_path / "run", "cpu-smoke", qa_file=str(tmp_path / "qa.txt"))
     assert rel.run.qa_file == absolute.run.qa_file == str(tmp_path / "qa.txt")
+
+
+def test_a_seed_llama_cpp_reads_as_random_is_refused(tmp_path, metaqa_root, capsys):
+    """Issue 40: seed 4294967295 with temperature 1.5 gave two different answers on two fresh runs:
+    llama.cpp takes 0xFFFFFFFF as "pick a random seed"."""
+    rc = main(["run", "--method", "kg-rag", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+               "--seed", "4294967295", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'seed' must be an integer in [0, 2147483647]" in err

@@ -97,6 +97,8 @@ PROBES = [
      "'<name>, <n> MiB' lines are GPUs", "test_doctor.py::test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu"),
     ("train dpo --plan-only on a GGUF preset; --gpus 0", "the GGUF's metadata read, nothing dequantized; refused",
      "test_dpo_train.py::test_plan_only_reads_a_ggufs_metadata_and_refuses_zero_gpus"),
+    ("--seed 4294967295 (llama.cpp's 'random seed')", "refused: seeds are at most 2**31 - 1",
+     "test_bad_inputs.py::test_a_seed_llama_cpp_reads_as_random_is_refused"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...config import check_values, make_config, opt
+from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
@@ -65,7 +65,7 @@ class KGInfusedConfig:
     answer_max_tokens: int | None = opt(None, "max new tokens of the final answer (default: max_tokens)", min=1)
     query_max_tokens: int | None = opt(None, "max new tokens of a query expansion (default: max_tokens)", min=1)
     temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy, as in the paper)", min=0)
-    seed: int | None = opt(None, "seed of the LLM sampling and of the per-entity triple sample (default: the run seed)")
+    seed: int | None = opt(None, "seed of the LLM sampling and of the per-entity triple sample (default: the run seed)", min=0, max=MAX_SEED)
 
 
 @dataclass(frozen=True)

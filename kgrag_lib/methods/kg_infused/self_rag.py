@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ...config import check_values, make_config, opt
+from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
 from ...llm.base import Generation, SamplingParams, TokenLogprob, raw_prompt
 from ...llm.parsing import clean_answer
@@ -159,7 +159,7 @@ class SelfRAGConfig:
                        gt=-math.inf, lt=math.inf)
     w_use: float = opt(0.5, "weight of the utility critique ([Utility:1..5] weighted -1..1)", gt=-math.inf, lt=math.inf)
     use_seq_score: bool = opt(True, "add the candidate's length-normalised sequence probability to its score")
-    seed: int | None = opt(None, "seed of the LLM calls (default: the run seed)")
+    seed: int | None = opt(None, "seed of the LLM calls (default: the run seed)", min=0, max=MAX_SEED)
 
     def cross_check(self) -> None:
         if not self.generator.strip():

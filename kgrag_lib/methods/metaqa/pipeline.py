@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import make_config, opt
+from ...config import MAX_SEED, make_config, opt
 from ..base import MethodSpec, RunContext
 from .candidates import DIRECTIONS, TripleSelector
 from .decompose import DecomposedQA
@@ -44,7 +44,7 @@ class SamplingConfig:
     min_p: float = opt(0.05, "min-p sampling filter (paper: 0.05)")
     top_k_sampling: int = opt(40, "top-k sampling filter of the LLM, 0 = off (paper: 40)")
     repeat_penalty: float = opt(1.1, "repeat penalty of the answer calls (paper: 1.1 for sub-answers)")
-    seed: int | None = opt(None, "LLM sampling seed (default: the run seed, as the paper seeds every call)")
+    seed: int | None = opt(None, "LLM sampling seed (default: the run seed, as the paper seeds every call)", min=0, max=MAX_SEED)
 
     def sampling(self, ctx_seed: int, **kw: Any):
         from ...llm import SamplingParams

@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...config import check_values, make_config, opt
+from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
@@ -146,7 +146,7 @@ class SARAGConfig:
     max_tokens: int = opt(512, "max new tokens of the reasoning and decomposition stages", min=1)
     answer_max_tokens: int = opt(64, "max new tokens of an answer (final and sub-question answers)", min=1)
     temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy)", min=0.0)
-    seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)")
+    seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)", min=0, max=MAX_SEED)
 
     def cross_check(self) -> None:
         if self.chunk_overlap >= self.chunk_size:

@@ -39,7 +39,7 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
-from ...config import check_values, make_config, opt
+from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
 from ...kg.tcr_kg import TcrKG
 from .context import SentenceIndex, restore_context, template
@@ -129,7 +129,7 @@ class TcrQFConfig:
                                               "should not cause", min=1, absent=None)
     extract_max_tokens: int = opt(1024, "max new tokens of a feedback extraction", min=1)
     answer_max_tokens: int = opt(64, "max new tokens of the LLM-only answer", min=1)
-    seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)")
+    seed: int | None = opt(None, "seed of the LLM sampling (default: the run seed)", min=0, max=MAX_SEED)
     schedule: str = opt("sample", "feedback rounds over the whole sample (round r answers every open question on "
                                   "KG_r, then all their feedback forms KG_r+1; as Table 3 counts rounds) or "
                                   "question by question in sample order (each on the KG every earlier one grew)",
