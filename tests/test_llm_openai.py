@@ -416,3 +416,40 @@ def test_the_models_probe_says_the_limit_it_waited():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_server_that_trickles_is_cut_at_the_request_timeout():
+    """Issue 40: a server sending one byte every 2 s was never cut by --request-timeout 5 (httpx's
+    timeouts are per read): the whole request now has the deadline."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    stop = threading.Event()
+
+    class Trickle(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            while not stop.is_set():
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.3)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    t = time.monotonic()
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"did not finish GET /models within 1 s"):
+            OpenAICompatLLM(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", timeout=1.0, max_retries=0)
+        assert time.monotonic() - t < 5
+    finally:
+        stop.set()
+        srv.shutdown()
+        srv.server_close()

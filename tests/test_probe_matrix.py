@@ -99,6 +99,8 @@ PROBES = [
      "test_dpo_train.py::test_plan_only_reads_a_ggufs_metadata_and_refuses_zero_gpus"),
     ("--seed 4294967295 (llama.cpp's 'random seed')", "refused: seeds are at most 2**31 - 1",
      "test_bad_inputs.py::test_a_seed_llama_cpp_reads_as_random_is_refused"),
+    ("a server trickling one byte every few seconds, --request-timeout 1", "cut at the timeout, saying so",
+     "test_llm_openai.py::test_a_server_that_trickles_is_cut_at_the_request_timeout"),
     ("429 with Retry-After", "waits what it asks", "test_llm_openai.py::test_a_429_waits_what_its_retry_after_asks"),
     ("a question file edited under the same qids, then resumed", "refused naming the questions; --overwrite "
      "answers those again", "test_runner.py::test_an_edited_question_is_not_resumed_with_its_old_answer_and_gold"),

@@ -208,9 +208,14 @@ class OpenAICompatLLM(LLM):
 
         delay, waited = self.retry_delay, 0.0
         retry_after: float | None = None
+        limit = timeout or self.timeout
         for attempt in range(self.max_retries + 1):
             try:
-                return fn()
+                return _within(fn, limit)
+            except _PastDeadline:
+                raise BackendUnavailableError(
+                    f"{self.base_url} did not finish {what} within {limit:g} s (it kept the connection open, sending "
+                    f"slowly); raise --request-timeout / run.request_timeout if the server is just slow") from None
             except openai.APITimeoutError:
                 raise BackendUnavailableError(
                     f"{self.base_url} gave no answer to {what} within {timeout or self.timeout:g} s; the server is "
@@ -441,3 +446,31 @@ def _retry_after(e: Any) -> float | None:
 def _first_line(e: Exception) -> str:
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+class _PastDeadline(Exception):
+    pass
+
+
+def _within(fn: Any, seconds: float) -> Any:
+    """`fn()` with a deadline on the whole call: httpx's timeouts are per read, so a server that
+    trickles a byte every few seconds would never time out. The call runs in a daemon thread; past
+    `seconds` (plus 1 s, so httpx's own time-outs speak first when they apply) it is abandoned."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:   # noqa: BLE001 - handed to the caller as it is
+            box["error"] = exc
+
+    t = threading.Thread(target=call, daemon=True, name="kgrag-request")
+    t.start()
+    t.join(seconds + 1.0)
+    if t.is_alive():
+        raise _PastDeadline()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
