@@ -29,9 +29,10 @@ def _visible_lines(html: str) -> list[str]:
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
-def test_executed_quickstart_reads_top_to_bottom(tmp_path, metaqa_root, monkeypatch):
+def _quickstart_on_a_fake_server(tmp_path, monkeypatch, **extra):
+    """Notebook 00 run by `run_study` against a loopback server answering "Louis Malle"; returns
+    the study report and the request bodies the server saw."""
     pytest.importorskip("papermill")
-    pytest.importorskip("nbconvert")
     pytest.importorskip("sentence_transformers")   # the profile's MiniLM embeds the 4 triples
     from test_llm_openai import FakeServer
 
@@ -42,10 +43,16 @@ def test_executed_quickstart_reads_top_to_bottom(tmp_path, metaqa_root, monkeypa
     monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
     try:
-        report = run_study("cpu-smoke", tmp_path / "results", only=["00"], progress=False,
+        report = run_study("cpu-smoke", tmp_path / "results", only=["00"], progress=False, extra=extra or None,
                            run_overrides={"model": f"openai:{server.url}#qwen-test", "concurrency": 1})
     finally:
         server.httpd.shutdown()
+    return report, server.bodies
+
+
+def test_executed_quickstart_reads_top_to_bottom(tmp_path, metaqa_root, monkeypatch):
+    pytest.importorskip("nbconvert")
+    report, bodies = _quickstart_on_a_fake_server(tmp_path, monkeypatch)
     executed = tmp_path / "results" / "executed" / "00_quickstart.ipynb"
     html_path = executed.with_suffix(".html")
     assert report["notebooks"][0]["html"] == str(html_path) and html_path.is_file()
@@ -64,7 +71,7 @@ def test_executed_quickstart_reads_top_to_bottom(tmp_path, metaqa_root, monkeypa
     assert 'out_dir = "../00_quickstart"' in injected[0]          # relative to the copy: it reruns where it lies
     assert "&lt;data root&gt;/metaqa/kb.txt" in html                                 # the KB, named relatively
     assert "ci95 low" in html and "<table" in html                                   # metrics as a table
-    assert server.bodies, "the notebook's run never reached the model"
+    assert bodies, "the notebook's run never reached the model"
 
 
 def test_version_and_completion(capsys):
@@ -124,46 +131,19 @@ def test_a_closed_pipe_ends_quietly():
 def test_quickstart_runs_every_method_its_parameters_cell_offers(tmp_path, metaqa_root, monkeypatch):
     """Issue 40: `-p method llm` failed in cell 6 ("unknown parameter 'hops'"): the notebook gave
     hops and top_k to a method that reads no triples."""
-    pytest.importorskip("papermill")
-    pytest.importorskip("sentence_transformers")
-    from test_llm_openai import FakeServer
-
-    from kgrag_lib.notebooks import run_study
-
-    server = FakeServer()
-    server.reply = lambda body: "Louis Malle"
-    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
-    try:
-        report = run_study("cpu-smoke", tmp_path / "results", only=["00"], progress=False, extra={"method": "llm"},
-                           run_overrides={"model": f"openai:{server.url}#qwen-test", "concurrency": 1})
-    finally:
-        server.httpd.shutdown()
+    report, _ = _quickstart_on_a_fake_server(tmp_path, monkeypatch, method="llm")
     assert report["failed"] == [] and report["notebooks"][0]["rows"][0]["method"] == "llm"
 
 
 def test_a_study_and_the_cache_commands_write_and_print_no_api_key(tmp_path, metaqa_root, monkeypatch, capsys):
     """Issue 40's secret grep: with the API key in the environment, a study against a server, then
     `cache show` / `cache export` of its cache, leave the key in no file and print it nowhere."""
-    pytest.importorskip("papermill")
-    pytest.importorskip("sentence_transformers")
-    from test_llm_openai import FakeServer
-
     from kgrag_lib.cli import main
-    from kgrag_lib.notebooks import run_study
 
     key = "sk-SECRETKEY77"
     monkeypatch.setenv("KGRAG_OPENAI_API_KEY", key)
-    server = FakeServer()
-    server.reply = lambda body: "Louis Malle"
-    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
-    try:
-        report = run_study("cpu-smoke", tmp_path / "results", only=["00"], progress=False,
-                           run_overrides={"model": f"openai:{server.url}#qwen-test", "concurrency": 1})
-    finally:
-        server.httpd.shutdown()
-    assert report["failed"] == [] and server.bodies
+    report, bodies = _quickstart_on_a_fake_server(tmp_path, monkeypatch)
+    assert report["failed"] == [] and bodies
     cache = tmp_path / "cache" / "llm_cache.sqlite"
     assert main(["cache", "export", str(tmp_path / "export.jsonl.gz"), "--cache", str(cache)]) == 0
     assert main(["cache", "check", str(cache)]) == 0
