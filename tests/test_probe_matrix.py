@@ -91,8 +91,8 @@ PROBES = [
      "test_bad_inputs.py::test_one_question_file_by_a_relative_and_an_absolute_path_is_one_run"),
     ("00_quickstart with -p method llm", "runs (hops/top_k only to methods that read triples)",
      "test_reader_outputs.py::test_quickstart_runs_every_method_its_parameters_cell_offers"),
-    ("the API key in the environment through a study and cache export/check", "in no file, printed nowhere",
-     "test_reader_outputs.py::test_a_study_and_the_cache_commands_write_and_print_no_api_key"),
+    ("the API key in the environment through a study, a sweep and cache export/check", "in no file, printed nowhere",
+     "test_reader_outputs.py::test_a_study_a_sweep_and_the_cache_commands_write_and_print_no_api_key"),
     ("kgrag doctor when nvidia-smi exits 3, or prints a warning line", "MISSING with its message; only "
      "'<name>, <n> MiB' lines are GPUs", "test_doctor.py::test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu"),
     ("train dpo --plan-only on a GGUF preset; --gpus 0", "the GGUF's metadata read, nothing dequantized; refused",

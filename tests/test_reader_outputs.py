@@ -135,9 +135,10 @@ def test_quickstart_runs_every_method_its_parameters_cell_offers(tmp_path, metaq
     assert report["failed"] == [] and report["notebooks"][0]["rows"][0]["method"] == "llm"
 
 
-def test_a_study_and_the_cache_commands_write_and_print_no_api_key(tmp_path, metaqa_root, monkeypatch, capsys):
+def test_a_study_a_sweep_and_the_cache_commands_write_and_print_no_api_key(tmp_path, metaqa_root, monkeypatch, capsys):
     """Issue 40's secret grep: with the API key in the environment, a study against a server, then
-    `cache show` / `cache export` of its cache, leave the key in no file and print it nowhere."""
+    `cache export` / `cache check` of its cache, then a sweep, leave the key in no file and print it
+    nowhere."""
     from kgrag_lib.cli import main
 
     key = "sk-SECRETKEY77"
@@ -147,6 +148,17 @@ def test_a_study_and_the_cache_commands_write_and_print_no_api_key(tmp_path, met
     cache = tmp_path / "cache" / "llm_cache.sqlite"
     assert main(["cache", "export", str(tmp_path / "export.jsonl.gz"), "--cache", str(cache)]) == 0
     assert main(["cache", "check", str(cache)]) == 0
+    # and a sweep of the same notebook against the same kind of server, into its own folder
+    from test_llm_openai import FakeServer
+
+    server = FakeServer()
+    server.reply = lambda body: "Louis Malle"
+    try:
+        assert main(["sweep", "00_quickstart", "-p", "n", "1", "-p", "model", f"openai:{server.url}#qwen-test",
+                     "--out", str(tmp_path / "sweep")]) == 0
+    finally:
+        server.httpd.shutdown()
+    assert (tmp_path / "sweep" / "sweep.csv").is_file()   # (its answers come from the study's cache: same weights)
     printed = capsys.readouterr()
     import gzip
 
