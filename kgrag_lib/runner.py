@@ -271,7 +271,7 @@ def changed_questions(out: Path, done: list[dict[str, Any]], questions: Sequence
     stored answers (and the golds they are scored against) belong to the old questions. Refused
     naming them; with `overwrite`, their qids are returned to be answered again."""
     now = {q.qid: q for q in questions}
-    changed = []
+    changed: dict[str, str] = {}   # qid -> what changed
     for row in done:
         q = now.get(row.get("qid"))
         if q is None:
@@ -279,11 +279,12 @@ def changed_questions(out: Path, done: list[dict[str, Any]], questions: Sequence
         what = [w for w, same in (("text", row.get("question") == q.question),
                                   ("gold answers", list(row.get("answers") or []) == list(q.answers))) if not same]
         if what:
-            changed.append(f"{q.qid} ({' and '.join(what)})")
+            changed[q.qid] = " and ".join(what)
     if changed and overwrite:
-        return {c.split(" (")[0] for c in changed}
+        return set(changed)
     if changed:
-        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        listed = [f"{qid} ({what})" for qid, what in changed.items()]
+        shown = ", ".join(listed[:3]) + (f" and {len(listed) - 3} more" if len(listed) > 3 else "")
         raise StaleRunError(f"{out} holds predictions for {len(changed)} question(s) whose content has changed since "
                             f"they were answered: {shown}; nothing was changed. To answer the questions as they are "
                             f"now, {RUN_REMEDY} to discard the stored predictions")

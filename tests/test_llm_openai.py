@@ -5,6 +5,7 @@ servers are exercised in test_llm_server.py and the per-flavour bodies in test_l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -370,9 +371,20 @@ def test_managed_specs_say_what_is_missing(monkeypatch, tmp_path):
         load_llm("llamacpp-server:qwen2.5-7b-instruct", cache=False)
 
 
+@contextlib.contextmanager
+def _serving(handler):
+    """A fault-injection handler served on loopback for one test; yields its /v1 URL."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_a_body_that_cannot_be_decoded_is_not_called_unreachable():
     """Issue 40: a gzip decoding error was reported as "cannot reach the server"."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class BadGzip(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -386,20 +398,13 @@ def test_a_body_that_cannot_be_decoded_is_not_called_unreachable():
             self.end_headers()
             self.wfile.write(b"not gzip at!")
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), BadGzip)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(BackendUnavailableError, match="cannot be decoded") as exc:
-            OpenAICompatLLM(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", max_retries=0)
-        assert "cannot reach" not in str(exc.value)
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with _serving(BadGzip) as url, pytest.raises(BackendUnavailableError, match="cannot be decoded") as exc:
+        OpenAICompatLLM(url, "m", max_retries=0)
+    assert "cannot reach" not in str(exc.value)
 
 
 def test_the_models_probe_says_the_limit_it_waited():
     """Issue 40: "no answer to GET /models within 60 s" came after 15 s."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Silent(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -408,20 +413,13 @@ def test_the_models_probe_says_the_limit_it_waited():
         def do_GET(self):
             time.sleep(2)
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(BackendUnavailableError, match=r"GET /models within 1 s"):
-            OpenAICompatLLM(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", timeout=1.0, max_retries=0)
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with _serving(Silent) as url, pytest.raises(BackendUnavailableError, match=r"GET /models within 1 s"):
+        OpenAICompatLLM(url, "m", timeout=1.0, max_retries=0)
 
 
 def test_a_server_that_trickles_is_cut_at_the_request_timeout():
     """Issue 40: a server sending one byte every 2 s was never cut by --request-timeout 5 (httpx's
     timeouts are per read): the whole request now has the deadline."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     stop = threading.Event()
 
@@ -442,14 +440,10 @@ def test_a_server_that_trickles_is_cut_at_the_request_timeout():
                     return
                 time.sleep(0.3)
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     t = time.monotonic()
     try:
-        with pytest.raises(BackendUnavailableError, match=r"did not finish GET /models within 1 s"):
-            OpenAICompatLLM(f"http://127.0.0.1:{srv.server_address[1]}/v1", "m", timeout=1.0, max_retries=0)
+        with _serving(Trickle) as url, pytest.raises(BackendUnavailableError, match=r"did not finish GET /models within 1 s"):
+            OpenAICompatLLM(url, "m", timeout=1.0, max_retries=0)
         assert time.monotonic() - t < 5
     finally:
         stop.set()
-        srv.shutdown()
-        srv.server_close()

@@ -61,7 +61,7 @@ def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float 
     p_holm: a confirmation or refutation whose adjusted p reaches `alpha` becomes 'not separable
     at this n'. An equivalence (`~`) claim confirmed by its bound keeps its verdict (its p is
     not what confirmed it)."""
-    from ..eval.paired import NOT_SEPARABLE, REFUTED
+    from ..eval.paired import CONFIRMED, NOT_SEPARABLE, REFUTED
 
     if claims.empty:
         return claims
@@ -76,10 +76,11 @@ def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float 
     verdicts = []
     for rec, member in zip(out.to_dict("records"), fam):
         v = rec["verdict"]
-        if member and rec["p_holm"] >= alpha:
-            rel = relation(str(rec.get("statement", "")))
-            if rel in (">", "<") or v == REFUTED:
-                v = NOT_SEPARABLE if v in ("confirmed", REFUTED) else v
+        # a verdict the p decided is undone when the adjusted p reaches alpha; an equivalence
+        # claim confirmed by its bound (not by p) keeps it
+        decided_by_p = v == REFUTED or (v == CONFIRMED and relation(str(rec.get("statement", ""))) != "~")
+        if member and decided_by_p and rec["p_holm"] >= alpha:
+            v = NOT_SEPARABLE
         verdicts.append(v)
     out["verdict"] = verdicts
     return out
