@@ -13,6 +13,7 @@ import pytest
 
 from kgrag_lib.config import ServerConfig, make_config, read_profile
 from kgrag_lib.errors import BackendUnavailableError, ConfigError
+from kgrag_lib import hub
 from kgrag_lib.llm import load_llm
 from kgrag_lib.llm import managed_server as ms
 from kgrag_lib.llm import vllm_env
@@ -148,12 +149,13 @@ def started(monkeypatch, tmp_path):
     """Capture what load_llm would start (the model, config and dtype), without starting it."""
     seen = {}
 
-    def fake_start(model, *, alias=None, config=None, dtype=None, engine=None, log_dir=None):
-        seen.update(model=model, alias=alias, config=config, dtype=dtype)
+    def fake_start(model, *, alias=None, config=None, dtype=None, engine=None, log_dir=None, revision=None):
+        seen.update(model=model, alias=alias, config=config, dtype=dtype, revision=revision)
         raise BackendUnavailableError("not started in this test")
 
     monkeypatch.setattr(ms, "start_vllm", fake_start)
     monkeypatch.setattr(vllm_env, "find_vllm", lambda python=None: GPU)
+    monkeypatch.setattr(hub, "hub_revision", lambda repo_id, **kw: "c0ffee" * 6 + "c0ff")
     return seen
 
 
@@ -164,6 +166,37 @@ def test_spec_options_win_over_the_profile_section(started):
     cfg = started["config"]
     assert (cfg.max_model_len, cfg.gpu_memory_utilization, cfg.startup_timeout) == (8192, 0.7, 1200.0)
     assert started["model"] == started["alias"] == "Qwen/Qwen2.5-7B-Instruct" and started["dtype"] == "auto"
+    assert started["revision"] == "c0ffee" * 6 + "c0ff"   # vLLM is pinned to the commit the cache is keyed by
+
+
+def test_a_hub_id_is_keyed_and_served_at_its_commit(monkeypatch, tmp_path):
+    """A hub model updated upstream is a new identity: the commit joins the weights' identity and
+    vLLM gets `--revision` with it, so what answers is what the cache says answered."""
+    from kgrag_lib.llm import _vllm_weights
+    from kgrag_lib.config import ServerConfig
+
+    monkeypatch.setattr(hub, "hub_revision", lambda repo_id, **kw: "ab" * 20)
+    model, weights, dtype, _, commit = _vllm_weights("vllm-serve:Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct",
+                                                     ServerConfig(), {}, GPU)
+    assert (model, weights, commit) == ("Qwen/Qwen2.5-7B-Instruct", "root=Qwen/Qwen2.5-7B-Instruct@" + "ab" * 20, "ab" * 20)
+    monkeypatch.setattr(ms.ManagedServer, "start", lambda self: self)
+    monkeypatch.setattr(ms, "free_port", lambda: 8123)
+    server = ms.start_vllm(model, config=ServerConfig(), dtype=dtype, engine=GPU, revision=commit, log_dir=tmp_path)
+    assert server.cmd[server.cmd.index("--revision") + 1] == "ab" * 20
+
+
+def test_hub_revision_reads_the_cache_offline_and_says_what_is_missing(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    refs = tmp_path / "models--org--m" / "refs"
+    refs.mkdir(parents=True)
+    (refs / "main").write_text("12" * 20 + "\n")
+    assert hub.hub_revision("org/m", local_only=True) == "12" * 20
+    assert hub.hub_revision("org/other", revision="34" * 20, local_only=True) == "34" * 20   # a commit is its own answer
+    with pytest.raises(BackendUnavailableError, match=r"'org/other' at 'main': cannot tell which commit.*HF_HUB_OFFLINE=1"
+                                                      r".*hf download org/other"):
+        hub.hub_revision("org/other", local_only=True)
 
 
 def test_an_hf_preset_serves_its_hub_id(started):

@@ -237,13 +237,16 @@ def _managed_options(spec: str, rest: str, server: Any) -> tuple[str, Any]:
     return target, cfg
 
 
-def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any], engine: Any) -> tuple[str, str, str, dict[str, Any]]:
-    """(what vLLM loads, the cache identity of its weights, dtype, prompt options) for a vllm-serve: target.
+def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any],
+                  engine: Any) -> tuple[str, str, str, dict[str, Any], str | None]:
+    """(what vLLM loads, the cache identity of its weights, dtype, prompt options, hub commit) for a
+    vllm-serve: target.
 
     A GGUF (a llama.cpp preset or a .gguf path) is dequantized once into an HF folder
     (`hf_from_gguf`); its identity is the GGUF's hash, so the cache does not depend on where the
-    folder lies. A folder's identity is its fingerprint; a hub id's is the id, as a running vLLM
-    reports it (`vllm:<id>` shares it). The dtype (`vllm_env.serve_dtype`) joins the identity
+    folder lies. A folder's identity is its fingerprint; a hub id's is the id at the commit it
+    resolves to now (`hub.hub_revision`), and vLLM is pinned to that commit, so a model updated on
+    the hub is a new identity, not old answers replayed. The dtype (`vllm_env.serve_dtype`) joins the identity
     unless it is vLLM's own choice: it changes the answers."""
     from pathlib import Path
 
@@ -271,16 +274,19 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any], engine: 
         from .hf_from_gguf import hf_folder_from_gguf
 
         folder = hf_folder_from_gguf(gguf, sha256=sha)
-        return str(folder), f"gguf-sha256={sha};dequantized{suffix}", dtype, prompt
+        return str(folder), f"gguf-sha256={sha};dequantized{suffix}", dtype, prompt, None
     folder = Path(target).expanduser()
     if folder.is_dir():
         from .backends.hf import dir_fingerprint
 
-        return str(folder.resolve()), f"hf-dir:{dir_fingerprint(folder)}{suffix}", dtype, prompt
+        return str(folder.resolve()), f"hf-dir:{dir_fingerprint(folder)}{suffix}", dtype, prompt, None
     if target.startswith((".", "/", "~")):
         raise ConfigError(f"llm spec {spec!r}: model folder {target!r} does not exist; expected "
                           "vllm-serve:<hf id | model folder | preset | .gguf>")
-    return target, f"root={target}{suffix}", dtype, prompt
+    from ..hub import hub_revision
+
+    commit = hub_revision(target)
+    return target, f"root={target}@{commit}{suffix}", dtype, prompt, commit
 
 
 def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dict[str, Any]) -> LLM:
@@ -303,12 +309,13 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
         from .vllm_env import find_vllm
 
         engine = find_vllm(cfg.python)
-        model, weights, dtype, prompt = _vllm_weights(spec, target, cfg, kw, engine)
+        model, weights, dtype, prompt, commit = _vllm_weights(spec, target, cfg, kw, engine)
         for option, value in prompt.items():
             kw.setdefault(option, value)
         if engine.is_cpu_build:   # a CPU decodes a few tokens/s per request: 60 s is too short with 8 in flight
             kw.setdefault("timeout", CPU_SERVER_REQUEST_TIMEOUT)
-        server = ms.start_vllm(model, alias=alias or target, config=cfg, dtype=dtype, engine=engine, log_dir=log_dir)
+        server = ms.start_vllm(model, alias=alias or target, config=cfg, dtype=dtype, engine=engine, log_dir=log_dir,
+                               revision=commit)
     else:
         layers = None
         if target in PRESETS:

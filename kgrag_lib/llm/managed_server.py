@@ -277,10 +277,12 @@ def start_llama_server(path: str | os.PathLike, *, alias: str = "local", config:
 
 
 def start_vllm(model: str, *, alias: str | None = None, config: Any = None, dtype: str | None = None,
-               engine: Any = None, log_dir: str | os.PathLike | None = None) -> ManagedServer:
+               engine: Any = None, log_dir: str | os.PathLike | None = None,
+               revision: str | None = None) -> ManagedServer:
     """vLLM serving `model` (a Hugging Face id or a local folder) from its own environment
     (`engine`, else `vllm_env.find_vllm`), with the options of `config` (a `ServerConfig`);
-    `dtype` overrides `config.dtype` (`vllm_env.serve_dtype` chooses it for `load_llm`)."""
+    `dtype` overrides `config.dtype` (`vllm_env.serve_dtype` chooses it for `load_llm`); `revision`
+    pins a hub id to the commit kgrag keys its cache by."""
     from ..config import ServerConfig
     from .vllm_env import find_vllm, server_args
 
@@ -292,5 +294,7 @@ def start_vllm(model: str, *, alias: str | None = None, config: Any = None, dtyp
     args, env = server_args(engine, cfg, dtype=dtype or cfg.dtype)
     port = free_port()
     cmd = [*engine.serve_command(model), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", alias, *args]
+    if revision:
+        cmd += ["--revision", revision]
     return ManagedServer(cmd, flavor="vllm", alias=alias, port=port, env=env, version=engine.version,
                          log_path=_log_path("vllm", port, log_dir), startup_timeout=cfg.startup_timeout).start()
