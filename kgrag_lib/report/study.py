@@ -230,41 +230,61 @@ def _md(df: pd.DataFrame, digits: int = 1) -> str:
     return to_markdown(df, digits=digits) if not df.empty else "(none)"
 
 
-FINDINGS_FILE = "FINDINGS.md"   # hand-written findings beside a published report (results/reference/)
+FINDINGS_FILE = "FINDINGS.md"   # findings beside a published report (results/reference/), rendered from its template
 
 
 def read_findings(folder: str | Path | None) -> str:
-    """The hand-written findings kept beside a published report (`<folder>/FINDINGS.md`), or ""
-    when there are none: REPORT.md is regenerated, so text written by hand lives in its own file."""
-    path = Path(folder) / FINDINGS_FILE if folder else None
-    return path.read_text(encoding="utf-8").strip() if path and path.is_file() else ""
+    """The findings kept beside a published report, or "" when there are none: rendered afresh from
+    `<folder>/FINDINGS.template.md` and the results in the folder when it keeps a template
+    (`report.findings`), else `<folder>/FINDINGS.md` as written."""
+    if not folder:
+        return ""
+    from .findings import render_folder
+
+    rendered = render_folder(folder)
+    if rendered:
+        return rendered.strip()
+    path = Path(folder) / FINDINGS_FILE
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+
+
+def assessed_claims(res: StudyResults) -> pd.DataFrame:
+    """The claims table as REPORT prints it: Holm-adjusted p and verdicts, testability from each claim's
+    own sides and mechanism health, and MetaQA's reading flips beside the verdict (findings read it too)."""
+    from . import multiplicity
+    from .mechanism import apply_testability, health_table
+    from .metaqa.readings import flip_notes, readings_table
+
+    every_run = pd.DataFrame(res.runs)
+    claims = claims_table(apply_testability(multiplicity.adjust(res.claims, SECONDARY_METRICS), every_run,
+                                            health_table(every_run)))
+    notes = flip_notes(readings_table(every_run))
+    if notes and not claims.empty:
+        claims["verdict"] = [f"{v}; {notes[c]}" if c in notes and m == "hit1" else v
+                             for c, m, v in zip(claims["claim"], claims["metric"], claims["verdict"])]
+    return claims
 
 
 def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] = (), extra: str = "",
                     findings: str = "") -> str:
-    """REPORT.md: the hand-written `findings` (markdown, placed first), then every method on the
+    """REPORT.md: the `findings` (markdown rendered from the published results, placed first), then every method on the
     same questions (notebook 50's table, when it ran: `report.cross_method`), the claims and their
     verdicts, every distinct run, what every table cost, each notebook's tables, and every
     deviation from the papers in one list."""
     from ..provenance import git_commit
 
     from . import cross_method
-    from .mechanism import NOT_RECORDED, apply_testability, health_table, judge_health, sa_rag_index_health
+    from .mechanism import NOT_RECORDED, health_table, judge_health, sa_rag_index_health
 
     runs = unique_runs(res.runs)
     every_run = pd.DataFrame(res.runs)
     health = health_table(runs)
     from . import multiplicity
 
-    from .metaqa.readings import READINGS, flip_notes, readings_table
+    from .metaqa.readings import READINGS, readings_table
 
-    claims = claims_table(apply_testability(multiplicity.adjust(res.claims, SECONDARY_METRICS), every_run,
-                                            health_table(every_run)))
+    claims = assessed_claims(res)
     readings = readings_table(every_run)
-    notes = flip_notes(readings)
-    if notes and not claims.empty:
-        claims["verdict"] = [f"{v}; {notes[c]}" if c in notes and m == "hit1" else v
-                             for c, m, v in zip(claims["claim"], claims["metric"], claims["verdict"])]
     from ..paths import shown_path
 
     commit = git_commit()
@@ -438,7 +458,12 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
         from ..llm.cache import export_cache_part
 
         export_cache_part(dest / "llm-cache", llm_cache, identities=identities)
-    if profile is not None and published_elsewhere(res, dest):
+    from .findings import TEMPLATE_FILE
+
+    templated = (dest / TEMPLATE_FILE).is_file()
+    if profile is not None and (published_elsewhere(res, dest) or templated):
+        # the findings are rendered from what `dest` now holds, and the REPORT rebuilt with them
+        findings = read_findings(dest) if templated else findings
         write_report(collect(dest), dest, profile, extra=extra, findings=findings)
     return dest
 
