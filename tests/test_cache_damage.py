@@ -498,3 +498,36 @@ def test_absurd_token_counts_neither_crash_a_run_nor_enter_the_cache(tmp_path):
         fh.write(json.dumps(row) + "\n" + json.dumps({**row, "prompt_tokens": 5}) + "\n")
     added, refused = import_cache(part, tmp_path / "c.sqlite")
     assert (added, refused) == (1, 1)
+
+
+def test_cache_commands_on_a_read_only_cache_name_that_cache_never_the_default(tmp_path, monkeypatch, capsys):
+    """Issue 40: `cache check/export/show` on a read-only cache named the default cache. Tests run as root,
+    which no file mode stops, so the given file is opened read-only the way SQLite sees one (query_only);
+    reading commands work on it, a writing one is refused naming it, and the default cache is never touched."""
+    from kgrag_lib.cli import main as kgrag
+    from kgrag_lib.llm import cache as cache_mod
+
+    default_dir = tmp_path / "default"
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(default_dir))
+    mine = tmp_path / "mine.sqlite"
+    LLMCache(mine).close()
+    connect = sqlite3.connect
+
+    def read_only(db, *a, **kw):
+        con = connect(db, *a, **kw)
+        if str(db).endswith("mine.sqlite") or "mine.sqlite?" in str(db):
+            con.execute("PRAGMA query_only=ON")
+        return con
+
+    monkeypatch.setattr(cache_mod.sqlite3, "connect", read_only)
+    export = tmp_path / "out.jsonl.gz"
+    for argv, code in ((["cache", "check", str(mine)], 0), (["cache", "export", str(export), "--cache", str(mine)], 0),
+                       (["cache", "show", "abcd", "--cache", str(mine)], 2),
+                       (["cache", "import", str(export), "--cache", str(mine)], 2)):
+        rc = kgrag(argv)
+        out, err = capsys.readouterr()
+        assert rc == code, (argv, out, err)
+        assert str(default_dir) not in out + err and "Traceback" not in err
+        if rc:
+            assert str(mine) in err and err.count("\n") == 1, (argv, err)
+    assert not default_dir.exists()

@@ -143,3 +143,65 @@ def test_the_guard_turns_an_unexpected_exception_into_one_line_and_a_log(monkeyp
     monkeypatch.setenv("KGRAG_DEBUG", "1")
     with pytest.raises(RuntimeError):
         cli.main(["score", "x.jsonl"])
+
+
+SWEEP_NAMES = ["top_k", "seed", "n", "method", "hops", "profile", "out_dir", "no such", "x" * 60, "", "__class__"]
+
+
+def _sweep_case(rng: random.Random, inputs: list[str], out: Path) -> list[str]:
+    notebook = rng.choice(["notebooks/00_quickstart.ipynb", "00_quickstart", "11_metaqa_parameter_grid",
+                           "99_nothing", *inputs])
+    argv = ["sweep", notebook]
+    for _ in range(rng.randrange(0, 4)):
+        kind = rng.random()
+        if kind < 0.55:
+            argv += ["-p", rng.choice(SWEEP_NAMES), *(rng.choice(VALUES) for _ in range(rng.randrange(0, 3)))]
+        elif kind < 0.7:
+            argv += ["--profile", rng.choice(["cpu-smoke", "gpu-smoke", "nope", *inputs])]
+        elif kind < 0.85:
+            argv += ["--out", rng.choice([str(out / f"sweep{rng.randrange(2)}"), *inputs, *VALUES[:6]])]
+        elif kind < 0.95:
+            argv.append("--force")
+        else:
+            argv += ["--num-cpus", rng.choice(VALUES)]
+    return argv
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_no_sweep_argument_or_input_gives_a_traceback(tmp_path, capsys, monkeypatch, seed):
+    """`kgrag sweep` over the same hostile inputs. A combination that passes every check would start a
+    kernel, so papermill is replaced by a stand-in that writes the executed copy as papermill does (the
+    notebook, parameters injected); argument, profile, folder and table handling are the real code."""
+    import nbformat
+    import papermill
+
+    from kgrag_lib.paths import REPO_ROOT
+
+    def stand_in(input_path, output_path, parameters=None, **kw):
+        nb = nbformat.read(input_path, as_version=4)
+        nb.cells.insert(0, nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in (parameters or {}).items())))
+        nbformat.write(nb, output_path)
+        return nb
+
+    monkeypatch.setattr(papermill, "execute_notebook", stand_in)
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KGRAG_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notebooks").symlink_to(REPO_ROOT / "notebooks")   # `notebooks/00_...` as a user types it
+    inputs = _inputs(tmp_path / "in")
+    rng = random.Random(seed)
+    internal, codes = [], []
+    for i in range(CASES // 2):
+        argv = _sweep_case(rng, inputs, tmp_path / "out")
+        try:
+            rc = cli.main(argv)
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 2
+        codes.append(rc)
+        out, err = capsys.readouterr()
+        assert "Traceback (most recent call last)" not in out + err, (i, argv, err[-2000:])
+        assert rc in (0, 1, 2, 3), (i, argv, rc, err[-500:])
+        if rc == cli.INTERNAL_ERROR:
+            internal.append((argv, err.strip().splitlines()[-1][:200]))
+    assert internal == [], "\n".join(f"{argv} -> {line}" for argv, line in internal)
+    assert codes.count(0) >= 3, codes   # the fuzz reaches the sweep itself, not only its refusals

@@ -151,6 +151,12 @@ PROBES = [
      "test_cache_damage.py::test_importing_an_export_whose_line_is_no_object_is_one_line_naming_it"),
     ("a YAML-invalid or !!python-tagged sweep value", "refused before any run",
      "test_sweep.py::test_bad_sweeps_are_refused_before_anything_runs"),
+    ("kgrag sweep of a file that is not a notebook (text, JSON, gzip, deep nesting)", "refused naming it",
+     "test_sweep.py::test_a_file_that_is_no_notebook_is_refused_naming_it"),
+    ("cache check/export/show/import on a read-only cache", "that cache named, the default untouched",
+     "test_cache_damage.py::test_cache_commands_on_a_read_only_cache_name_that_cache_never_the_default"),
+    ("fuzzed kgrag sweep arguments and input files", "no traceback, no internal error",
+     "test_cli_fuzz.py::test_no_sweep_argument_or_input_gives_a_traceback"),
 ]
 
 

@@ -181,6 +181,23 @@ def test_bad_sweeps_are_refused_before_anything_runs(tmp_path, param, message):
     assert not (tmp_path / "sweep").exists() and not Path("/tmp/kgrag-injected").exists()
 
 
+@pytest.mark.parametrize("content, message", [
+    (b"this is not a notebook", r"is not a Jupyter notebook \(.ipynb JSON with cells\): NotJSONError"),
+    (b'{"prediction": "x"}', r"is not a Jupyter notebook .*ValidationError"),
+    (b"\x1f\x8b\x08\x00garbage", r"is not a Jupyter notebook .*UnicodeDecodeError"),
+    (b"[" * 20000 + b"]" * 20000, r"is not a Jupyter notebook|nested too deeply"),
+])
+def test_a_file_that_is_no_notebook_is_refused_naming_it(tmp_path, content, message):
+    """Issue 40's fuzz: `kgrag sweep` of a file that is not a notebook was an internal error."""
+    from kgrag_lib.errors import ConfigError
+
+    nb = tmp_path / "notes.ipynb"
+    nb.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        sweep.handle(_args(nb, [["x", "1"]], tmp_path))
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_a_token_in_a_swept_value_is_refused_before_anything_runs_and_summaries_never_hold_one(tmp_path):
     """A swept value is written into the executed notebook (papermill's parameters), so a token in a
     server spec is refused, pointing to $KGRAG_OPENAI_API_KEY; a summary row is written redacted."""

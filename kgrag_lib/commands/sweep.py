@@ -99,7 +99,15 @@ def _notebook_parameters(notebook: Path) -> dict[str, Any]:
 
     from ..errors import ConfigError
 
-    params = pm.inspect_notebook(str(notebook))
+    if notebook.is_dir():
+        raise ConfigError(f"notebook {notebook} is a folder; expected a Jupyter notebook file (.ipynb)")
+    try:
+        params = pm.inspect_notebook(str(notebook))
+    except RecursionError:
+        raise ConfigError(f"notebook {notebook}: nested too deeply to read; expected a Jupyter notebook (.ipynb)") from None
+    except Exception as e:   # nbformat's NotJSONError, ValidationError, a decoding error: not a notebook
+        raise ConfigError(f"notebook {notebook} is not a Jupyter notebook (.ipynb JSON with cells): "
+                          f"{type(e).__name__}: {str(e)[:160]}") from None
     if not params:
         raise ConfigError(f"{notebook}: no cell tagged `parameters`, so nothing can be swept")
     return params
