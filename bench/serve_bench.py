@@ -231,7 +231,7 @@ def _client(server, weights: str, cache: Path, c: int):
     from kgrag_lib.llm import load_llm
 
     return load_llm(f"openai:{server.base_url}#{server.alias}", cache_path=cache, weights=weights, timeout=1800,
-                    concurrency=c)
+                    max_in_flight=c)
 
 
 def _run_questions(workload: str, llm, spec: str, n: int, c: int, out: Path, root: Path | None) -> dict:

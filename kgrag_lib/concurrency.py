@@ -27,6 +27,13 @@ def check_workers(value: Any, name: str = "concurrency") -> int:
     return value
 
 
+def fan_out(llm: Any) -> int:
+    """Requests one step may send at once (a text KG's chunks, DPO's decodings): the backend's
+    `max_in_flight` (the run's --max-in-flight, else its --concurrency, else the server default);
+    1 for an in-process model, which computes one request at a time."""
+    return int(getattr(llm, "max_in_flight", 1) or 1)
+
+
 def in_context(fn: Callable[..., R]) -> Callable[..., R]:
     """`fn` bound to a copy of the current context (meters follow work onto other threads)."""
     ctx = contextvars.copy_context()

@@ -440,6 +440,9 @@ class RunConfig:
     cache_dir: str | None = opt(None, "cache folder for LLM calls, embeddings and models (default: $KGRAG_CACHE_DIR, then .cache/)")
     concurrency: int | None = opt(None, "questions answered at once (None: the backend's default, 1 for in-process "
                                         "models, more for servers); the results do not depend on it")
+    max_in_flight: int | None = opt(None, "requests a server model is sent at once within one step: a text KG's chunk "
+                                          "extraction (SA-RAG, TCR-QF), DPO's decodings, a batch (None: the run's "
+                                          "concurrency, else the backend's, 8; server models only)", min=1)
     request_timeout: float | None = opt(None, "seconds one server request may take before the run stops saying the "
                                               "server stalled (None: the backend's, 60; server models only)", gt=0)
     request_retries: int | None = opt(None, "retries of a server request after a connection error, HTTP 408/409/429 "

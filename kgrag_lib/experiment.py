@@ -80,7 +80,10 @@ def make_context(run: RunConfig, profile: dict[str, Any] | None = None) -> RunCo
                          where=f"profile {(profile or {}).get('name', 'custom')!r}, server")
     return RunContext(model=run.model, embedder_spec=run.embedder, data_root=run.data_root,
                       cache_dir=run.cache_dir, server=server,
-                      server_options={"timeout": run.request_timeout, "max_retries": run.request_retries})
+                      server_options={"timeout": run.request_timeout, "max_retries": run.request_retries,
+                                      # one name per setting: questions in flight (concurrency) also set how many
+                                      # requests a step fans out to, unless max_in_flight says otherwise
+                                      "max_in_flight": run.max_in_flight or run.concurrency})
 
 
 def check_context(ctx: RunContext, run: RunConfig) -> None:

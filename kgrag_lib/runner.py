@@ -118,7 +118,8 @@ def resolve_concurrency(concurrency: int | None, llm: Any, method: Any) -> int:
 
 # What a run's results depend on: a resume must find the same values in manifest.json.
 # Paths of the data and caches and the profile's other sections are not part of it.
-_VOLATILE_RUN = ("out", "profile", "data_root", "cache_dir", "concurrency", "request_timeout", "request_retries")
+_VOLATILE_RUN = ("out", "profile", "data_root", "cache_dir", "concurrency", "max_in_flight", "request_timeout",
+                 "request_retries")
 LOCK_FILE = ".run.lock"
 # A run config's map {flat key: value} of settings added after older runs were made: a stored
 # identity without the key stands for that value (`config.opt(absent=...)`).

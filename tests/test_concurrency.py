@@ -353,3 +353,53 @@ def test_the_manifest_says_what_served_the_run(tmp_path):
                           "identity_source": "vLLM /v1/models root"}
     assert "llm" not in man["config"]   # not part of the run's identity
 
+
+
+def test_run_concurrency_sets_how_many_extraction_requests_are_in_flight(tmp_path, monkeypatch, capsys):
+    """Issue 42: one name per setting. `kgrag run --concurrency 16 --model openai:...` builds SA-RAG's text KG
+    with 16 chunk requests in flight (before, the backend's own pool of 8 capped it whatever the run said);
+    `--max-in-flight` still says otherwise when given."""
+    import re
+
+    import kgrag_lib.retrieval as retrieval_mod
+    from test_llm_openai import FakeServer
+
+    from kgrag_lib.cli import main as kgrag
+    from fakes import BagOfWordsEmbedder
+
+    lock, state = threading.Lock(), {"active": 0, "peak": 0, "extraction": 0}
+
+    def reply(body):
+        schema = json.dumps(body.get("response_format") or {})
+        with lock:
+            state["active"] += 1
+            state["peak"] = max(state["peak"], state["active"])
+            state["extraction"] += '"entities"' in schema or '"relations"' in schema
+        time.sleep(0.6)   # long enough that every request of a wave is in flight at once, even on a busy machine
+        with lock:
+            state["active"] -= 1
+        if '"entities"' in schema:
+            text = body["messages"][-1]["content"]
+            names = list(dict.fromkeys(re.findall(r"\b[A-Z][a-z]{3,}\b", text)))[:3]
+            return json.dumps({"entities": [{"name": n, "type": "PERSON", "aliases": [], "description": "d"}
+                                            for n in names]})
+        if '"relations"' in schema:
+            return json.dumps({"relations": []})
+        return "Paris"
+
+    monkeypatch.setattr(retrieval_mod, "load_embedder", lambda spec, **kw: BagOfWordsEmbedder())
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    server = FakeServer()
+    server.reply = reply
+    try:
+        for flags, cache, want in ((["--concurrency", "16"], "a", 16), (["--concurrency", "16", "--max-in-flight", "3"], "b", 3)):
+            state.update(peak=0, extraction=0)
+            rc = kgrag(["run", "--method", "sa-rag", "--dataset", "2wiki", "--split", "dev200", "--n", "2",
+                        "--set", "kg=text:2wiki:dev200:n=3:seed={seed}", "--no-progress", *flags,
+                        "--model", f"openai:{server.url}#qwen-test", "--cache-dir", str(tmp_path / cache),
+                        "--out", str(tmp_path / f"run-{cache}")])
+            err = capsys.readouterr().err
+            assert rc == 0, err[-2000:]
+            assert state["extraction"] >= 2 * want and state["peak"] == want, (flags, state)
+    finally:
+        server.httpd.shutdown()

@@ -154,7 +154,7 @@ def test_cache_avoids_second_request(server, tmp_path):
 
 def test_batch_is_concurrent_and_ordered(server):
     server.reply = lambda body: "echo " + body["messages"][-1]["content"]
-    llm = load_llm(f"openai:{server.url}#qwen-test", cache=False, concurrency=4)
+    llm = load_llm(f"openai:{server.url}#qwen-test", cache=False, max_in_flight=4)
     batch = [[{"role": "user", "content": f"q{i}"}] for i in range(9)]
     assert llm.generate_batch(batch) == [f"echo q{i}" for i in range(9)]
     assert llm.usage.calls == 9

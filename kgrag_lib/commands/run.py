@@ -52,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once (default: the profile's run.concurrency, else 1 for an "
                         "in-process model and 8 for a server); the results do not depend on it")
+    p.add_argument("--max-in-flight", type=int, default=None,
+                   help="requests a server model is sent at once within one step: a text KG's chunk extraction "
+                        "(SA-RAG, TCR-QF), a batch (default: --concurrency, else 8; server models only)")
     for flag, typ, hlp in cli_flags():  # each paper's most used settings; passed only when given
         p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="any other method config field (repeatable)")
@@ -86,7 +89,7 @@ def handle(args: argparse.Namespace) -> int:
     overrides = {
         "split": args.split, "qa_file": args.qa_file, "n": args.n, "seed": args.seed, "model": args.model,
         "embedder": args.embedder, "data_root": args.data_root, "cache_dir": args.cache_dir,
-        "concurrency": args.concurrency, "request_timeout": args.request_timeout,
+        "concurrency": args.concurrency, "max_in_flight": args.max_in_flight, "request_timeout": args.request_timeout,
         "request_retries": args.request_retries,
     }
     for flag, _, _ in cli_flags():

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ..concurrency import as_they_finish, parallel_map
+from ..concurrency import as_they_finish, fan_out, parallel_map
 from ..config import RunConfig, available_profiles, make_config, opt, profile_section
 from ..errors import ConfigError, MissingDataError
 from ..jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
@@ -375,7 +375,7 @@ def build_input(method: KGInfusedRAG, judge: Any, question: Question, rounds: in
             return t, p, exc
 
     # the decodings are independent requests: a server gets them together
-    for t, p, text in parallel_map(decode, cfg.decodings, getattr(method.llm, "default_concurrency", 1)):
+    for t, p, text in parallel_map(decode, cfg.decodings, fan_out(method.llm)):
         if isinstance(text, PromptTooLongError):
             rec.update(status="stage_error", error=f"{type(text).__name__}: {text}")
             return rec, None
@@ -619,7 +619,7 @@ def build_dpo_data(cfg: DPODataConfig, ctx: RunContext, out_dir: str | Path, pro
                     new_pairs.append(pair)
             return rec, new_pairs
 
-        workers = getattr(ctx.llm, "default_concurrency", 1)
+        workers = fan_out(ctx.llm)
         with JsonlAppender(pairs_path) as pairs_log, JsonlAppender(q_path) as q_log:
             bar = progress_bar(total=len(questions), initial=len(questions) - len(todo), desc="DPO data", unit="q",
                                disable=not progress)

@@ -117,7 +117,7 @@ class OpenAICompatLLM(LLM):
         connect_timeout: float = 5.0,
         max_retries: int = 2,
         retry_delay: float = 0.5,
-        concurrency: int | None = None,
+        max_in_flight: int | None = None,
         probe: bool = True,
         extra_body: dict[str, Any] | None = None,
         fold_system_prompt: bool = False,
@@ -192,10 +192,13 @@ class OpenAICompatLLM(LLM):
                               f"name only, so clear the cache if another model is served there", stacklevel=2)
         if not self.chat:
             identity += ";raw-prompt"
-        if concurrency is None:
-            concurrency = 1 if self.flavor == "llama-cpp-python" else 8  # that server answers one at a time
-        self.concurrency = max(1, int(concurrency))
-        self.default_concurrency = self.concurrency   # questions in flight when the run does not say
+        if max_in_flight is None:
+            max_in_flight = 1 if self.flavor == "llama-cpp-python" else 8  # that server answers one at a time
+        from ...concurrency import check_workers
+
+        # requests this client sends at once: a batch, a text KG's chunks, DPO's decodings (`concurrency.fan_out`)
+        self.max_in_flight = check_workers(max_in_flight, "max_in_flight")
+        self.default_concurrency = self.max_in_flight   # questions in flight when the run does not say
         super().__init__(name or f"openai:{model}", identity, cache=cache,
                          default_params=default_params, fold_system_prompt=fold_system_prompt)
         self.check_params(self.default_params)
@@ -397,9 +400,9 @@ class OpenAICompatLLM(LLM):
             raise BackendUnavailableError(f"{where}: unreadable logprobs in the response {str(value)[:300]}") from None
 
     def _complete_batch(self, batch: list[Messages], params: SamplingParams) -> list[Completion]:
-        if len(batch) == 1 or self.concurrency == 1:
+        if len(batch) == 1 or self.max_in_flight == 1:
             return [self._complete(m, params) for m in batch]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batch))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.max_in_flight, len(batch))) as pool:
             return list(pool.map(lambda m: self._complete(m, params), batch))
 
 

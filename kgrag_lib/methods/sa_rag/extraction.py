@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ...concurrency import fan_out
 from ...config import check_values, opt
 from ...errors import ConfigError
 from ...kg.extraction import Chunk, chunk_passages, extract_journaled, metered, normalize
@@ -341,7 +342,7 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
     with llm.meter() as meter:
         records, extracted = extract_journaled(chunks, journal, lambda chunk: extract_chunk(llm, chunk, config),
                                                desc="indexing chunks", show_progress=show_progress,
-                                               workers=getattr(llm, "default_concurrency", 1))
+                                               workers=fan_out(llm))
     store, kg, counts = assemble(chunks, records)
     stats = {
         "kg": "text", **(about or {}),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ...concurrency import fan_out
 from ...errors import ConfigError
 from ...kg.extraction import Chunk, extract_journaled, load_tokenizer, metered, token_chunks
 from ...kg.sources import SourcePlan, provide, tcr_tables
@@ -73,7 +74,7 @@ def build_tcr_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *, conf
     with llm.meter() as meter:
         recs, extracted = extract_journaled(chunks, journal, lambda c: extract_chunk(llm, c, config.max_tokens),
                                             desc="TCR-QF extraction", show_progress=show_progress,
-                                            workers=getattr(llm, "default_concurrency", 1))
+                                            workers=fan_out(llm))
     store, kg, counts = assemble(chunks, recs)
     stats = {"kg": "tcr", **(about or {}), "model": llm.name, "model_identity": llm.identity,
              "prompt_version": RECORDS_PROMPT_VERSION, "tokenizer": config.tokenizer, "chunk_size": config.chunk_size,
