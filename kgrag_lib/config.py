@@ -499,3 +499,19 @@ class ServerConfig:
             raise ConfigError(f"parameter 'args' must be a list of command-line words (strings), got {self.args!r}")
         if self.python is not None and not str(self.python).strip():
             raise ConfigError("parameter 'python' must be the path of a Python interpreter or null, got ''")
+
+
+def parse_set_items(items: list[str]) -> dict:
+    """`--set KEY=VALUE` items as a dict, each value read as YAML (1.2 numbers), a bad item named."""
+    import yaml
+
+    out = {}
+    for item in items or []:
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise ConfigError(f"--set expects KEY=VALUE (the value is read as YAML), got {item!r}")
+        try:
+            out[k.strip().replace("-", "_")] = cli_yaml_value(v, f"--set {k.strip()}=")
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it, e.g. {k.strip()}='...'") from None
+    return out

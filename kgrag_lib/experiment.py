@@ -102,12 +102,12 @@ def check_context(ctx: RunContext, run: RunConfig) -> None:
 
 def run_config(r: ResolvedRun, method_config: Any, embedder: str, llm_identity: str | None,
                qids: list[str], answer_aliases: str | None = None) -> dict[str, Any]:
-    """What a run's manifest records as its config; `runner.run_identity` of it decides whether a
+    """What a run's manifest records as its config; `rundir.run_identity` of it decides whether a
     folder can be resumed. `prompts` is the digest of the wording of the method's prompt modules
     (`methods.prompt_digest`): a reworded prompt is another run even when no setting changed."""
     from .config import absent_values
     from .methods.prompt_digest import prompt_digests
-    from .runner import ABSENT_KEY, PROMPTS_KEY
+    from .rundir import ABSENT_KEY, PROMPTS_KEY
 
     is_config = dataclasses.is_dataclass(method_config)
     config = {

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from .methods.base import RunContext
 from .progress import progress as progress_bar
 from .records import Prediction
-from .runner import MANIFEST_FILE, PRED_FILE, read_predictions
+from .rundir import MANIFEST_FILE, PRED_FILE, read_predictions
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ after it) with at least `profile` and `out_dir`; the notebook writes its figures
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,8 @@ from .config import profile_label
 from .errors import KgragError
 from .executors.execute import execute, export_html
 from .paths import IN_CHECKOUT, PACKAGE_DIR, REPO_ROOT
-from .redact import redact, refuse_secret
+from .redact import refuse_secret
+from .rundir import SUMMARY_FILE, read_summary, write_summary  # noqa: F401 (notebooks import them from here)
 
 NOTEBOOKS_ENV = "KGRAG_NOTEBOOKS"
 
@@ -31,7 +31,6 @@ def notebook_dir() -> Path:
 
 
 NOTEBOOK_DIR = notebook_dir()
-SUMMARY_FILE = "summary.json"
 
 
 def study_notebooks(directory: Path | None = None) -> list[Path]:
@@ -60,25 +59,6 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(prof, sort_keys=False), encoding="utf-8")
     return path
-
-
-def read_summary(out_dir: str | Path) -> list[dict[str, Any]]:
-    p = Path(out_dir) / SUMMARY_FILE
-    if not p.exists():
-        return []
-    data = json.loads(p.read_text(encoding="utf-8"))
-    return data if isinstance(data, list) else [data]
-
-
-def write_summary(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
-    """Called from notebooks: the rows a sweep or the study table will collect (a token in a
-    server spec among them redacted)."""
-    p = Path(out_dir)
-    p.mkdir(parents=True, exist_ok=True)
-    tmp = p / (SUMMARY_FILE + ".tmp")
-    tmp.write_text(json.dumps(redact(rows), indent=2, default=str), encoding="utf-8")
-    tmp.replace(p / SUMMARY_FILE)
-    return p / SUMMARY_FILE
 
 
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,

@@ -12,7 +12,7 @@ import pytest
 from kgrag_lib.errors import ConfigError
 from kgrag_lib.paths import REPO_ROOT
 from kgrag_lib.report import findings as F
-from kgrag_lib.report.study import read_findings
+from kgrag_lib.report.publish import read_findings
 
 PUBLISHED = ["reference", "reference-1.5b"]
 
@@ -104,7 +104,8 @@ def test_a_readme_without_its_block_is_refused():
 def test_publish_renders_the_findings_from_what_it_published(folder, tmp_path):
     """notebook 90 publishing into a folder with a template rebuilds REPORT with the findings rendered
     from the folder's results after the copy, not from what it held before."""
-    from kgrag_lib.report.study import StudyResults, publish
+    from kgrag_lib.report.publish import publish
+    from kgrag_lib.report.study import StudyResults
 
     src = tmp_path / "study"
     shutil.copytree(folder / "21_kg_infused_main", src / "21_kg_infused_main")

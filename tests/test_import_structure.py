@@ -100,3 +100,45 @@ def test_no_import_cycle():
         for scc in tangles
     )
     assert not tangles, f"import cycles in {PKG} (file line of each import):\n{shown}"
+
+
+# The layers, lowest first: a module may import its own layer and those below, never above (issue 42).
+# data, llm and retrieval are peers; the KG sits on them; methods on the KG; the runner on methods; the
+# report reads run folders; studies arrange notebooks' reports; the CLI is on top.
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "paths", "redact", "records", "jsonl", "config", "concurrency", "progress", "provenance", "hub"),
+    ("data", "llm", "retrieval"),
+    ("kg", "rundir"),
+    ("eval",),
+    ("methods",),
+    ("runner", "experiment", "grid"),
+    ("report", "executors"),
+    ("studies",),
+    ("notebooks", "train"),
+    ("cli_choices", "doctor", "commands", "cli", "__main__"),
+]
+
+
+def _layer_of(module: str) -> int:
+    if module == PKG:
+        return 0   # the package's __init__ holds the version only
+    top = module.split(".")[1]
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: its top-level name {top!r} is in no layer of LAYERS; add it where it belongs")
+
+
+def test_every_import_goes_down_the_layers():
+    g = import_graph()
+    backward = sorted(f"{a} -> {b} (line {d['line']}): layer {_layer_of(a)} imports layer {_layer_of(b)}"
+                      for a, b, d in g.edges(data=True) if _layer_of(b) > _layer_of(a))
+    assert not backward, "imports that run back up the layers:\n  " + "\n  ".join(backward)
+
+
+def test_readme_layout_line_names_the_layers_in_order():
+    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
+    line = next((ln for ln in readme.splitlines() if ln.startswith("**Layers**")), "")
+    assert line, "README has no **Layers** line"
+    shown = [name.strip("` ") for name in line.split(":", 1)[1].split("→")]
+    assert shown == [" / ".join(names) for names in LAYERS], shown

@@ -10,6 +10,7 @@ import pytest
 
 from kgrag_lib.eval.summary import summarize
 from kgrag_lib.report import study as ST
+from kgrag_lib.report import publish as PUB
 from kgrag_lib.runner import run_identity
 
 
@@ -105,11 +106,11 @@ def test_report_and_publish(results, tmp_path):
     ScriptedLLM(["x"], identity="scripted:m", cache=cache).generate([{"role": "user", "content": "q"}])
     ScriptedLLM(["y"], identity="scripted:other", cache=cache).generate([{"role": "user", "content": "q"}])
     cache.close()
-    dest = ST.publish(res, tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")
+    dest = PUB.publish(res, tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")
     import gzip
     exported = [json.loads(l) for l in gzip.open(dest / "llm-cache" / "part-0001.jsonl.gz", "rt").read().splitlines()]
     assert [r["identity"] for r in exported] == ["scripted:m"]       # only the runs' model
-    ST.publish(res, tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")   # again: no new answers, no new part
+    PUB.publish(res, tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")   # again: no new answers, no new part
     assert sorted(p.name for p in (dest / "llm-cache").iterdir()) == ["part-0001.jsonl.gz"]
     q = [json.loads(l) for l in (dest / "12_x/runs/metaqa-1hop/kg-rag/questions.jsonl").read_text().splitlines()]
     assert q[0]["hit1"] == 1.0 and q[0]["hit1_exact"] == 0.0 and "trace" not in q[0] and q[0]["cost"]["seconds"] == 2.0
@@ -165,18 +166,18 @@ def test_publishing_one_notebook_keeps_the_claims_published_before(results, tmp_
     """A reference run finished notebook by notebook on a machine that holds only the last one:
     the published REPORT still covers every notebook published there, not only this machine's."""
     dest = tmp_path / "published"
-    ST.publish(ST.collect(results), dest, profile="p")                     # everything, from a full machine
+    PUB.publish(ST.collect(results), dest, profile="p")                     # everything, from a full machine
     later = tmp_path / "later" / "p"                                       # another machine: only 13_y
     (later / "13_y").mkdir(parents=True)
     shutil.copytree(results / "13_y", later / "13_y", dirs_exist_ok=True)
     res = ST.collect(later)
     ST.write_report(res, later, "p")
     assert "exp2.ours_over_llm_1hop" not in (later / "REPORT.md").read_text()   # the local report lacks 12_x
-    assert ST.published_elsewhere(res, dest) == ["12_x"]
-    ST.publish(res, dest, profile="p", findings="## Findings\n\nKept.")
+    assert PUB.published_elsewhere(res, dest) == ["12_x"]
+    PUB.publish(res, dest, profile="p", findings="## Findings\n\nKept.")
     text = (dest / "REPORT.md").read_text()
     assert "exp2.ours_over_llm_1hop" in text and "Kept." in text and "### 12_x" in text and "### 13_y" in text
-    assert ST.published_elsewhere(ST.collect(dest), dest) == []
+    assert PUB.published_elsewhere(ST.collect(dest), dest) == []
 
 
 @pytest.mark.parametrize("given, shown", [

@@ -11,21 +11,9 @@ from ..methods.registry import cli_flags
 
 
 def _parse_set(items: list[str]) -> dict:
-    import yaml
+    from ..config import parse_set_items
 
-    from ..config import cli_yaml_value
-    from ..errors import ConfigError
-
-    out = {}
-    for item in items or []:
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise ConfigError(f"--set expects KEY=VALUE (the value is read as YAML), got {item!r}")
-        try:
-            out[k.strip().replace("-", "_")] = cli_yaml_value(v, f"--set {k.strip()}=")
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML; quote it, e.g. {k.strip()}='...'") from None
-    return out
+    return parse_set_items(items)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -44,7 +44,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..data.common import check_file
     from ..errors import ConfigError, DataFormatError
     from ..eval.metrics import get_metric, score_records
-    from ..runner import EXPECTED, read_predictions
+    from ..rundir import EXPECTED, read_predictions
 
     metrics = tuple(m.strip() for m in str(args.metrics).split(",") if m.strip())
     if not metrics:

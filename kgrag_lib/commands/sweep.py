@@ -148,7 +148,7 @@ def handle(args: argparse.Namespace) -> int:
         cells.append((combo, identity, out_root / _slug(redact(combo), identity)))
     executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),
                              num_cpus=getattr(args, "num_cpus", None))
-    from ..runner import folder_lock
+    from ..rundir import folder_lock
 
     out_root.mkdir(parents=True, exist_ok=True)
     with folder_lock(out_root):   # two sweeps into one folder would run the same cell twice at once

@@ -144,7 +144,7 @@ def judge_predictions(path: str | Path, llm: Generator, params: SamplingParams =
     and the judge model; with `controls`, the judge's verdicts on each question's gold answer and
     on another question's answer (`control_summary`). Judge calls go through the model's cache,
     so a rerun sends none."""
-    from ..runner import read_predictions
+    from ..rundir import read_predictions
     from .bootstrap import bootstrap_ci
 
     path = Path(path)

@@ -3,7 +3,7 @@
 A run's predictions depend on its prompts as much as on its settings, but prompts are code, not
 config: rewording one (as KG-Infused RAG's answer prompt and TCR-QF's prompts were) leaves every
 setting unchanged. `run_config` therefore records `{module: digest}` for the prompt modules of the
-method (`prompt_digests`), and `runner.check_resume` refuses to resume a folder whose digests differ.
+method (`prompt_digests`), and `rundir.check_resume` refuses to resume a folder whose digests differ.
 
 What a digest covers, per prompt module (`prompts.py` and `*_prompts.py` under `methods/`):
 - every module-level constant by name and value: strings, numbers, compiled patterns (the answer

@@ -64,7 +64,7 @@ def method_rows(report: Any, **labels: Any) -> list[dict[str, Any]]:
     KG and corpus it read, n, failed, EM / F1 / Acc (percent) with 95% intervals, the LLM calls,
     tokens and seconds per question, and its mechanism health."""
     from ..methods.registry import get_method
-    from ..runner import MANIFEST_FILE
+    from ..rundir import MANIFEST_FILE
 
     out = []
     for cell in report.cells:

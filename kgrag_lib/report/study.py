@@ -12,7 +12,6 @@ summary rows (every method on the same questions) become the report's first tabl
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from importlib import import_module
 from dataclasses import dataclass, field
@@ -138,7 +137,7 @@ def read_run(folder: Path) -> dict[str, Any] | None:
 def collect(root: str | Path, exclude: Iterable[str] = ("90_report",)) -> StudyResults:
     """Every notebook summary and every run under a results folder (`results/<profile>`),
     except the report's own folder."""
-    from ..notebooks import read_summary
+    from ..rundir import read_summary
 
     root = Path(root)
     out = StudyResults(root)
@@ -230,22 +229,6 @@ def _md(df: pd.DataFrame, digits: int = 1) -> str:
     return to_markdown(df, digits=digits) if not df.empty else "(none)"
 
 
-FINDINGS_FILE = "FINDINGS.md"   # findings beside a published report (results/reference/), rendered from its template
-
-
-def read_findings(folder: str | Path | None) -> str:
-    """The findings kept beside a published report, or "" when there are none: rendered afresh from
-    `<folder>/FINDINGS.template.md` and the results in the folder when it keeps a template
-    (`report.findings`), else `<folder>/FINDINGS.md` as written."""
-    if not folder:
-        return ""
-    from .findings import render_folder
-
-    rendered = render_folder(folder)
-    if rendered:
-        return rendered.strip()
-    path = Path(folder) / FINDINGS_FILE
-    return path.read_text(encoding="utf-8").strip() if path.is_file() else ""
 
 
 def assessed_claims(res: StudyResults) -> pd.DataFrame:
@@ -403,7 +386,7 @@ def write_report(res: StudyResults, dest: str | Path, profile: str, deviations: 
 def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[dict[str, Any]]:
     """A run's questions without traces: qid, dataset, prediction, golds, per-question scores, cost."""
     from ..eval.metrics import score_items
-    from ..runner import PRED_FILE, read_predictions
+    from ..rundir import PRED_FILE, read_predictions
 
     rows = read_predictions(run_folder / PRED_FILE)
     items = score_items(rows, tuple(metrics))
@@ -421,66 +404,13 @@ def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[
     return out
 
 
-def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None,
-            llm_cache: str | Path | None = None, *, profile: str | None = None, extra: str = "",
-            findings: str = "") -> Path:
-    """Copy what a reader needs into `dest` (meant to be committed): REPORT.md/html, every
-    notebook's summary.json, and per run its manifest.json, metrics.json and a compact
-    questions.jsonl (no traces), plus the figures; and the cached answers of the runs' models
-    as append-only parts (`llm-cache/part-NNNN.jsonl.gz`, only answers no earlier part holds), so
-    `kgrag cache import DEST/llm-cache` then a rerun of the study costs no LLM call.
-
-    A reference run is often finished one notebook at a time, on a machine whose results folder
-    holds only that notebook: the REPORT copied from there would drop every claim published
-    before. So when `dest` holds notebooks `res` lacks and `profile` is given, REPORT.md/html in
-    `dest` are rebuilt from everything `dest` holds (`collect(dest)`)."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("REPORT.md", "REPORT.html"):
-        if (res.root / name).exists():
-            shutil.copy2(res.root / name, dest / name)
-    for nb in res.summaries:
-        (dest / nb).mkdir(exist_ok=True)
-        shutil.copy2(res.root / nb / "summary.json", dest / nb / "summary.json")
-    for run in res.runs:
-        src = Path(run["folder"])
-        out = dest / src.relative_to(res.root)
-        out.mkdir(parents=True, exist_ok=True)
-        for name in ("manifest.json", "metrics.json"):
-            shutil.copy2(src / name, out / name)
-        with open(out / "questions.jsonl", "w", encoding="utf-8") as fh:
-            for r in compact_rows(src):
-                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    if figures and Path(figures).is_dir():
-        shutil.copytree(figures, dest / "figures", dirs_exist_ok=True)
-    identities = sorted({r["llm_identity"] for r in res.runs if r.get("llm_identity")})
-    if identities:
-        from ..llm.cache import export_cache_part
-
-        export_cache_part(dest / "llm-cache", llm_cache, identities=identities)
-    from .findings import TEMPLATE_FILE
-
-    templated = (dest / TEMPLATE_FILE).is_file()
-    if profile is not None and (published_elsewhere(res, dest) or templated):
-        # the findings are rendered from what `dest` now holds, and the REPORT rebuilt with them
-        findings = read_findings(dest) if templated else findings
-        write_report(collect(dest), dest, profile, extra=extra, findings=findings)
-    return dest
-
-
-def published_elsewhere(res: StudyResults, dest: str | Path) -> list[str]:
-    """Notebooks whose summaries `dest` holds from an earlier publish but `res` does not."""
-    held = sorted(p.parent.name for p in Path(dest).glob("*/summary.json") if p.parent.name != "90_report")
-    return [nb for nb in held if nb not in res.summaries]
-
-
 def compare_runs(folder_a: str | Path, folder_b: str | Path, metric: str) -> dict[str, Any]:
     """Two runs of the same questions (e.g. two models): `metric` per question paired (A − B,
     points) and what a question cost each (seconds when answered, LLM calls), so a choice can
     weigh quality against CPU time. `metric` may be "avg" (mean of Acc, F1, EM)."""
     from ..eval.metrics import get_metric
     from ..eval.paired import paired_test
-    from ..runner import PRED_FILE, read_predictions
+    from ..rundir import PRED_FILE, read_predictions
 
     def values(folder: Path) -> tuple[dict[str, float], float, float]:
         rows = read_predictions(Path(folder) / PRED_FILE)

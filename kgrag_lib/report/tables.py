@@ -67,7 +67,7 @@ def question_scores(run_dir: Any, metrics: Sequence[str] = ("hit1", "hit1_exact"
     from pathlib import Path
 
     from ..eval.metrics import score_items
-    from ..runner import PRED_FILE, read_predictions
+    from ..rundir import PRED_FILE, read_predictions
 
     rows = read_predictions(Path(run_dir) / PRED_FILE)
     items = score_items(rows, metrics)

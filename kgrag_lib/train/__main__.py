@@ -3,6 +3,6 @@
 the CLI)."""
 import sys
 
-from kgrag_lib.commands.train import dpo_main
+from kgrag_lib.train.cli import dpo_main
 
 sys.exit(dpo_main())

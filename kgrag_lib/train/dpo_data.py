@@ -53,7 +53,7 @@ from ..progress import progress as progress_bar
 from ..provenance import manifest as provenance_manifest
 from ..records import Question
 from ..methods.prompt_digest import digests as prompt_digests
-from ..runner import PROMPTS_KEY, check_resume, folder_lock, recorded_config
+from ..rundir import PROMPTS_KEY, check_resume, folder_lock, recorded_config
 from . import judge_prompts
 
 DATASET = "2wiki"

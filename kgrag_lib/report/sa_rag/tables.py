@@ -66,7 +66,7 @@ def judge_cells(report: Any, llm: Any) -> dict[str, Judged]:
     """Judge every cell of a grid (`eval.judge.judge_predictions`, written beside each run's
     predictions); keyed by the cell's folder."""
     from ...eval.judge import judge_predictions
-    from ...runner import PRED_FILE
+    from ...rundir import PRED_FILE
 
     out = {}
     for cell in report.cells:

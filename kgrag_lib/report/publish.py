@@ -1,0 +1,76 @@
+"""Publishing a study's results into a folder meant to be committed (`results/reference/`): the compact
+results, the figures, the cached answers, and the report with its findings rendered from what the folder
+then holds (`findings`). Above both `study` (the report) and `findings` (the rendered prose)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .findings import OUT_FILE as FINDINGS_FILE, TEMPLATE_FILE, render_folder
+from .study import StudyResults, collect, compact_rows, write_report
+
+
+def read_findings(folder: str | Path | None) -> str:
+    """The findings kept beside a published report, or "" when there are none: rendered afresh from
+    `<folder>/FINDINGS.template.md` and the results in the folder when it keeps a template
+    (`report.findings`), else `<folder>/FINDINGS.md` as written."""
+    if not folder:
+        return ""
+    rendered = render_folder(folder)
+    if rendered:
+        return rendered.strip()
+    path = Path(folder) / FINDINGS_FILE
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+
+
+def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None,
+            llm_cache: str | Path | None = None, *, profile: str | None = None, extra: str = "",
+            findings: str = "") -> Path:
+    """Copy what a reader needs into `dest` (meant to be committed): REPORT.md/html, every
+    notebook's summary.json, and per run its manifest.json, metrics.json and a compact
+    questions.jsonl (no traces), plus the figures; and the cached answers of the runs' models
+    as append-only parts (`llm-cache/part-NNNN.jsonl.gz`, only answers no earlier part holds), so
+    `kgrag cache import DEST/llm-cache` then a rerun of the study costs no LLM call.
+
+    A reference run is often finished one notebook at a time, on a machine whose results folder
+    holds only that notebook: the REPORT copied from there would drop every claim published
+    before. So when `dest` holds notebooks `res` lacks and `profile` is given, REPORT.md/html in
+    `dest` are rebuilt from everything `dest` holds (`collect(dest)`)."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("REPORT.md", "REPORT.html"):
+        if (res.root / name).exists():
+            shutil.copy2(res.root / name, dest / name)
+    for nb in res.summaries:
+        (dest / nb).mkdir(exist_ok=True)
+        shutil.copy2(res.root / nb / "summary.json", dest / nb / "summary.json")
+    for run in res.runs:
+        src = Path(run["folder"])
+        out = dest / src.relative_to(res.root)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("manifest.json", "metrics.json"):
+            shutil.copy2(src / name, out / name)
+        with open(out / "questions.jsonl", "w", encoding="utf-8") as fh:
+            for r in compact_rows(src):
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    if figures and Path(figures).is_dir():
+        shutil.copytree(figures, dest / "figures", dirs_exist_ok=True)
+    identities = sorted({r["llm_identity"] for r in res.runs if r.get("llm_identity")})
+    if identities:
+        from ..llm.cache import export_cache_part
+
+        export_cache_part(dest / "llm-cache", llm_cache, identities=identities)
+    templated = (dest / TEMPLATE_FILE).is_file()
+    if profile is not None and (published_elsewhere(res, dest) or templated):
+        # the findings are rendered from what `dest` now holds, and the REPORT rebuilt with them
+        findings = read_findings(dest) if templated else findings
+        write_report(collect(dest), dest, profile, extra=extra, findings=findings)
+    return dest
+
+
+def published_elsewhere(res: StudyResults, dest: str | Path) -> list[str]:
+    """Notebooks whose summaries `dest` holds from an earlier publish but `res` does not."""
+    held = sorted(p.parent.name for p in Path(dest).glob("*/summary.json") if p.parent.name != "90_report")
+    return [nb for nb in held if nb not in res.summaries]
