@@ -85,6 +85,8 @@ def test_hand_edge_cases(hand: KGStore) -> None:
         hand.neighborhood(a, -1)
     with pytest.raises(IndexError, match="out of range"):
         hand.neighborhood(99, 1)
+    with pytest.raises(KeyError, match="a name find_entity did not find"):   # find_entity("nobody") is None
+        hand.neighborhood(hand.find_entity("nobody"), 1)
     assert as_set(hand, hand.out_triples(hand.entity_id("C"))) == edges("CA", "CD")
     assert as_set(hand, hand.in_triples(hand.entity_id("E"))) == edges("BE", "FE")
     assert sorted(hand.entity_name(i) for i in hand.neighbor_entities(a, "both")) == ["B", "C"]

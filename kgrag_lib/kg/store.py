@@ -497,6 +497,8 @@ class KGStore:
 
     def _entities_arg(self, entities: int | Sequence[int] | np.ndarray) -> np.ndarray:
         """Sorted distinct int32 entity ids, range-checked."""
+        if entities is None:   # find_entity's answer for a name the KG lacks
+            raise KeyError("entity: None (a name find_entity did not find in this KG); check the name first")
         if isinstance(entities, (int, np.integer)):
             start = np.array([int(entities)], dtype=np.int64)
         else:
