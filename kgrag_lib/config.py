@@ -332,6 +332,9 @@ def make_config(cls: type[T], *layers: dict[str, Any] | None, where: str = "") -
     the wrong type (a string for a number, a boolean for an integer) is refused too, so a typo
     in a profile or a papermill parameter never passes silently.
     """
+    if len(layers) == 1 and isinstance(layers[0], cls):
+        # already typed and checked (experiment.resolve_run): a config is built once, not once per layer
+        return dataclasses.replace(layers[0])
     names = {f.name: f for f in fields(cls)}
     at = f"{where}: " if where else ""
     merged: dict[str, Any] = {}

@@ -47,8 +47,9 @@ class ResolvedRun:
 
     spec: MethodSpec
     run: RunConfig          # with `model` resolved
-    method_cfg: dict[str, Any]
+    method_cfg: dict[str, Any]   # the settings as given (profile section + overrides)
     profile: dict[str, Any]
+    method_config: Any = None    # the same, typed and checked once: what the factory builds the method from
 
 
 def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path | dict = "cpu-smoke",
@@ -69,8 +70,8 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
     run_cfg.model = resolve_model(prof, spec.family, run_over.get("model"))
     run_cfg.embedder = resolve_embedder(prof, spec.family, run_over.get("embedder"))
     method_cfg = {**profile_section(prof, "methods", method), **method_over}
-    spec.check_config(method_cfg, where=f"method {method} (profile {prof['name']!r} + overrides)")
-    return ResolvedRun(spec, run_cfg, method_cfg, prof)
+    typed = spec.check_config(method_cfg, where=f"method {method} (profile {prof['name']!r} + overrides)")
+    return ResolvedRun(spec, run_cfg, method_cfg, prof, typed)
 
 
 def make_context(run: RunConfig, profile: dict[str, Any] | None = None) -> RunContext:
@@ -148,7 +149,7 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
         check_context(ctx, r.run)
     questions = load_questions(dataset, split=r.run.split, path=r.run.qa_file, root=ctx.data_root,
                                n=r.run.n, seed=r.run.seed)
-    runner_method = r.spec.factory(ctx, r.method_cfg, r.run.seed)
+    runner_method = r.spec.factory(ctx, r.method_config, r.run.seed)
     method_config = runner_method.config
     llm = ctx.llm
     aliases = next((q.meta["id_aliases"] for q in questions if (q.meta or {}).get("id_aliases")), None)

@@ -403,3 +403,38 @@ def test_run_concurrency_sets_how_many_extraction_requests_are_in_flight(tmp_pat
             assert state["extraction"] >= 2 * want and state["peak"] == want, (flags, state)
     finally:
         server.httpd.shutdown()
+
+
+def test_a_method_config_is_typed_once_and_reaches_the_factory_typed(tmp_path, offline_parts, metaqa_root, monkeypatch):
+    """Issue 42: `resolve_run` checks the method settings into their dataclass; the factory gets that
+    object (before, it got the dict back and typed it again, and the check's result was thrown away)."""
+    import dataclasses
+
+    from kgrag_lib import config as config_mod
+    from kgrag_lib.experiment import resolve_run, run_experiment
+
+    r = resolve_run("kg-rag", "metaqa-1hop", tmp_path / "r", top_k=7)
+    assert type(r.method_config) is r.spec.config and r.method_config.top_k == 7
+    built = []
+    real = config_mod.make_config
+
+    def counting(cls, *layers, **kw):
+        out = real(cls, *layers, **kw)
+        if cls is r.spec.config and not (len(layers) == 1 and isinstance(layers[0], cls)):
+            import inspect
+
+            callers = {f.function for f in inspect.stack()}
+            if "check_profile_methods" not in callers:   # (that is the profile file's own check of its sections)
+                built.append(cls.__name__)
+        return out
+
+    monkeypatch.setattr(config_mod, "make_config", counting)
+    for module in ("kgrag_lib.experiment", "kgrag_lib.methods.base", "kgrag_lib.methods.metaqa.pipeline"):
+        import importlib
+
+        mod = importlib.import_module(module)
+        if hasattr(mod, "make_config"):
+            monkeypatch.setattr(mod, "make_config", counting)
+    run_experiment("kg-rag", "metaqa-1hop", tmp_path / "run", progress=False, n=1, top_k=7)
+    assert built == ["KGRAGConfig"], built   # once, in resolve_run's check; the factory builds none
+    assert dataclasses.replace(r.method_config) == r.method_config

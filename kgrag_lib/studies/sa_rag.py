@@ -167,7 +167,7 @@ def method(nb: "Setup", name: str, dataset: str, **overrides: Any) -> "SARAG":
     s = nb.settings
     r = resolve_run(name, dataset, nb.out_dir, nb.profile, model=nb.model, n=s.n, seed=s.seed,
                     **{**s.overrides(dataset), **overrides})
-    return r.spec.factory(nb.ctx, r.method_cfg, r.run.seed)
+    return r.spec.factory(nb.ctx, r.method_config, r.run.seed)
 
 
 def judge(nb: "Setup") -> "LLM":

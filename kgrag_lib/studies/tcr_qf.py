@@ -223,4 +223,4 @@ def method_config(nb: "Setup", name: str, dataset: str) -> Any:
 
     s = nb.settings
     r = resolve_run(name, dataset, nb.out_dir, nb.profile, model=nb.model, n=s.n, seed=s.seed, **s.overrides(dataset))
-    return r.spec.check_config(r.method_cfg, where=f"method {name}")
+    return r.method_config
