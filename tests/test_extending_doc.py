@@ -24,7 +24,7 @@ def test_the_guide_names_files_that_exist():
 
 def test_the_tables_it_names_are_defined_where_it_says():
     where = {"DATASETS": "kgrag_lib/data/registry.py", "FLAVORS": "kgrag_lib/llm/server_flavors.py",
-             "LABELS": "kgrag_lib/llm/server_flavors.py", "MANAGED_PREFIXES": "kgrag_lib/llm/__init__.py",
+             "LABELS": "kgrag_lib/llm/server_flavors.py", "SPEC_KINDS": "kgrag_lib/llm/__init__.py",
              "PAPERS": "kgrag_lib/methods/registry.py", "READS": "kgrag_lib/studies/order.py",
              "describe_specs": "kgrag_lib/llm/__init__.py", "_load_managed": "kgrag_lib/llm/__init__.py",
              "build_body": "kgrag_lib/llm/server_flavors.py", "detect": "kgrag_lib/llm/server_flavors.py",
@@ -33,3 +33,18 @@ def test_the_tables_it_names_are_defined_where_it_says():
         assert f"`{name}`" in DOC, name
         text = (REPO_ROOT / file).read_text(encoding="utf-8")
         assert re.search(rf"^(?:def|class) {name}\b|^{name}\b\s*[:=]", text, re.M), f"{name} is not defined in {file}"
+
+
+def test_every_spec_kind_is_in_the_help_and_loads_through_its_table(monkeypatch):
+    """A model-spec form is one SPEC_KINDS entry: the error list, the --model help and load_llm all read it."""
+    from kgrag_lib import llm
+    from kgrag_lib.llm import SPEC_KINDS, SpecKind, describe_specs, load_llm, spec_help
+
+    for prefix, kind in SPEC_KINDS.items():
+        assert kind.description in describe_specs() and kind.form in spec_help(), prefix
+        assert llm.is_server_spec(f"{prefix}:m") == kind.server and llm.is_managed_spec(f"{prefix}:m") == kind.managed
+    seen = []
+    monkeypatch.setitem(SPEC_KINDS, "toy", SpecKind(lambda spec, prefix, rest, cache, kw: seen.append(rest) or "loaded",
+                                                    "toy:<name>", "toy:<name>: a test backend", False))
+    assert load_llm("toy:abc", cache=False) == "loaded" and seen == ["abc"]
+    assert "toy:<name>: a test backend" in describe_specs() and "toy:<name>" in spec_help()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..errors import ConfigError
 from ..redact import redact
@@ -34,27 +35,17 @@ __all__ = [
 def describe_specs() -> str:
     """Human-readable list of accepted specs (used in error messages and CLI help)."""
     lines = [f"  {name}: {p.description}" for name, p in PRESETS.items()]
-    lines += [
-        "  /path/to/model.gguf: any GGUF file through llama.cpp",
-        "  hf:<repo-id-or-folder>: transformers (a .gguf file also works)",
-        "  openai:<base_url>#<model>[?flavor=<flavor>]: any OpenAI-compatible server; its flavour is detected "
-        f"from what it says about itself, or given ({', '.join(FLAVORS)})",
-        f"  vllm:<model>: a running vLLM server at ${VLLM_URL_ENV} (default {DEFAULT_VLLM_URL})",
-        f"  ollama:<model>: a running Ollama server (default {DEFAULT_OLLAMA_URL})",
-        "  vllm-serve:<hf id, dir, preset or .gguf>[?max_model_len=N&dtype=...]: start vLLM (from .venv-vllm, "
-        "scripts/install_vllm.sh) on a free local port for this run; options: ServerConfig, or the profile's server:",
-        "  llamacpp-server:<gguf or preset>: start llama-cpp-python's server (python -m llama_cpp.server)",
-        "  llama-server:<gguf or preset>: start llama.cpp's llama-server binary (must be on PATH)",
-    ]
+    lines += ["  /path/to/model.gguf: any GGUF file through llama.cpp"]
+    lines += [f"  {kind.description}" for kind in SPEC_KINDS.values()]
     return "\n".join(lines)
 
 
 def spec_help() -> str:
     """Every spec form `load_llm` accepts, on one line (the `--model` help of `kgrag run/study/sweep`)."""
-    return (f"LLM: a preset ({', '.join(PRESETS)}), a .gguf path, hf:<id|dir>, a running server "
-            f"openai:<url>#<model>[?flavor={'|'.join(FLAVORS)}], vllm:<model> (${VLLM_URL_ENV}), "
-            "ollama:<model>, or a server kgrag starts for the run: vllm-serve:<id|dir|preset>, "
-            "llamacpp-server:<gguf|preset>, llama-server:<gguf|preset> (server options after '?', e.g. "
+    running = [k.form for k in SPEC_KINDS.values() if not k.managed]
+    started = [k.form for k in SPEC_KINDS.values() if k.managed]
+    return (f"LLM: a preset ({', '.join(PRESETS)}), a .gguf path, {', '.join(running)}, or a server kgrag starts "
+            f"for the run: {', '.join(started)} (server options after '?', e.g. "
             "vllm-serve:qwen2.5-coder-0.5b-q4?max_model_len=4096)")
 
 
@@ -119,35 +110,44 @@ def load_llm(
         return _construct(LlamaCppLLM, spec, path, sha256=file_sha256(path), cache=c, **kw)
 
     prefix, _, rest = spec.partition(":")
-    if prefix == "hf" and rest:
-        from .backends.hf import HFLLM
-
-        return _construct(HFLLM, spec, rest, name=spec, cache=c, **{**prompt_options(rest), **kw})
-    if prefix == "openai" and rest:
-        base_url, sep, model = rest.rpartition("#")
-        model, query = _split_query(shown, model)
-        if not sep or not base_url or not model:
-            raise ConfigError(f"llm spec {shown!r}: expected openai:<base_url>#<model>[?flavor=<flavor>], e.g. "
-                              "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct?flavor=vllm")
-        from .backends.openai_compat import OpenAICompatLLM
-
-        kw = {**prompt_options(model), **_flavor_from_query(shown, query, kw)}
-        return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
-    if prefix in ("vllm", "ollama") and rest:
-        from .backends.openai_compat import OpenAICompatLLM
-
-        model, query = _split_query(shown, rest)
-        default = os.environ.get(VLLM_URL_ENV, DEFAULT_VLLM_URL) if prefix == "vllm" else DEFAULT_OLLAMA_URL
-        base_url = kw.pop("base_url", default)
-        kw = {**prompt_options(model), **_flavor_from_query(shown, query, kw)}
-        kw.setdefault("flavor", prefix)
-        return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
-    if prefix in MANAGED_PREFIXES and rest:
-        return _load_managed(spec, prefix, rest, c, kw)
+    kind = SPEC_KINDS.get(prefix)
+    if kind is not None and rest:
+        return kind.load(spec, prefix, rest, c, kw)
     raise ConfigError(f"unknown llm spec {shown!r}; accepted:\n{describe_specs()}")
 
 
-MANAGED_PREFIXES = ("vllm-serve", "llamacpp-server", "llama-server")
+def _load_hf(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dict[str, Any]) -> LLM:
+    from .backends.hf import HFLLM
+
+    return _construct(HFLLM, spec, rest, name=spec, cache=c, **{**prompt_options(rest), **kw})
+
+
+def _load_openai(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dict[str, Any]) -> LLM:
+    shown = redact(spec)
+    base_url, sep, model = rest.rpartition("#")
+    model, query = _split_query(shown, model)
+    if not sep or not base_url or not model:
+        raise ConfigError(f"llm spec {shown!r}: expected openai:<base_url>#<model>[?flavor=<flavor>], e.g. "
+                          "openai:http://localhost:8000/v1#Qwen/Qwen2.5-7B-Instruct?flavor=vllm")
+    from .backends.openai_compat import OpenAICompatLLM
+
+    kw = {**prompt_options(model), **_flavor_from_query(shown, query, kw)}
+    return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
+
+
+def _load_running(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dict[str, Any]) -> LLM:
+    """`vllm:<model>` / `ollama:<model>`: a server already running at its usual address."""
+    from .backends.openai_compat import OpenAICompatLLM
+
+    shown = redact(spec)
+    model, query = _split_query(shown, rest)
+    default = os.environ.get(VLLM_URL_ENV, DEFAULT_VLLM_URL) if prefix == "vllm" else DEFAULT_OLLAMA_URL
+    base_url = kw.pop("base_url", default)
+    kw = {**prompt_options(model), **_flavor_from_query(shown, query, kw)}
+    kw.setdefault("flavor", prefix)
+    return _construct(OpenAICompatLLM, shown, base_url, model, name=shown, cache=c, **kw)
+
+
 # The request timeout of a started vLLM CPU build unless the run sets one (run.request_timeout): the
 # 0.5B model decodes about 8 tokens/s per request there, and a 768-token extraction with 8 in flight
 # takes minutes.
@@ -155,9 +155,6 @@ CPU_SERVER_REQUEST_TIMEOUT = 900.0
 # load_llm keywords that configure a started server rather than the client: `server` is a
 # `config.ServerConfig` (or a dict of its fields), `log_dir` where its log goes, `alias` its served name.
 _SERVER_OPTIONS = ("server", "log_dir", "alias")
-
-
-SERVER_PREFIXES = ("openai:", "vllm:", "ollama:", "vllm-serve:", "llamacpp-server:", "llama-server:")
 
 
 # Preset options that describe how the model is prompted, not where it runs: a hub id of a preset's
@@ -344,3 +341,41 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
     except BaseException:
         server.stop()
         raise
+
+
+@dataclass(frozen=True)
+class SpecKind:
+    """One `<prefix>:<rest>` form of a model spec: how it loads, how it is written, what it is."""
+
+    load: Callable[[str, str, str, "LLMCache | None", dict[str, Any]], LLM]
+    form: str          # as `--model` help writes it
+    description: str   # a line of `describe_specs`
+    server: bool       # a model behind an HTTP server (is_server_spec)
+    managed: bool = False   # a server kgrag starts for the run (is_managed_spec; reads `server=`)
+
+
+# Every prefixed model spec, in one table: load_llm, describe_specs, spec_help, is_server_spec and
+# is_managed_spec read it (a new backend is one entry here, docs/EXTENDING.md). Presets and .gguf
+# paths are the two unprefixed forms.
+SPEC_KINDS: dict[str, SpecKind] = {
+    "hf": SpecKind(_load_hf, "hf:<id|dir>", "hf:<repo-id-or-folder>: transformers (a .gguf file also works)", False),
+    "openai": SpecKind(_load_openai, f"openai:<url>#<model>[?flavor={'|'.join(FLAVORS)}]",
+                       "openai:<base_url>#<model>[?flavor=<flavor>]: any OpenAI-compatible server; its flavour is "
+                       f"detected from what it says about itself, or given ({', '.join(FLAVORS)})", True),
+    "vllm": SpecKind(_load_running, f"vllm:<model> (${VLLM_URL_ENV})",
+                     f"vllm:<model>: a running vLLM server at ${VLLM_URL_ENV} (default {DEFAULT_VLLM_URL})", True),
+    "ollama": SpecKind(_load_running, "ollama:<model>",
+                       f"ollama:<model>: a running Ollama server (default {DEFAULT_OLLAMA_URL})", True),
+    "vllm-serve": SpecKind(_load_managed, "vllm-serve:<id|dir|preset>",
+                           "vllm-serve:<hf id, dir, preset or .gguf>[?max_model_len=N&dtype=...]: start vLLM (from "
+                           ".venv-vllm, scripts/install_vllm.sh) on a free local port for this run; options: "
+                           "ServerConfig, or the profile's server:", True, True),
+    "llamacpp-server": SpecKind(_load_managed, "llamacpp-server:<gguf|preset>",
+                                "llamacpp-server:<gguf or preset>: start llama-cpp-python's server "
+                                "(python -m llama_cpp.server)", True, True),
+    "llama-server": SpecKind(_load_managed, "llama-server:<gguf|preset>",
+                             "llama-server:<gguf or preset>: start llama.cpp's llama-server binary (must be on PATH)",
+                             True, True),
+}
+MANAGED_PREFIXES = tuple(p for p, k in SPEC_KINDS.items() if k.managed)
+SERVER_PREFIXES = tuple(f"{p}:" for p, k in SPEC_KINDS.items() if k.server)
