@@ -102,9 +102,31 @@ def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck,
                 read_profile(q, *checks, _children=chain)
         data = _extend(data, p, where, seen=(p.resolve(),))
     check_profile_basics(data, where)
+    data = _fill_n(data, where)
     for check in checks:
         check(data, where)
     return data
+
+
+def _fill_n(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """`{n}` in a method's string setting (a KG spec, `text:{dataset}:n={n}:seed={seed}`) is the profile's
+    `run.n`, filled in when the profile is read: a variant with another n (gpu-smoke's 2) needs no copy of
+    every spec, and a run's identity holds the number, as it did when it was written out. (`{dataset}` and
+    `{seed}` are the run's own, filled in when the KG is built.)"""
+    methods = data.get("methods")
+    if not isinstance(methods, dict):
+        return data
+    n = (data.get("run") or {}).get("n")
+    filled = {}
+    for name, section in methods.items():
+        if isinstance(section, dict) and any(isinstance(v, str) and "{n}" in v for v in section.values()):
+            if isinstance(n, bool) or not isinstance(n, int):
+                key = next(k for k, v in section.items() if isinstance(v, str) and "{n}" in v)
+                raise ConfigError(f"{where}, methods.{name}.{key}: {section[key]!r} uses {{n}}, the profile's run.n, "
+                                  f"but run.n is {n!r}; set run.n to a number or write the number in the spec")
+            section = {k: v.replace("{n}", str(n)) if isinstance(v, str) else v for k, v in section.items()}
+        filled[name] = section
+    return {**data, "methods": filled}
 
 
 def _is_name(profile: str | Path) -> bool:

@@ -62,3 +62,19 @@ def test_a_misspelt_key_in_a_parent_profile_is_reported_against_the_parent(tmp_p
     (tmp_path / "b.yaml").write_text("extends: a.yaml\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="extends itself"):
         load_profile(str(tmp_path / "a.yaml"))
+
+
+def test_n_in_a_method_setting_is_the_profiles_run_n(tmp_path):
+    """Issue 42: a KG spec names its sample as `n={n}`, filled from the profile's run.n when the profile is
+    read, so a variant with another n (gpu-smoke's 2) needs no copy of the specs, and a run's identity still
+    holds the number (as when the spec was written out)."""
+    smoke, gpu = load_profile("cpu-smoke"), load_profile("gpu-smoke")
+    assert smoke["methods"]["sa-rag"]["kg"] == "text:{dataset}:n=5:seed={seed}"
+    assert gpu["methods"]["tcr-qf"]["kg"] == "tcr:{dataset}:n=2:seed={seed}"
+    (tmp_path / "base.yaml").write_text('run: {n: 7}\nmethods:\n  sa-rag: {kg: "text:{dataset}:n={n}:seed={seed}"}\n')
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nrun: {n: 3}\n")
+    assert load_profile(tmp_path / "child.yaml")["methods"]["sa-rag"]["kg"] == "text:{dataset}:n=3:seed={seed}"
+    (tmp_path / "none.yaml").write_text('methods:\n  sa-rag: {kg: "text:{dataset}:n={n}:seed={seed}"}\n')
+    with pytest.raises(ConfigError, match=r"none.yaml, methods.sa-rag.kg: .* uses \{n\}, the profile's run.n, "
+                                          r"but run.n is None; set run.n"):
+        load_profile(tmp_path / "none.yaml")
