@@ -88,7 +88,7 @@ def test_flavour_detected_and_identity_says_weights_unreported(llm, lcp_server):
     assert "owned_by='me'" in llm.flavor_source and "llama.cpp Python API" in llm.flavor_source
     # this server lists only the alias: the identity must say so, with the URL and alias
     assert llm.identity == f"openai-compat:llama-cpp-python|{lcp_server}#qwen|weights=unreported"
-    assert "alias" in llm.identity_source and llm.concurrency == 1
+    assert "alias" in llm.identity_source and llm.max_in_flight == 1
 
 
 def test_greedy_is_deterministic_and_right(llm):
