@@ -108,6 +108,7 @@ class Facts:
         from .study import collect
 
         self.folder = Path(folder)
+        self._siblings: dict[str, Facts] = {}
         self.res = collect(self.folder)
         if not self.res.summaries:
             raise ConfigError(f"{self.folder}: no notebook summaries to render the findings from")
@@ -233,11 +234,10 @@ class Facts:
         return sel.iloc[0].to_dict()
 
     def sibling(self, name: str) -> "Facts":
-        """The facts of another published folder beside this one (e.g. `reference-1.5b`)."""
-        key = f"_sibling_{name}"
-        if key not in self.__dict__:
-            self.__dict__[key] = Facts(self.folder.parent / name)
-        return self.__dict__[key]
+        """The facts of another published folder beside this one (e.g. `reference-1.5b`), read once."""
+        if name not in self._siblings:
+            self._siblings[name] = Facts(self.folder.parent / name)
+        return self._siblings[name]
 
 
 def _environment(facts: Facts):
@@ -349,6 +349,17 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _template(tpl: Path) -> str:
+    """A template's text, refused when it types a number by hand (both targets read templates this way)."""
+    text = tpl.read_text(encoding="utf-8")
+    stray = stray_numbers(text)
+    if stray:
+        shown = "; ".join(f"line {i}: {t!r}" for i, t in stray[:8])
+        raise ConfigError(f"{tpl}: numbers typed by hand ({len(stray)}): {shown}. Write each as an expression "
+                          "over the results ({{ row(...) }}, {{ claim(...) }}; kgrag_lib/report/findings.py)")
+    return text
+
+
 def render_folder(folder: str | Path, write: bool = True) -> str:
     """FINDINGS.md of a published results folder, from its template and its results ("" when the
     folder keeps no template); written beside it unless `write` is False."""
@@ -356,13 +367,7 @@ def render_folder(folder: str | Path, write: bool = True) -> str:
     tpl = folder / TEMPLATE_FILE
     if not tpl.is_file():
         return ""
-    text = tpl.read_text(encoding="utf-8")
-    stray = stray_numbers(text)
-    if stray:
-        shown = "; ".join(f"line {i}: {t!r}" for i, t in stray[:8])
-        raise ConfigError(f"{tpl}: numbers typed by hand ({len(stray)}): {shown}. Write each as an expression "
-                          "over the results ({{ row(...) }}, {{ claim(...) }}; kgrag_lib/report/findings.py)")
-    out = render(text, Facts(folder), name=str(tpl))
+    out = render(_template(tpl), Facts(folder), name=str(tpl))
     if write:
         _write(folder / OUT_FILE, out)
     return out
@@ -370,13 +375,8 @@ def render_folder(folder: str | Path, write: bool = True) -> str:
 
 def readme_block(folder: str | Path) -> str:
     """README's findings block, rendered from `<folder>/README.findings.template.md`."""
-    folder = Path(folder)
-    tpl = folder / README_TEMPLATE_FILE
-    text = tpl.read_text(encoding="utf-8")
-    stray = stray_numbers(text)
-    if stray:
-        raise ConfigError(f"{tpl}: numbers typed by hand: {stray[:8]}")
-    return render(text, Facts(folder), name=str(tpl), wrap=False)   # one line per finding
+    tpl = Path(folder) / README_TEMPLATE_FILE
+    return render(_template(tpl), Facts(folder), name=str(tpl), wrap=False)   # one line per finding
 
 
 def replace_readme_block(readme: str, block: str, name: str = "README.md") -> str:
