@@ -182,6 +182,8 @@ class HFLLM(LLM):
                 kw["min_p"] = params.min_p
         if params.stop:
             kw["stop_strings"] = list(params.stop)
+        if params.logprobs > 0:   # in the config: transformers 5 deprecates them as generate() keywords beside it
+            kw.update(output_logits=True, return_dict_in_generate=True)
         # A fresh config, so the model's shipped sampling defaults (Qwen ships
         # temperature 0.7, repetition_penalty 1.05) never leak into our requests.
         return GenerationConfig(**kw)
@@ -201,9 +203,8 @@ class HFLLM(LLM):
             torch.manual_seed(params.seed)
             start = time.perf_counter()
             want_lp = params.logprobs > 0
-            extra = {"output_logits": True, "return_dict_in_generate": True} if want_lp else {}
             with torch.inference_mode():
-                gen = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer, **extra)
+                gen = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer)
                 seqs = gen.sequences if want_lp else gen
                 if want_lp:  # one (batch, vocab) row of log-probabilities per generated position
                     steps = [torch.log_softmax(s.float(), dim=-1) for s in gen.logits]
