@@ -1,4 +1,4 @@
-"""`kgrag data check | stats | refresh-manifest`: inspect the datasets under the data root."""
+"""`kgrag data check | stats | refresh-manifest | fetch`: inspect and download the datasets under the data root."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..data.check import STATS_DATASETS, check_data, dataset_stats, format_check, statuses_to_json, MISMATCH
+from ..data.fetch import fetch_dataset, list_fetchable
 from ..data.manifest import MANIFEST_PATH, refresh_manifest
 from ..data.registry import default_path
 from ..paths import data_root
@@ -40,8 +41,23 @@ def cmd_refresh_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fetch(args: argparse.Namespace) -> int:
+    """Download one manifest entry (resumable, checked); `--list` shows what can be fetched."""
+    if args.list:
+        print(list_fetchable(args.manifest, args.root))
+        return 0
+    if not args.name:
+        from ..errors import ConfigError
+
+        raise ConfigError("kgrag data fetch: name a dataset (e.g. wikipedia-2018) or pass --list")
+    n = fetch_dataset(args.name, args.root, args.manifest, force=args.force)
+    print(f"{args.name}: {n} file(s) installed under {data_root(args.root)}" if n else
+          f"{args.name}: nothing to fetch, every file is present")
+    return 0
+
+
 def register(subparsers) -> None:
-    p = subparsers.add_parser("data", help="check and describe the datasets under the data root")
+    p = subparsers.add_parser("data", help="check, describe and download the datasets under the data root")
     sub = p.add_subparsers(dest="data_command", required=True)
 
     c = sub.add_parser("check", help="per dataset of the manifest: present / missing / checksum-mismatch")
@@ -62,3 +78,12 @@ def register(subparsers) -> None:
     r.add_argument("--root", default=None, help="data root holding the files")
     r.add_argument("--manifest", default=None, help="manifest file to rewrite")
     r.set_defaults(func=cmd_refresh_manifest)
+
+    f = sub.add_parser("fetch", help="download a dataset of the manifest (resumable; checked against its sha256)")
+    f.add_argument("name", nargs="?", default=None, help="manifest entry, e.g. wikipedia-2018 or wikidata5m")
+    f.add_argument("--list", action="store_true", help="list the entries that have download URLs, with their sizes")
+    f.add_argument("--root", default=None, help="data root to download into (default: $KGRAG_DATA_ROOT, else "
+                                                "../shared/data beside a source checkout)")
+    f.add_argument("--force", action="store_true", help="download again even where the files are present")
+    f.add_argument("--manifest", default=None, help=f"manifest file (default: the shipped {MANIFEST_PATH.name})")
+    f.set_defaults(func=cmd_fetch)

@@ -45,6 +45,8 @@ def check_data(root: str | Path | None = None, manifest: str | Path | None = Non
     for name, entry in doc["datasets"].items():
         required = bool(entry.get("required", True))
         obtain = " ".join(str(entry.get("obtain", "")).split())
+        if any(spec.get("url") for spec in entry.get("files", [])):
+            obtain = f"`kgrag data fetch {name}` (resumable), or by hand: {obtain}"
         for spec in entry.get("files", []):
             fp = base / spec["path"]
             if not fp.is_file():

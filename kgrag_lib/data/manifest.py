@@ -60,6 +60,8 @@ def obtain_hint(dataset: str, manifest: dict[str, Any] | None = None) -> str:
     if not entry:
         return "see kgrag_lib/data/manifests/datasets.yaml and data/README.md of the repository"
     parts = [str(entry.get("obtain", "")).strip()]
+    if any(spec.get("url") for spec in entry.get("files", [])):
+        parts.insert(0, f"Run `kgrag data fetch {dataset}` (resumable), or by hand:")
     if entry.get("source"):
         parts.append(f"Source: {str(entry['source']).strip()}")
     return " ".join(p for p in parts if p)
