@@ -24,6 +24,7 @@ written through the map).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import shutil
@@ -219,6 +220,15 @@ def _is_store_dir(path: Path) -> bool:
         return False
 
 
+def folder_fingerprint(path: Path, header: bytes, files: Sequence[str]) -> str:
+    """sha256 hex over a saved store's header bytes and each listed file's name, size and mtime_ns."""
+    h = hashlib.sha256(b"kgstore-folder\0" + header)
+    for name in sorted(files):
+        st = (path / name).stat()
+        h.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
 class KGStore:
     """Integer-id triples with CSR adjacency both ways, names, aliases, descriptions and provenance.
 
@@ -246,6 +256,7 @@ class KGStore:
         self._descriptions = descriptions
         self._prov = provenance
         self._lock = threading.RLock()
+        self._fingerprint: str | None = None  # identity of the saved folder it was loaded from, until changed
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -366,6 +377,14 @@ class KGStore:
             usage["provenance"] = self._prov.nbytes
         return usage
 
+    @property
+    def fingerprint(self) -> str | None:
+        """sha256 hex of the saved folder this store was loaded from (its header and every listed
+        file's name, size and mtime_ns: no byte of the arrays is read), while unchanged since; None
+        for a store built in memory or changed after loading. Keys caches derived from its content
+        (the seed-description embeddings of KG-Infused RAG) without decoding its strings."""
+        return self._fingerprint
+
     def __repr__(self) -> str:
         return (f"KGStore(entities={self.num_entities:,}, relations={self.num_relations:,}, "
                 f"triples={self.num_triples:,})")
@@ -426,6 +445,15 @@ class KGStore:
         d = self._descriptions
         return d[int(i)] if d is not None and int(i) < len(d) else ""
 
+    def description_lengths(self) -> np.ndarray:
+        """UTF-8 byte length of every entity's description (int64, 0 where it has none), read from
+        the string table's offsets: which of millions of entities have one, without decoding any."""
+        out = np.zeros(self.num_entities, dtype=np.int64)
+        if self._descriptions is not None:
+            lengths = self._descriptions.byte_lengths()[: self.num_entities]
+            out[: lengths.size] = lengths
+        return out
+
     def _entity_key(self, key: int | str) -> int:
         if isinstance(key, str):
             return self.entity_id(key)
@@ -437,6 +465,7 @@ class KGStore:
     def set_descriptions(self, mapping: Mapping[int | str, str]) -> None:
         """Set descriptions by entity id or exact name."""
         with self._lock:
+            self._fingerprint = None
             if self._descriptions is None:
                 self._descriptions = StringTable(searchable=False)
             table = self._descriptions
@@ -448,6 +477,7 @@ class KGStore:
     def set_aliases(self, mapping: Mapping[int | str, Sequence[str]]) -> None:
         """Replace the alias lists of the given entities (by id or exact name)."""
         with self._lock:
+            self._fingerprint = None
             if self._aliases is None:
                 self._aliases = Aliases()
             for key, names in mapping.items():
@@ -675,6 +705,7 @@ class KGStore:
         if not rows:
             return np.empty(0, dtype=np.int64)
         with self._lock:
+            self._fingerprint = None
             ent_cache: dict[str, int] = {}
             rel_cache: dict[str, int] = {}
 
@@ -813,4 +844,5 @@ class KGStore:
         from .store_check import check_arrays
 
         check_arrays(path, store)
+        store._fingerprint = folder_fingerprint(path, header_path.read_bytes(), header.get("files", []))
         return store

@@ -1,11 +1,26 @@
 """On-disk embedding cache: each (model, texts, normalization) is encoded once.
 
-A corpus such as the 133k MetaQA triples takes minutes to embed on a CPU; every later
-process (a sweep, a notebook rerun) memory-maps the stored .npy instead. Files are written
-to `<final>.partial.npy` in blocks and renamed, under a file lock, so concurrent or interrupted
-runs never leave a half-written array under the final name, and a killed run resumes at its
-last finished block. A stored file that fails its check (damaged on disk: truncated,
-overwritten) is named in a warning and recomputed, never used.
+A corpus such as the 133k MetaQA triples takes minutes to embed on a CPU, Wikipedia's 21M
+passages GPU-hours; every later process (a sweep, a notebook rerun) memory-maps the stored .npy
+instead. Files are written to `<final>.partial.npy` in blocks and renamed, under a file lock, so
+concurrent or interrupted runs never leave a half-written array under the final name, and a
+killed run resumes at its last finished block.
+
+Keys: a small list of texts is keyed by a hash over all of them (`texts_digest`); at scale the
+caller passes `key=` (what identifies the texts, e.g. a passage store's fingerprint plus the text
+form) and a lazily iterated text source (anything with `__len__` and `iter_texts(block, start,
+stop)`, see `BlockTexts`), so no text is read unless it must be encoded.
+
+Checks: rows are checked as they are encoded (finite; unit length when normalized) and a crc32
+of every `BLOCK` rows is recorded in the file's `.json` beside it. Opening a stored file checks
+its header, exact size and the crc of the first, last and `SAMPLE_BLOCKS` random blocks
+(`verify="full"`: every block); a file without that record (written before it existed) gets the
+former full scan of every row, then the record. A file that fails is named in a warning and
+recomputed, never used.
+
+Sharding: `embed_cached(..., shard=(i, n))` encodes rows [i*N/n, (i+1)*N/n) into its own
+resumable file; whichever call finds all n shards done merges them into the final file (so n GPUs
+or n Ray workers can each run one shard) and a shard run names the shards still missing.
 """
 
 from __future__ import annotations
@@ -15,20 +30,26 @@ import json
 import logging
 import os
 import re
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 
-from kgrag_lib.errors import CacheDamagedError
+from kgrag_lib.errors import CacheDamagedError, ConfigError
 from kgrag_lib.jsonl import atomic_text
 from kgrag_lib.paths import cache_dir as default_cache_dir
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1024  # texts per encode call: bounds memory and drives the progress bar
-BLOCK = 4096  # rows flushed and recorded together: what a killed run loses at most
-CHECK_BLOCK_BYTES = 64 << 20  # rows checked per numpy call when a stored file is opened
+BLOCK = 4096  # rows flushed, recorded and check-summed together: what a killed run loses at most
+CHECK_BLOCK_BYTES = 64 << 20  # rows scanned per numpy call in a full scan
+SAMPLE_BLOCKS = 16  # random blocks checked on open, besides the first and the last
+VERIFY_SEED: int | None = None  # seed of that sample; None draws a fresh one per open
+VERIFY_MODES = ("sample", "full")
+_SHARD_NAME = re.compile(r"\.shard-(\d{3})of(\d{3})$")
 
 
 class SupportsEncode(Protocol):
@@ -39,32 +60,77 @@ class SupportsEncode(Protocol):
                show_progress: bool = False) -> np.ndarray: ...
 
 
-def texts_digest(texts: Sequence[str]) -> str:
+@runtime_checkable
+class BlockTexts(Protocol):
+    """A text source too large for a list: its length and its texts in blocks of rows."""
+
+    def __len__(self) -> int: ...
+
+    def iter_texts(self, block: int = ..., start: int = 0, stop: int | None = None) -> Iterable[list[str]]: ...
+
+
+Texts = Union[Sequence[str], BlockTexts]
+
+
+def iter_text_blocks(texts: Texts, start: int, stop: int, block: int) -> Iterator[list[str]]:
+    """Texts [start, stop) in lists of at most `block`."""
+    it = getattr(texts, "iter_texts", None)
+    if it is not None:
+        yield from it(block=block, start=start, stop=stop)
+        return
+    for a in range(start, stop, block):
+        yield list(texts[a:min(a + block, stop)])  # type: ignore[index]
+
+
+def texts_digest(texts: Texts) -> str:
     """sha256 over the texts, length-prefixed so that ['ab','c'] and ['a','bc'] differ."""
     h = hashlib.sha256()
-    for t in texts:
-        b = t.encode("utf-8")
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
+    for chunk in iter_text_blocks(texts, 0, len(texts), 1 << 16):
+        for t in chunk:
+            b = t.encode("utf-8")
+            h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
     return h.hexdigest()
 
 
-def cache_key(identity: str, texts: Sequence[str], normalize: bool) -> str:
+def _key_hash(identity: str, normalize: bool, digest: str | None, key: str | None, n: int) -> str:
     h = hashlib.sha256()
     h.update(identity.encode("utf-8"))
     h.update(b"\0norm=1" if normalize else b"\0norm=0")
-    h.update(texts_digest(texts).encode())
+    if key is None:
+        h.update(str(digest).encode())  # the original form: existing cache files keep their names
+    else:
+        h.update(f"\0key={key}\0rows={n}".encode("utf-8"))
     return h.hexdigest()
 
 
-def cache_path(embedder: SupportsEncode, texts: Sequence[str], *, cache_dir: str | os.PathLike | None = None,
-               name: str | None = None, normalize: bool | None = None) -> Path:
-    """Where `embed_cached` stores (or finds) this array."""
+def cache_key(identity: str, texts: Texts, normalize: bool, *, key: str | None = None) -> str:
+    """The file key: embedder identity + normalize + (`key` and the row count, or a hash of all texts)."""
+    return _key_hash(identity, normalize, None if key is not None else texts_digest(texts), key, len(texts))
+
+
+def _label(name: str | None) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name or "emb")[:60]
+
+
+def _path(cache_dir: str | os.PathLike | None, name: str | None, key_hash: str) -> Path:
+    return Path(default_cache_dir(cache_dir)) / "embeddings" / f"{_label(name)}-{key_hash[:32]}.npy"
+
+
+def cache_path(embedder: SupportsEncode, texts: Texts, *, cache_dir: str | os.PathLike | None = None,
+               name: str | None = None, normalize: bool | None = None, key: str | None = None) -> Path:
+    """Where `embed_cached` stores (or finds) this array (same arguments)."""
     norm = _effective_normalize(embedder, normalize)
-    key = cache_key(embedder.identity, texts, norm)
-    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", name or "emb")[:60]
-    folder = Path(default_cache_dir(cache_dir)) / "embeddings"
-    return folder / f"{label}-{key[:32]}.npy"
+    return _path(cache_dir, name, cache_key(embedder.identity, texts, norm, key=key))
+
+
+def shard_path(final: Path, i: int, n: int) -> Path:
+    """The file of shard i of n of the array stored at `final`."""
+    return final.with_name(f"{final.stem}.shard-{i:03d}of{n:03d}.npy")
+
+
+def shard_rows(n_rows: int, i: int, n: int) -> tuple[int, int]:
+    return i * n_rows // n, (i + 1) * n_rows // n
 
 
 def _effective_normalize(embedder: SupportsEncode, normalize: bool | None) -> bool:
@@ -73,13 +139,76 @@ def _effective_normalize(embedder: SupportsEncode, normalize: bool | None) -> bo
     return bool(getattr(embedder, "normalize", True))
 
 
-def _open_checked(path: Path, n: int, dim: int, normalize: bool) -> tuple[np.ndarray | None, str]:
+# ---- block checksums ------------------------------------------------------------------
+class _BlockSums:
+    """crc32 of consecutive `block_rows`-row blocks of a float32 row stream fed in any chunking."""
+
+    def __init__(self, block_rows: int, crcs: list[int] | None = None):
+        self.block_rows = block_rows
+        self.crcs = list(crcs or [])
+        self._crc = self._fill = 0
+
+    def update(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        i = 0
+        while i < len(rows):
+            take = min(self.block_rows - self._fill, len(rows) - i)
+            self._crc = zlib.crc32(rows[i:i + take], self._crc)
+            self._fill += take
+            i += take
+            if self._fill == self.block_rows:
+                self.crcs.append(self._crc)
+                self._crc = self._fill = 0
+
+    def finish(self) -> list[int]:
+        if self._fill:
+            self.crcs.append(self._crc)
+            self._crc = self._fill = 0
+        return self.crcs
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _read_blocks(path: Path, n: int, dim: int) -> tuple[int, list[int]] | None:
+    """(rows per block, crc32 per block) recorded beside `path` for an (n, dim) array, else None."""
+    try:
+        meta = json.loads(_meta_path(path).read_text(encoding="utf-8"))
+        rec = meta["blocks"]
+        rows, crcs = int(rec["block_rows"]), [int(c) for c in rec["crc32"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if (meta.get("n"), meta.get("dim")) != (n, dim) or rows <= 0 or len(crcs) != -(-n // rows):
+        return None
+    return rows, crcs
+
+
+def _sample_blocks(count: int) -> list[int]:
+    """The first, the last and `SAMPLE_BLOCKS` random blocks (all of them when few)."""
+    if count <= SAMPLE_BLOCKS + 2:
+        return list(range(count))
+    rng = np.random.default_rng(VERIFY_SEED)
+    middle = rng.choice(np.arange(1, count - 1), size=SAMPLE_BLOCKS, replace=False).tolist()
+    return sorted({0, count - 1, *middle})
+
+
+def _blocks_problem(arr: np.ndarray, block_rows: int, crcs: list[int], which: Iterable[int]) -> str:
+    for b in which:
+        a = b * block_rows
+        got = zlib.crc32(np.ascontiguousarray(arr[a:a + block_rows]))
+        if got != crcs[b]:
+            return f"block {b} (rows {a}-{min(a + block_rows, arr.shape[0]) - 1}) fails its crc32 check"
+    return ""
+
+
+def _open_checked(path: Path, n: int, dim: int, normalize: bool,
+                  verify: str = "sample") -> tuple[np.ndarray | None, str]:
     """(the memory-mapped array, "") if `path` holds the (n, dim) float32 array expected, else
-    (None, what is wrong). Checks the header, the exact file size and every row (finite; unit
-    length or zero when normalized), in blocks of `CHECK_BLOCK_BYTES` over the memory map: a NaN
-    in any row would otherwise poison every score computed with it (64 sampled rows missed it),
-    and the scan runs at memory speed: 50 ms for the 205 MB of 133k MetaQA triples x 384 dims,
-    next to minutes of encoding. Zeroed rows are not caught (an embedder may return a zero vector)."""
+    (None, what is wrong). Checks the header and the exact file size, then the recorded block
+    crcs (a sample, or all with `verify="full"`); a file without that record gets a scan of every
+    row (finite; unit length or zero when normalized: a NaN in any row would poison every score
+    computed with it) and the record is added, so the next open samples."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -89,14 +218,38 @@ def _open_checked(path: Path, n: int, dim: int, normalize: bool) -> tuple[np.nda
     size, want = path.stat().st_size, arr.offset + arr.nbytes
     if size != want:
         return None, f"{size} bytes, expected {want}"
-    problem = _rows_problem(arr, n, normalize)
+    rec = _read_blocks(path, n, dim)
+    if rec is not None:
+        block_rows, crcs = rec
+        which = range(len(crcs)) if verify == "full" else _sample_blocks(len(crcs))
+        problem = _blocks_problem(arr, block_rows, crcs, which)
+        return (None, problem) if problem else (arr, "")
+    sums = _BlockSums(BLOCK)
+    problem = _rows_problem(arr, n, normalize, sums)
     if problem:
         return None, problem
+    _add_block_record(path, n, dim, sums.finish())
     return arr, ""
 
 
-def _rows_problem(arr: np.ndarray, stop: int, normalize: bool) -> str:
-    """What is wrong with rows [0, stop) of `arr` ("" if nothing), read `CHECK_BLOCK_BYTES` at a time."""
+def _add_block_record(path: Path, n: int, dim: int, crcs: list[int]) -> None:
+    """Record the crcs of a file that had none (written before records existed): best effort."""
+    try:
+        meta = json.loads(_meta_path(path).read_text(encoding="utf-8"))
+        if not isinstance(meta, dict):
+            meta = {}
+    except (OSError, ValueError):
+        meta = {}
+    meta.update({"n": n, "dim": dim, "blocks": {"block_rows": BLOCK, "crc32": crcs}})
+    try:
+        atomic_text(_meta_path(path), json.dumps(meta, indent=1))
+    except OSError:  # a read-only cache: the next open scans again
+        pass
+
+
+def _rows_problem(arr: np.ndarray, stop: int, normalize: bool, sums: _BlockSums | None = None) -> str:
+    """What is wrong with rows [0, stop) of `arr` ("" if nothing), read `CHECK_BLOCK_BYTES` at a
+    time; `sums` is fed the rows on the way (one read for both)."""
     step = max(1, CHECK_BLOCK_BYTES // max(4 * arr.shape[1], 1))
     for start in range(0, stop, step):
         rows = np.asarray(arr[start:min(start + step, stop)])
@@ -106,55 +259,232 @@ def _rows_problem(arr: np.ndarray, stop: int, normalize: bool) -> str:
         norms = np.linalg.norm(rows, axis=1)
         if normalize and not np.all((np.abs(norms - 1) < 1e-3) | (norms < 1e-6)):
             return "rows that should be unit vectors are not"
+        if sums is not None:
+            sums.update(rows)
     return ""
+
+
+# ---- the public entry points ----------------------------------------------------------------
+@dataclass(frozen=True)
+class ShardResult:
+    """What one shard run did: its file and rows, the shards still missing, and the final file
+    if this run found every shard done and merged them (None otherwise)."""
+
+    path: Path
+    rows: tuple[int, int]
+    missing: list[int]
+    merged: Path | None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One embedding request, resolved: what every step below needs."""
+
+    embedder: SupportsEncode
+    texts: Texts
+    n: int
+    normalize: bool
+    final: Path
+    meta: dict[str, Any]
+    batch_size: int
+    show_progress: bool
+    verify: str
+
+    @property
+    def dim(self) -> int:
+        return self.embedder.dim
+
+
+def _job(embedder: SupportsEncode, texts: Any, cache_dir: Any, name: str | None, show_progress: bool,
+         normalize: bool | None, batch_size: int, key: str | None, verify: str) -> _Job:
+    if isinstance(texts, str):
+        raise TypeError("embed_cached() takes a sequence of texts or a block text source, not a single string")
+    if verify not in VERIFY_MODES:
+        raise ConfigError(f"verify={verify!r}: expected one of {', '.join(VERIFY_MODES)}")
+    if key is None and not isinstance(texts, BlockTexts):
+        texts = list(texts)
+    norm = _effective_normalize(embedder, normalize)
+    n = len(texts)
+    digest = texts_digest(texts) if key is None else None
+    final = _path(cache_dir, name, _key_hash(embedder.identity, norm, digest, key, n))
+    meta: dict[str, Any] = {"identity": embedder.identity, "n": n, "dim": embedder.dim, "normalize": norm,
+                            "name": name, **({"texts_sha256": digest} if key is None else {"key": key})}
+    return _Job(embedder, texts, n, norm, final, meta, batch_size, show_progress, verify)
 
 
 def embed_cached(
     embedder: SupportsEncode,
-    texts: Sequence[str],
+    texts: Texts,
     *,
     cache_dir: str | os.PathLike | None = None,
     name: str | None = None,
     show_progress: bool = True,
     normalize: bool | None = None,
     batch_size: int = 64,
+    key: str | None = None,
+    shard: tuple[int, int] | None = None,
+    verify: str = "sample",
 ) -> np.ndarray:
     """Embeddings of `texts`, computed at most once per (model identity, texts, normalize).
 
     Returns a read-only memory-mapped float32 (n, dim) array. `name` only labels the file.
-    `normalize=None` takes the embedder's default. A damaged stored file is recomputed (with a
-    warning naming it); CacheDamagedError if the fresh file fails the same check.
-    """
-    from filelock import FileLock
+    `normalize=None` takes the embedder's default. `texts` is a list, or with `key=` (a string
+    that identifies the texts) any Sequence or `BlockTexts` source, read only while encoding.
+    `verify`: "sample" or "full" check of a stored file (module doc). A damaged stored file is
+    recomputed (with a warning naming it); CacheDamagedError if the fresh file fails the check.
 
-    texts = list(texts)
-    if not texts:
+    `shard=(i, n)` encodes only shard i of n (`embed_shard`) and returns the whole array if that
+    completed the set (merged here), else the shard's own rows (the log names the missing shards).
+    """
+    job = _job(embedder, texts, cache_dir, name, show_progress, normalize, batch_size, key, verify)
+    if job.n == 0:
         return np.zeros((0, embedder.dim), dtype=np.float32)
-    norm = _effective_normalize(embedder, normalize)
-    path = cache_path(embedder, texts, cache_dir=cache_dir, name=name, normalize=norm)
-    shape = (len(texts), embedder.dim, norm)
-    if path.exists():
-        hit, problem = _open_checked(path, *shape)
+    if shard is not None:
+        res = _embed_shard(job, shard)
+        return _final_array(job) if res.merged else np.load(res.path, mmap_mode="r", allow_pickle=False)
+    if job.final.exists():
+        hit, problem = _open_checked(job.final, job.n, job.dim, job.normalize, verify)
         if hit is not None:
             return hit
-        log.warning("embedding cache file %s is damaged (%s); recomputing it", path, problem)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        hit = _open_checked(path, *shape)[0] if path.exists() else None
-        if hit is not None:  # another process wrote it meanwhile
-            return hit
-        _encode_to(path, embedder, texts, norm, batch_size, show_progress)
-        meta = {"identity": embedder.identity, "n": len(texts), "dim": embedder.dim,
-                "normalize": norm, "texts_sha256": texts_digest(texts), "name": name}
-        atomic_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
-    arr, problem = _open_checked(path, *shape)
+        log.warning("embedding cache file %s is damaged (%s); recomputing it", job.final, problem)
+    _build_final(job)
+    return _final_array(job)
+
+
+def embed_shard(embedder: SupportsEncode, texts: Texts, shard: tuple[int, int], *,
+                cache_dir: str | os.PathLike | None = None, name: str | None = None, show_progress: bool = True,
+                normalize: bool | None = None, batch_size: int = 64, key: str | None = None,
+                verify: str = "sample") -> ShardResult:
+    """Encode shard `shard=(i, n)` of the array `embed_cached` (same arguments) would store: rows
+    [i*N//n, (i+1)*N//n) into its own resumable file; when every shard is done, merge them."""
+    job = _job(embedder, texts, cache_dir, name, show_progress, normalize, batch_size, key, verify)
+    return _embed_shard(job, shard)
+
+
+def _final_array(job: _Job) -> np.ndarray:
+    arr, problem = _open_checked(job.final, job.n, job.dim, job.normalize)
     if arr is None:
-        raise CacheDamagedError(f"embedding cache file {path} fails its check right after being written "
-                                f"({problem}): does {embedder.identity} return {embedder.dim}-dim vectors"
-                                f"{', unit length' if norm else ''}? Delete the file after fixing the embedder")
+        e = job.embedder
+        raise CacheDamagedError(f"embedding cache file {job.final} fails its check right after being written "
+                                f"({problem}): does {e.identity} return {e.dim}-dim vectors"
+                                f"{', unit length' if job.normalize else ''}? "
+                                "Delete the file after fixing the embedder")
     return arr
 
 
+def _build_final(job: _Job) -> None:
+    """Encode (or merge a complete set of shards into) the final file, under its lock."""
+    from filelock import FileLock
+
+    job.final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(job.final) + ".lock"):
+        if job.final.exists() and _open_checked(job.final, job.n, job.dim, job.normalize, job.verify)[0] is not None:
+            return  # another process wrote it meanwhile
+        shards = _complete_shard_set(job)
+        if shards:
+            _merge_shards(job, shards)
+        else:
+            crcs = _encode_range(job, job.final, 0, job.n, "")
+            _write_meta(job.final, job.meta, crcs)
+
+
+def _write_meta(path: Path, meta: dict[str, Any], crcs: list[int]) -> None:
+    atomic_text(_meta_path(path), json.dumps({**meta, "blocks": {"block_rows": BLOCK, "crc32": crcs}}, indent=1))
+
+
+# ---- shards ----------------------------------------------------------------------------------
+def _shard_done(job: _Job, i: int, n: int) -> bool:
+    """A shard counts as done once its file and its record (written after it) are there."""
+    a, b = shard_rows(job.n, i, n)
+    p = shard_path(job.final, i, n)
+    return p.exists() and _read_blocks(p, b - a, job.dim) is not None
+
+
+def _complete_shard_set(job: _Job) -> int:
+    """The shard count n of a complete set of shard files of `job.final` (0 if none)."""
+    counts = set()
+    for p in job.final.parent.glob(f"{job.final.stem}.shard-*of*.npy"):
+        m = _SHARD_NAME.search(p.stem)
+        if m:
+            counts.add(int(m.group(2)))
+    for n in sorted(counts):
+        if n >= 1 and all(_shard_done(job, i, n) for i in range(n)):
+            return n
+    return 0
+
+
+def _embed_shard(job: _Job, shard: tuple[int, int]) -> ShardResult:
+    from filelock import FileLock
+
+    try:
+        i, n = (int(x) for x in shard)
+    except (TypeError, ValueError):
+        raise ConfigError(f"shard={shard!r}: expected (i, n) with 0 <= i < n") from None
+    if not 0 <= i < n or n > 999:
+        raise ConfigError(f"shard={shard!r}: expected (i, n) with 0 <= i < n <= 999")
+    a, b = shard_rows(job.n, i, n)
+    path = shard_path(job.final, i, n)
+    if job.final.exists() and _open_checked(job.final, job.n, job.dim, job.normalize, job.verify)[0] is not None:
+        return ShardResult(path, (a, b), [], job.final)  # merged already
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not (path.exists() and _open_checked(path, b - a, job.dim, job.normalize, job.verify)[0] is not None):
+            crcs = _encode_range(job, path, a, b, f" shard {i}/{n}")
+            _write_meta(path, {**job.meta, "n": b - a, "shard": [i, n], "rows": [a, b], "total_rows": job.n}, crcs)
+    missing = [j for j in range(n) if not _shard_done(job, j, n)]
+    if missing:
+        log.info("embedding shard %d/%d of %s done (rows %d-%d); shards %s of %d still missing: run them, and the "
+                 "last one to finish merges", i, n, job.final.name, a, b - 1, ", ".join(map(str, missing)), n)
+        return ShardResult(path, (a, b), missing, None)
+    _build_final(job)
+    return ShardResult(path, (a, b), [], job.final)
+
+
+def _merge_shards(job: _Job, n: int) -> None:
+    """Assemble the final file from its n shard files (each checked in full against its record
+    on the way), then remove them. The caller holds the final file's lock."""
+    part, progress = _partial_files(job.final)
+    progress.unlink(missing_ok=True)  # a resume record of an unsharded run does not describe this file
+    out = _allocate(part, job.n, job.dim, resume=False)
+    sums = _BlockSums(BLOCK)
+    for i in range(n):
+        a, b = shard_rows(job.n, i, n)
+        path = shard_path(job.final, i, n)
+        rec = _read_blocks(path, b - a, job.dim)
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            arr, rec = None, None
+            log.debug("shard %s unreadable: %s", path, exc)
+        if rec is None or arr is None or arr.dtype != np.float32 or arr.shape != (b - a, job.dim):
+            _drop(path)
+            raise CacheDamagedError(f"embedding shard file {path} is not the float32 ({b - a}, {job.dim}) array "
+                                    f"its record describes; it was deleted: run shard {i}/{n} again")
+        check = _BlockSums(rec[0])
+        for r in range(0, b - a, BLOCK):
+            rows = np.asarray(arr[r:r + BLOCK])
+            check.update(rows)
+            out[a + r:a + r + len(rows)] = rows
+            sums.update(rows)
+        if check.finish() != rec[1]:
+            del arr
+            _drop(path)
+            raise CacheDamagedError(f"embedding shard file {path} fails its crc32 check; it was deleted: "
+                                    f"run shard {i}/{n} again")
+        del arr
+    _install(out, part, job.final)
+    _write_meta(job.final, {**job.meta, "merged_shards": n}, sums.finish())
+    for i in range(n):
+        _drop(shard_path(job.final, i, n))
+    log.info("merged %d embedding shards into %s", n, job.final)
+
+
+def _drop(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _meta_path(path).unlink(missing_ok=True)
+
+
+# ---- encoding --------------------------------------------------------------------------------
 def _partial_files(path: Path) -> tuple[Path, Path]:
     """The resumable partial array and its progress record, named after the final file's key."""
     return path.with_suffix(".partial.npy"), path.with_suffix(".partial.json")
@@ -168,73 +498,140 @@ def _reserve(part: Path) -> None:
         return
     fd = os.open(part, os.O_RDWR)
     try:
-        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size
+        if size:
+            os.posix_fallocate(fd, 0, size)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror or str(exc), str(part)) from None
     finally:
         os.close(fd)
 
 
-def _resume_point(part: Path, progress: Path, n: int, dim: int, normalize: bool) -> int:
-    """Rows of `part` already encoded by an interrupted run (0 if none can be trusted). Rows are
-    recorded only after they are flushed to disk, so a block cut short is simply encoded again."""
+def _allocate(part: Path, rows: int, dim: int, resume: bool) -> np.ndarray:
+    """The partial array, opened for resuming or created with its space reserved."""
+    try:
+        out = np.lib.format.open_memmap(part, mode="r+") if resume else \
+            np.lib.format.open_memmap(part, mode="w+", dtype=np.float32, shape=(rows, dim))
+        _reserve(part)
+    except OSError as exc:
+        if not resume:
+            part.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), exc.filename or str(part)) from None
+    return out
+
+
+def _install(out: np.ndarray, part: Path, target: Path) -> None:
+    """Flush and fsync the finished partial array and rename it to `target`; its old record goes
+    first, so a crash in between leaves a file without record (fully scanned), never a stale one."""
+    if isinstance(out, np.memmap):
+        out.flush()
+    del out
+    with open(part, "rb+") as f:
+        os.fsync(f.fileno())
+    _meta_path(target).unlink(missing_ok=True)
+    os.replace(part, target)
+    _partial_files(target)[1].unlink(missing_ok=True)
+
+
+def _resume_point(part: Path, progress: Path, rows: int, dim: int, normalize: bool,
+                  start: int = 0) -> tuple[int, list[int]]:
+    """Rows of `part` already encoded by an interrupted run and their block crcs ((0, []) if none
+    can be trusted). Rows are recorded only after they are flushed to disk, so a block cut short
+    is simply encoded again. A record with crcs is checked on its last block and a sample; an
+    older one (no crcs) by a scan of its rows, which also computes them."""
     try:
         rec = json.loads(progress.read_text())
         done = int(rec["rows"])
         arr = np.load(part, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, KeyError, TypeError):
-        return 0
-    if (rec.get("n"), rec.get("dim")) != (n, dim) or arr.dtype != np.float32 or arr.shape != (n, dim) \
-            or not 0 < done <= n or part.stat().st_size != arr.offset + arr.nbytes:
-        return 0
-    problem = _rows_problem(arr, done, normalize)
+        return 0, []
+    if (rec.get("n"), rec.get("dim"), rec.get("start", 0)) != (rows, dim, start) or arr.dtype != np.float32 \
+            or arr.shape != (rows, dim) or not 0 < done <= rows or part.stat().st_size != arr.offset + arr.nbytes:
+        return 0, []
+    crcs = rec.get("crc32")
+    if rec.get("block_rows") == BLOCK and isinstance(crcs, list) and len(crcs) == -(-done // BLOCK) \
+            and (done % BLOCK == 0 or done == rows):
+        problem = _blocks_problem(arr, BLOCK, crcs, sorted({len(crcs) - 1, *_sample_blocks(len(crcs))}))
+    else:  # written before crcs were recorded, or with another block size: whole blocks only
+        done = done if done == rows else done - done % BLOCK
+        sums = _BlockSums(BLOCK)
+        problem = _rows_problem(arr, done, normalize, sums) if done else "no whole block"
+        crcs = sums.finish() if done == rows else sums.crcs
     if problem:
         log.warning("partial embedding file %s is damaged (%s); starting it again", part, problem)
-        return 0
-    return done
+        return 0, []
+    return done, [int(c) for c in crcs]
 
 
-def _encode_to(path: Path, embedder: SupportsEncode, texts: list[str], normalize: bool,
-               batch_size: int, show_progress: bool) -> None:
-    """Encode into `<final>.partial.npy` (space reserved up front) in blocks of `BLOCK` rows,
-    recording after each block how many rows are on disk, then rename it into place. A killed
-    run (the 133k MetaQA triples take minutes) resumes at its last finished block. The caller
-    holds the file lock, so one process at a time touches the partial files."""
-    n, dim = len(texts), embedder.dim
-    part, progress = _partial_files(path)
-    done = _resume_point(part, progress, n, dim, normalize)
+def _encode_range(job: _Job, target: Path, start: int, stop: int, what: str) -> list[int]:
+    """Encode texts [start, stop) into `target` through `<target>.partial.npy` (space reserved up
+    front) in blocks of `BLOCK` rows, recording after each block how many rows are on disk and
+    their crcs, then rename it into place; return the crcs. A killed run resumes at its last
+    finished block. Rows are checked as they arrive (finite; unit length when normalized): an
+    embedder that breaks its promise stops the run before anything is stored under `target`.
+    The caller holds the file lock, so one process at a time touches the partial files."""
+    rows, dim = stop - start, job.dim
+    part, progress = _partial_files(target)
+    if rows == 0:
+        np.save(part, np.zeros((0, dim), dtype=np.float32))
+        _install(np.zeros(0), part, target)
+        return []
+    done, crcs = _resume_point(part, progress, rows, dim, job.normalize, start)
     if done:
-        log.info("resuming embedding of %s at row %d of %d", path.name, done, n)
+        log.info("resuming embedding of %s at row %d of %d", target.name, done, rows)
     else:
         progress.unlink(missing_ok=True)
-    try:
-        out = np.lib.format.open_memmap(part, mode="r+") if done else \
-            np.lib.format.open_memmap(part, mode="w+", dtype=np.float32, shape=(n, dim))
-        _reserve(part)
-    except OSError as exc:
-        if not done:
-            part.unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror or str(exc), exc.filename or str(part)) from None
+    out = _allocate(part, rows, dim, resume=bool(done))
+    sums = _BlockSums(BLOCK, crcs)
     bar = None
-    if show_progress and n - done > CHUNK:
+    if job.show_progress and rows - done > CHUNK:
         from ..progress import progress as progress_bar
 
-        bar = progress_bar(total=n, initial=done, desc=f"embedding {path.stem.rsplit('-', 1)[0]}", unit="text")
-    for block in range(done, n, BLOCK):
-        for start in range(block, min(block + BLOCK, n), CHUNK):
-            chunk = texts[start:min(start + CHUNK, block + BLOCK, n)]
-            vecs = embedder.encode(chunk, batch_size=batch_size, normalize=normalize, show_progress=False)
-            if vecs.shape != (len(chunk), dim):
-                raise ValueError(f"embedder returned shape {vecs.shape} for {len(chunk)} texts; expected ({len(chunk)}, {dim})")
-            out[start:start + len(chunk)] = vecs
-            if bar is not None:
-                bar.update(len(chunk))
-        out.flush()  # msync: the rows are on disk before the record says so
-        atomic_text(progress, json.dumps({"rows": min(block + BLOCK, n), "n": n, "dim": dim}))
-    if bar is not None:
-        bar.close()
-    del out
-    with open(part, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(part, path)
-    progress.unlink(missing_ok=True)
+        label = target.stem.split(".shard-")[0].rsplit("-", 1)[0]
+        bar = progress_bar(total=rows, initial=done, desc=f"embedding {label}{what}", unit="text", unit_scale=True)
+    try:
+        for block in range(done, rows, BLOCK):
+            end = min(block + BLOCK, rows)
+            pos = block
+            for chunk in iter_text_blocks(job.texts, start + block, start + end, CHUNK):
+                vecs = _encode_chunk(job, chunk, target, done_before=block)
+                if pos + len(vecs) > end:
+                    raise ValueError(f"the text source yielded more than the {end - block} texts asked for")
+                out[pos:pos + len(vecs)] = vecs
+                sums.update(vecs)
+                pos += len(vecs)
+                if bar is not None:
+                    bar.update(len(vecs))
+            if pos != end:
+                raise ValueError(f"the text source yielded {pos - block} texts for rows {start + block}-"
+                                 f"{start + end - 1}; expected {end - block} (does its len() match its texts?)")
+            if end == rows:
+                sums.finish()
+            out.flush()  # msync: the rows are on disk before the record says so
+            atomic_text(progress, json.dumps({"rows": end, "n": rows, "dim": dim, "start": start,
+                                              "block_rows": BLOCK, "crc32": sums.crcs}))
+    finally:
+        if bar is not None:
+            bar.close()
+    _install(out, part, target)
+    return sums.crcs
+
+
+def _encode_chunk(job: _Job, chunk: list[str], target: Path, done_before: int) -> np.ndarray:
+    """One encode call, its shape and rows checked."""
+    e, dim = job.embedder, job.dim
+    vecs = e.encode(chunk, batch_size=job.batch_size, normalize=job.normalize, show_progress=False)
+    vecs = np.asarray(vecs)
+    if vecs.shape != (len(chunk), dim):
+        raise ValueError(f"embedder returned shape {vecs.shape} for {len(chunk)} texts; expected ({len(chunk)}, {dim})")
+    vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+    problem = _rows_problem(vecs, len(vecs), job.normalize)
+    if problem:
+        if not done_before:  # nothing worth resuming
+            for p in _partial_files(target):
+                p.unlink(missing_ok=True)
+        raise CacheDamagedError(f"embedding cache file {target} fails its check right after being written "
+                                f"({problem}): does {e.identity} return {dim}-dim vectors"
+                                f"{', unit length' if job.normalize else ''}? Nothing was stored under that "
+                                f"name; fix the embedder and run again")
+    return vecs

@@ -1,0 +1,267 @@
+"""Build a faiss index once, keep it on disk, memory-map it in every later process.
+
+k-means and adding 21M passage vectors take long; before this each process repeated them.
+`cached_index` builds the index for (vectors key, factory, metric, training seed and size,
+faiss version) under a file lock, writes it atomically to `<cache>/indexes/<label>-<hash>.faiss`
+with `<label>-<hash>.meta.json` beside it (build time, sizes, parameters, recall@k against exact
+search measured at build time), and later loads it memory-mapped, logging one line
+"loaded saved index <path> (...) in <s> s". A saved file that does not match its meta (another
+key, a truncated or overwritten file) is rebuilt with a warning, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from kgrag_lib.errors import ConfigError
+from kgrag_lib.jsonl import atomic_text
+from kgrag_lib.paths import cache_dir as default_cache_dir
+from kgrag_lib.retrieval.gpu_placement import Placement, resolve_placement
+from kgrag_lib.retrieval.index import (ADD_BLOCK, KINDS, METRICS, DenseIndex, check_search_params,
+                                       default_train_size, expand_factory, factory_nlist, new_factory_index,
+                                       require_gpu_if_asked)
+from kgrag_lib.retrieval.index_recall import exact_search, recall_at_k
+
+_log = logging.getLogger(__name__)
+
+FORMAT = 1               # bump when the file layout or the key's meaning changes
+RECALL_QUERIES = 1000
+RECALL_K = 10
+EDGE_BYTES = 1 << 20     # the file's first and last MiB are hashed: catches truncation and overwrites cheaply
+
+
+def index_key(vectors_key: str, factory: str, metric: str, n: int, d: int, seed: int, train_size: int) -> dict[str, Any]:
+    """What a saved index was built from; a different value anywhere means another file."""
+    import faiss
+
+    return {"format": FORMAT, "vectors_key": vectors_key, "factory": factory, "metric": metric, "n": int(n),
+            "d": int(d), "seed": int(seed), "train_size": int(train_size), "faiss": faiss.__version__}
+
+
+def index_paths(cache_dir: str | os.PathLike | None, label: str, key: Mapping[str, Any]) -> tuple[Path, Path]:
+    """(index file, meta file) under `<cache>/indexes/`."""
+    digest = hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode()).hexdigest()[:24]
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:60] or "index"
+    folder = Path(default_cache_dir(cache_dir)) / "indexes"
+    return folder / f"{safe}-{digest}.faiss", folder / f"{safe}-{digest}.meta.json"
+
+
+def _edge_digest(path: Path) -> str:
+    size = path.stat().st_size
+    h = hashlib.sha256(size.to_bytes(8, "little"))
+    with open(path, "rb") as fh:
+        h.update(fh.read(EDGE_BYTES))
+        if size > EDGE_BYTES:
+            fh.seek(max(EDGE_BYTES, size - EDGE_BYTES))
+            h.update(fh.read(EDGE_BYTES))
+    return h.hexdigest()
+
+
+def _saved_problem(path: Path, meta_path: Path, key: Mapping[str, Any]) -> tuple[dict | None, str]:
+    """(meta, "") when the saved index matches `key` and its recorded size and edge digest."""
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, "its meta file is missing (an interrupted build?)"
+    except (OSError, ValueError) as exc:
+        return None, f"its meta file is unreadable ({exc})"
+    if not isinstance(meta, dict) or meta.get("key") != dict(key):
+        got = meta.get("key") if isinstance(meta, dict) else meta
+        return None, f"it was built for another key ({got!r}, expected {dict(key)!r})"
+    size = path.stat().st_size
+    if size != meta.get("bytes"):
+        return None, f"{size} bytes on disk, {meta.get('bytes')} when written (truncated or overwritten)"
+    if _edge_digest(path) != meta.get("edge_sha256"):
+        return None, "its contents differ from those written (overwritten)"
+    return meta, ""
+
+
+def _queries(vectors: Any, recall_queries: Any, seed: int) -> tuple[np.ndarray | None, str]:
+    """The recall query sample: given rows, or `recall_queries` rows drawn from the vectors."""
+    if recall_queries is None or (isinstance(recall_queries, (int, np.integer)) and not isinstance(recall_queries, bool)):
+        m = RECALL_QUERIES if recall_queries is None else int(recall_queries)
+        if m <= 0:
+            return None, "none"
+        n = int(vectors.shape[0])
+        rows = np.sort(np.random.default_rng(seed + 1).choice(n, min(m, n), replace=False))
+        return np.ascontiguousarray(vectors[rows], dtype=np.float32), "rows of the indexed vectors (self-matches included)"
+    q = np.ascontiguousarray(np.asarray(recall_queries, dtype=np.float32))
+    if q.ndim != 2 or q.shape[1] != vectors.shape[1]:
+        raise ConfigError(f"recall_queries must be a number of sampled rows or a (nq, {vectors.shape[1]}) "
+                          f"query matrix; got shape {q.shape}")
+    return q, "given queries"
+
+
+def cached_index(
+    vectors: Any,
+    key: str,
+    factory: str,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    metric: str = "ip",
+    label: str | None = None,
+    seed: int = 0,
+    train_size: int | None = None,
+    search_params: Mapping[str, int] | None = None,
+    placement: "str | Placement | Mapping[str, Any] | None" = None,
+    mmap: bool = True,
+    recall_queries: "int | np.ndarray | None" = RECALL_QUERIES,
+    recall_k: int = RECALL_K,
+    add_block: int = ADD_BLOCK,
+    train_on_gpu: bool | None = None,
+    log: logging.Logger | None = None,
+) -> DenseIndex:
+    """The index `factory` over `vectors` (n, d; an np.memmap is read in blocks), built at most once.
+
+    `key` fingerprints the vectors (e.g. the embedding cache file's name, which hashes model and
+    texts): the caller vouches that the same key means the same rows. `factory` is a faiss
+    index_factory string ("IVF65536,PQ64"; "{nlist}" becomes ~4*sqrt(n)) or "flat"/"ivf"/"hnsw".
+    `search_params` and `placement` apply at every load and are not part of the key; `seed`
+    and `train_size` are. At build time recall@`recall_k` against exact search is measured on
+    `recall_queries` (a number of rows sampled from `vectors`, or a query matrix; 0 skips it) and
+    stored in the meta file. `label` names the file (default: the factory).
+    """
+    log = log or _log
+    if metric not in METRICS:
+        raise ConfigError(f"index metric must be one of {METRICS}; got {metric!r}")
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"key must be a non-empty string fingerprinting the vectors; got {key!r}")
+    if not hasattr(vectors, "shape"):
+        vectors = np.asarray(vectors, dtype=np.float32)
+    if len(vectors.shape) != 2 or vectors.shape[0] == 0:
+        raise ValueError(f"vectors must be a non-empty (n, d) array; got shape {vectors.shape}")
+    n, d = int(vectors.shape[0]), int(vectors.shape[1])
+    expanded = expand_factory(factory, n)
+    nlist = factory_nlist(expanded)
+    if train_size is not None and (isinstance(train_size, bool) or not isinstance(train_size, (int, np.integer))
+                                   or train_size < 1):
+        raise ConfigError(f"train_size must be a number of rows >= 1 (default max(64*nlist, 100000)); got {train_size!r}")
+    eff_train = default_train_size(n, nlist) if train_size is None else min(int(train_size), n)
+    if expanded not in KINDS:  # a bad factory string or search parameter fails now, not after the lock
+        check_search_params(new_factory_index(d, expanded, metric), search_params)
+    require_gpu_if_asked(resolve_placement(placement), expanded, d, metric)
+    ikey = index_key(key, expanded, metric, n, d, seed, eff_train)
+    path, meta_path = index_paths(cache_dir, label or expanded, ikey)
+
+    loaded = _load_checked(path, meta_path, ikey, mmap, search_params, log)
+    if loaded is not None:
+        return loaded.place(placement)
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        loaded = _load_checked(path, meta_path, ikey, mmap, search_params, log, quiet=True)
+        if loaded is not None:  # another process built it meanwhile
+            return loaded.place(placement)
+        for stale in path.parent.glob(f".{path.name}.tmp*"):
+            stale.unlink(missing_ok=True)
+        meta_path.unlink(missing_ok=True)  # no meta beside a file being replaced
+        _build_and_save(vectors, expanded, metric, ikey, path, meta_path, seed=seed, train_size=train_size,
+                        search_params=search_params, add_block=add_block, train_on_gpu=train_on_gpu,
+                        recall_queries=recall_queries, recall_k=recall_k, log=log)
+    t = time.perf_counter()
+    index = DenseIndex.load(path, mmap=mmap, placement="cpu")
+    index.kind = expanded
+    log.info("loaded the new index %s memory-mapped in %.2f s", path, time.perf_counter() - t)
+    return index.place(placement)
+
+
+def _load_checked(path: Path, meta_path: Path, key: Mapping[str, Any], mmap: bool,
+                  search_params: Mapping[str, int] | None, log: logging.Logger, quiet: bool = False) -> DenseIndex | None:
+    if not path.exists():
+        return None
+    t = time.perf_counter()
+    meta, problem = _saved_problem(path, meta_path, key)
+    index = None
+    if meta is not None:
+        try:
+            index = DenseIndex.load(path, mmap=mmap, placement="cpu", search_params=search_params)
+        except RuntimeError as exc:  # faiss could not parse it
+            problem = f"faiss cannot read it ({str(exc).strip().splitlines()[-1][:200]})"
+        if index is not None and (len(index), index.dim) != (key["n"], key["d"]):
+            problem, index = f"it holds {len(index)} x {index.dim} vectors, expected {key['n']} x {key['d']}", None
+    if index is None:
+        if not quiet:
+            log.warning("saved index %s is stale or damaged: %s; rebuilding it", path, problem)
+        return None
+    index.kind = key["factory"]
+    log.info("loaded saved index %s (%d vectors, %s) in %.2f s", path, len(index), key["factory"],
+             time.perf_counter() - t)
+    return index
+
+
+def _build_and_save(vectors: Any, factory: str, metric: str, key: Mapping[str, Any], path: Path, meta_path: Path,
+                    *, seed: int, train_size: int | None, search_params: Mapping[str, int] | None, add_block: int,
+                    train_on_gpu: bool | None, recall_queries: Any, recall_k: int, log: logging.Logger) -> None:
+    import faiss
+
+    log.info("building index %s over %d x %d vectors (%s); once, then memory-mapped from %s",
+             factory, key["n"], key["d"], metric, path)
+    t = time.perf_counter()
+    built = DenseIndex.build(vectors, kind=factory, metric=metric, seed=seed, train_size=train_size,
+                             search_params=search_params, add_block=add_block, placement="cpu",
+                             train_on_gpu=train_on_gpu)
+    build_s = time.perf_counter() - t
+    built.save(path)
+    recall = None
+    queries, source = _queries(vectors, recall_queries, seed)
+    if queries is not None:
+        t = time.perf_counter()
+        exact = exact_search(vectors, queries, recall_k, metric)[1]
+        recall = {"k": int(min(recall_k, key["n"])), "queries": int(len(queries)), "source": source,
+                  "value": round(recall_at_k(built, exact, queries, recall_k), 4),
+                  "seconds": round(time.perf_counter() - t, 2)}
+    meta = {"key": dict(key), "build_seconds": round(build_s, 2), "n": key["n"], "d": key["d"], "factory": factory,
+            "metric": metric, "params": {"search": dict(built.params), "train_size": key["train_size"],
+                                         "seed": seed, "add_block": add_block},
+            "faiss": faiss.__version__, "vectors_key": key["vectors_key"], "bytes": path.stat().st_size,
+            "edge_sha256": _edge_digest(path), "recall": recall,
+            "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    atomic_text(meta_path, json.dumps(meta, indent=1))
+    log.info("built index %s in %.1f s: %.1f MB on disk%s", path, build_s, meta["bytes"] / 1e6,
+             f", recall@{recall['k']} = {recall['value']:.3f} on {recall['queries']} {recall['source']}"
+             if recall else "")
+
+
+def saved_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The meta record written beside a saved index (`<label>-<hash>.faiss` -> `.meta.json`)."""
+    p = Path(path)
+    return json.loads(p.with_name(p.name[:-len(".faiss")] + ".meta.json").read_text(encoding="utf-8"))
+
+
+AUTO = "auto"
+AUTO_FLAT_MAX = 2_000_000      # up to here an exact flat index; above it IVF-SQ8 (docs/PERFORMANCE.md)
+AUTO_LARGE = "IVF{nlist},SQ8"
+
+
+def auto_factory(setting: str, n: int) -> str:
+    """The factory an `index` setting names for n vectors: `auto` is exact `flat` up to
+    `AUTO_FLAT_MAX` and `IVF{nlist},SQ8` above (recall@6 0.99 of exact in the scale bench at a
+    quarter of fp32's bytes: 16 GB for 21M x 768, where PQ64's 1.6 GB lost half the neighbours)."""
+    if setting == AUTO:
+        return "flat" if n <= AUTO_FLAT_MAX else AUTO_LARGE
+    return setting
+
+
+def source_index(vectors: Any, *, key: str | None, label: str, cache_dir: str | os.PathLike | None,
+                 setting: str = AUTO, placement: str = AUTO, log: logging.Logger | None = None) -> DenseIndex:
+    """The search index of one retrieval source (a corpus, a KG's seed descriptions).
+
+    A source whose vectors have a key (a saved passage store or KG store: Wikipedia-2018,
+    Wikidata5M) gets an index built once and memory-mapped afterwards (`cached_index`); a source
+    without one (the small per-dataset corpora, held as lists) gets its index built in memory,
+    exact flat by default, as cheap as loading one."""
+    factory = auto_factory(setting, len(vectors))
+    if key is None:
+        return DenseIndex.build(np.asarray(vectors), kind=factory, placement=placement)
+    return cached_index(vectors, key, factory, cache_dir=cache_dir, label=label, placement=placement, log=log)

@@ -1,0 +1,279 @@
+"""The embedding cache at scale (`retrieval.emb_cache`): caller keys and streamed text sources,
+per-block crc records checked by sample on open, shards merged into the one final file, and
+resuming a killed shard. Synthetic sizes; BLOCK and CHUNK are shrunk so there are many blocks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from fakes import BagOfWordsEmbedder
+from kgrag_lib.errors import CacheDamagedError, ConfigError
+from kgrag_lib.retrieval import ShardResult, cache_path, embed_cached, embed_shard, shard_path
+from kgrag_lib.retrieval import emb_cache
+from kgrag_lib.retrieval.embedder import resolve_precision
+
+N = 1000
+TEXTS = [f"passage {i} about river {i % 13} and film {i % 7}" for i in range(N)]
+KEY = "test-corpus:v1"
+
+
+class Source:
+    """A block text source (no list of all texts): records the ranges asked for."""
+
+    def __init__(self, texts):
+        self.texts, self.asked = texts, []
+
+    def __len__(self):
+        return len(self.texts)
+
+    def iter_texts(self, block=1024, start=0, stop=None):
+        stop = len(self.texts) if stop is None else stop
+        self.asked.append((start, stop))
+        for a in range(start, stop, block):
+            yield self.texts[a:min(a + block, stop)]
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(emb_cache, "BLOCK", 40)   # 25 blocks of N rows
+    monkeypatch.setattr(emb_cache, "CHUNK", 20)
+
+
+def _one_shot(tmp_path):
+    return np.array(embed_cached(BagOfWordsEmbedder(), TEXTS, cache_dir=tmp_path / "one-shot", show_progress=False))
+
+
+def test_a_keyed_block_source_gives_the_list_paths_array(tmp_path):
+    src = Source(TEXTS)
+    emb = BagOfWordsEmbedder()
+    keyed = embed_cached(emb, src, key=KEY, cache_dir=tmp_path, name="corpus-x", show_progress=False)
+    np.testing.assert_array_equal(np.asarray(keyed), _one_shot(tmp_path))
+    path = cache_path(emb, src, key=KEY, cache_dir=tmp_path, name="corpus-x")
+    assert path.exists() and path.name.startswith("corpus-x-")
+    meta = json.loads(path.with_suffix(".json").read_text())
+    assert meta["key"] == KEY and "texts_sha256" not in meta and meta["blocks"]["block_rows"] == 40
+    assert len(meta["blocks"]["crc32"]) == 25
+    # a hit opens the file without asking the source for a single text
+    asked, calls = list(src.asked), emb.calls
+    again = embed_cached(emb, src, key=KEY, cache_dir=tmp_path, name="corpus-x", show_progress=False)
+    assert src.asked == asked and emb.calls == calls and again.shape == (N, 256)
+    # the key (not the texts) names the file; the row count is part of it; the list path differs
+    assert cache_path(emb, Source(TEXTS[::-1]), key=KEY, cache_dir=tmp_path, name="corpus-x") == path
+    assert cache_path(emb, Source(TEXTS[:-1]), key=KEY, cache_dir=tmp_path, name="corpus-x") != path
+    assert cache_path(emb, TEXTS, cache_dir=tmp_path, name="corpus-x") != path
+    assert cache_path(emb, src, key=KEY + "2", cache_dir=tmp_path, name="corpus-x") != path
+
+
+def test_a_block_source_without_key_is_hashed_like_its_list(tmp_path):
+    emb = BagOfWordsEmbedder()
+    assert cache_path(emb, Source(TEXTS), cache_dir=tmp_path) == cache_path(emb, TEXTS, cache_dir=tmp_path)
+
+
+def _flip(path, row: int, dim: int = 256) -> None:
+    """Flip one byte of `row` in the stored array."""
+    data = bytearray(path.read_bytes())
+    start = len(data) - N * dim * 4
+    data[start + row * dim * 4 + 5] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_a_sampled_block_is_caught_and_recomputed(tmp_path, monkeypatch, caplog):
+    emb = BagOfWordsEmbedder()
+    good = np.array(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False))
+    path = cache_path(emb, TEXTS, cache_dir=tmp_path)
+    monkeypatch.setattr(emb_cache, "VERIFY_SEED", 7)
+    monkeypatch.setattr(emb_cache, "SAMPLE_BLOCKS", 4)
+    sampled = emb_cache._sample_blocks(25)
+    assert 0 in sampled and 24 in sampled and len(sampled) == 6
+    middle = next(b for b in sampled if 0 < b < 24)
+    _flip(path, middle * 40 + 3)
+    calls = emb.calls
+    with caplog.at_level(logging.WARNING, logger="kgrag_lib.retrieval.emb_cache"):
+        again = embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)
+    assert emb.calls > calls
+    np.testing.assert_array_equal(np.asarray(again), good)
+    [record] = caplog.records
+    assert f"{path} is damaged (block {middle} (rows {middle * 40}-{middle * 40 + 39}) fails its crc32 check)" \
+        in record.getMessage()
+
+
+def test_a_flip_outside_the_sample_needs_verify_full(tmp_path, monkeypatch):
+    emb = BagOfWordsEmbedder()
+    embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)
+    path = cache_path(emb, TEXTS, cache_dir=tmp_path)
+    monkeypatch.setattr(emb_cache, "VERIFY_SEED", 7)
+    monkeypatch.setattr(emb_cache, "SAMPLE_BLOCKS", 4)
+    unsampled = next(b for b in range(25) if b not in emb_cache._sample_blocks(25))
+    _flip(path, unsampled * 40)
+    calls = emb.calls
+    embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)    # the sample misses it: a hit
+    assert emb.calls == calls
+    embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False, verify="full")
+    assert emb.calls > calls   # every block checked: found and recomputed
+    with pytest.raises(ConfigError, match="verify='some'"):
+        embed_cached(emb, TEXTS, cache_dir=tmp_path, verify="some")
+
+
+def test_a_file_without_block_record_is_scanned_in_full_then_recorded(tmp_path):
+    emb = BagOfWordsEmbedder()
+    good = np.array(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False))
+    path = cache_path(emb, TEXTS, cache_dir=tmp_path)
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    crcs = meta.pop("blocks")
+    meta_path.write_text(json.dumps(meta))   # as written before records existed
+    calls = emb.calls
+    np.testing.assert_array_equal(np.asarray(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)), good)
+    assert emb.calls == calls and json.loads(meta_path.read_text())["blocks"] == crcs
+    data = bytearray(path.read_bytes())     # an old file with a NaN: the full scan finds it
+    meta_path.write_text(json.dumps(meta))
+    data[-4:] = np.float32(np.nan).tobytes()
+    path.write_bytes(bytes(data))
+    np.testing.assert_array_equal(np.asarray(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)), good)
+    assert emb.calls > calls
+
+
+def test_two_shards_merge_into_the_unsharded_array(tmp_path, caplog):
+    src = Source(TEXTS)
+    kw = dict(key=KEY, cache_dir=tmp_path, name="corpus-x", show_progress=False)
+    final = cache_path(BagOfWordsEmbedder(), src, **{k: kw[k] for k in ("key", "cache_dir", "name")})
+    with caplog.at_level(logging.INFO, logger="kgrag_lib.retrieval.emb_cache"):
+        first = embed_shard(BagOfWordsEmbedder(), src, (1, 2), **kw)
+    assert first == ShardResult(shard_path(final, 1, 2), (500, 1000), [0], None)
+    assert src.asked == [(a, min(a + 40, N)) for a in range(500, N, 40)]   # only its rows were read
+    assert "shards 0 of 2 still missing" in caplog.text and not final.exists()
+    assert np.load(first.path).shape == (500, 256)
+    emb = BagOfWordsEmbedder()
+    merged = embed_cached(emb, src, shard=(0, 2), **kw)
+    assert emb.texts_seen == 500 and merged.shape == (N, 256) and final.exists()
+    np.testing.assert_array_equal(np.asarray(merged), _one_shot(tmp_path))
+    left = sorted(p.name for p in final.parent.iterdir() if not p.name.endswith(".lock"))
+    assert left == sorted([final.name, final.with_suffix(".json").name])
+    meta = json.loads(final.with_suffix(".json").read_text())
+    assert meta["merged_shards"] == 2 and len(meta["blocks"]["crc32"]) == 25
+    # a later shard call (or a plain one) is a hit
+    calls = emb.calls
+    assert embed_shard(emb, src, (1, 2), **kw).merged == final and emb.calls == calls
+
+
+def test_an_unsharded_call_merges_a_complete_set_without_encoding(tmp_path, monkeypatch):
+    """The last shard died before merging (or shards ran on machines sharing the cache folder):
+    the plain call finds the complete set and merges it, encoding nothing."""
+    kw = dict(key=KEY, cache_dir=tmp_path, show_progress=False)
+    final = cache_path(BagOfWordsEmbedder(), Source(TEXTS), key=KEY, cache_dir=tmp_path)
+    for i in (0, 1):
+        assert embed_shard(BagOfWordsEmbedder(), Source(TEXTS), (i, 3), **kw).merged is None
+    monkeypatch.setattr(emb_cache, "_build_final", lambda job: None)   # shard 2 dies before merging
+    embed_shard(BagOfWordsEmbedder(), Source(TEXTS), (2, 3), **kw)
+    monkeypatch.undo()
+    monkeypatch.setattr(emb_cache, "BLOCK", 40)
+    monkeypatch.setattr(emb_cache, "CHUNK", 20)
+    assert not final.exists() and all(shard_path(final, i, 3).exists() for i in range(3))
+    emb = BagOfWordsEmbedder()
+    out = embed_cached(emb, Source(TEXTS), **kw)
+    assert emb.calls == 0 and not any(shard_path(final, i, 3).exists() for i in range(3))
+    np.testing.assert_array_equal(np.asarray(out), _one_shot(tmp_path))
+
+
+def test_a_damaged_shard_is_deleted_at_merge_naming_the_shard_to_rerun(tmp_path):
+    kw = dict(key=KEY, cache_dir=tmp_path, show_progress=False)
+    final = cache_path(BagOfWordsEmbedder(), Source(TEXTS), key=KEY, cache_dir=tmp_path)
+    for i in (0, 1):
+        embed_shard(BagOfWordsEmbedder(), Source(TEXTS), (i, 3), **kw)
+    s1 = shard_path(final, 1, 3)
+    data = bytearray(s1.read_bytes())
+    data[-1] ^= 1
+    s1.write_bytes(bytes(data))
+    with pytest.raises(CacheDamagedError, match=rf"shard file {s1} fails its crc32 check; it was deleted: "
+                                                r"run shard 1/3 again"):
+        embed_shard(BagOfWordsEmbedder(), Source(TEXTS), (2, 3), **kw)
+    assert not s1.exists() and not final.exists()
+    assert embed_shard(BagOfWordsEmbedder(), Source(TEXTS), (2, 3), **kw).missing == [1]
+    res = embed_shard(BagOfWordsEmbedder(), Source(TEXTS), (1, 3), **kw)
+    assert res.merged == final
+    np.testing.assert_array_equal(np.load(final), _one_shot(tmp_path))
+
+
+def test_bad_shard_arguments(tmp_path):
+    for bad in [(2, 2), (-1, 2), (0, 0), "0/2"]:
+        with pytest.raises(ConfigError, match="shard="):
+            embed_cached(BagOfWordsEmbedder(), TEXTS, cache_dir=tmp_path, shard=bad)
+
+
+class _Slow(BagOfWordsEmbedder):
+    def encode(self, texts, **kw):
+        time.sleep(0.05)
+        return super().encode(texts, **kw)
+
+
+def _shard_in_child(cache_dir: str) -> None:
+    embed_cached(_Slow(), Source(TEXTS), key=KEY, cache_dir=cache_dir, shard=(1, 2), show_progress=False)
+
+
+def test_a_killed_shard_resumes_at_its_last_finished_block(tmp_path):
+    import multiprocessing as mp
+
+    final = cache_path(BagOfWordsEmbedder(), Source(TEXTS), key=KEY, cache_dir=tmp_path)
+    spath = shard_path(final, 1, 2)
+    progress = spath.with_suffix(".partial.json")
+    proc = mp.get_context("fork").Process(target=_shard_in_child, args=(str(tmp_path),))
+    proc.start()
+    deadline = time.time() + 60
+    while time.time() < deadline and (not progress.exists() or json.loads(progress.read_text())["rows"] < 120):
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert proc.exitcode == -signal.SIGKILL
+    rec = json.loads(progress.read_text())
+    done = rec["rows"]
+    assert 120 <= done < 500 and done % 40 == 0 and rec["start"] == 500 and len(rec["crc32"]) == done // 40
+    assert not spath.exists()
+    counting = BagOfWordsEmbedder()
+    res = embed_shard(counting, Source(TEXTS), (1, 2), key=KEY, cache_dir=tmp_path, show_progress=False)
+    assert counting.texts_seen == 500 - done and res.missing == [0]
+    embed_shard(BagOfWordsEmbedder(), Source(TEXTS), (0, 2), key=KEY, cache_dir=tmp_path, show_progress=False)
+    np.testing.assert_array_equal(np.load(final), _one_shot(tmp_path))
+
+
+def test_a_partial_record_without_crcs_resumes_after_a_scan(tmp_path, monkeypatch):
+    """A partial file left by the former code (its record has no crcs) still resumes."""
+    emb = BagOfWordsEmbedder()
+    final = cache_path(emb, TEXTS, cache_dir=tmp_path)
+    final.parent.mkdir(parents=True)
+    part, progress = final.with_suffix(".partial.npy"), final.with_suffix(".partial.json")
+    arr = np.lib.format.open_memmap(part, mode="w+", dtype=np.float32, shape=(N, 256))
+    arr[:200] = emb.encode(TEXTS[:200])
+    arr.flush()
+    del arr
+    progress.write_text(json.dumps({"rows": 200, "n": N, "dim": 256}))
+    counting = BagOfWordsEmbedder()
+    out = embed_cached(counting, TEXTS, cache_dir=tmp_path, show_progress=False)
+    assert counting.texts_seen == N - 200
+    np.testing.assert_array_equal(np.asarray(out), _one_shot(tmp_path))
+
+
+def test_a_source_whose_length_lies_is_one_error(tmp_path):
+    class Short(Source):
+        def __len__(self):
+            return len(self.texts) + 5
+
+    with pytest.raises(ValueError, match=r"yielded 0 texts for rows 1000-1004; expected 5"):
+        embed_cached(BagOfWordsEmbedder(), Short(TEXTS), key=KEY, cache_dir=tmp_path, show_progress=False)
+
+
+def test_precision_is_fp32_on_cpu_and_half_only_on_cuda(monkeypatch):
+    monkeypatch.delenv("KGRAG_EMBEDDER_DTYPE", raising=False)
+    assert resolve_precision(None, "cuda") == "fp32"
+    assert resolve_precision("fp16", "cuda") == "fp16" and resolve_precision("bfloat16", "cuda:1") == "bf16"
+    assert resolve_precision("fp16", "cpu") == "fp32"
+    monkeypatch.setenv("KGRAG_EMBEDDER_DTYPE", "half")
+    assert resolve_precision(None, "cuda") == "fp16" and resolve_precision(None, "cpu") == "fp32"
+    with pytest.raises(ConfigError, match="embedder dtype 'fp8'"):
+        resolve_precision("fp8", "cuda")
