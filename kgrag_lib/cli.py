@@ -52,6 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_progress_log() -> None:
+    """kgrag's INFO lines on stderr: what a long one-time build does (a passage store, embedding
+    shards, a faiss index trained once and then loaded memory-mapped: "loaded saved index ...")."""
+    import logging
+
+    logger = logging.getLogger("kgrag_lib")
+    if not any(getattr(h, "_kgrag", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("kgrag: %(message)s"))
+        handler._kgrag = True   # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):   # a path with a non-UTF-8 byte is shown escaped, never a second error
         if hasattr(stream, "reconfigure"):
@@ -60,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             except (ValueError, OSError):
                 pass
     _absolute_env_paths()
+    _show_progress_log()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.global_data_root:   # through the environment, so notebook kernels started by papermill see it too

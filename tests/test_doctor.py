@@ -262,6 +262,27 @@ def test_a_gated_model_without_a_token_and_a_full_disk_are_missing():
     assert "gpu-paper" in report.verdict(ok)[0]
 
 
+def test_the_paper_data_variant_states_the_resources_it_needs_before_anything_starts():
+    """Issue 43 item 6: gpu-paper-data names Wikidata5M and Wikipedia-2018; the doctor prints their
+    disk, RAM and first-run hours, and sends a user without the files to `kgrag data fetch`."""
+    from dataclasses import replace
+
+    from kgrag_lib.doctor.plan import data_needs
+    from kgrag_lib.studies import load_profile
+
+    assert data_needs(load_profile("gpu-paper"), lambda name: True) == []
+    needs = {d.name: d for d in data_needs(load_profile("gpu-paper-data"), lambda name: name == "wikidata5m")}
+    assert set(needs) == {"wikidata5m", "wikipedia-2018"} and needs["wikidata5m"].present
+    assert needs["wikipedia-2018"].setting.endswith("corpus: wikipedia") and needs["wikipedia-2018"].disk_gib > 64
+    plan = replace(_plan_of("gpu-paper-data", token=True), data=tuple(needs.values()))
+    f = findings(plan=plan)
+    rows = {r.what: r for r in report.lines(f)}
+    assert rows["data wikidata5m"].status == "ok" and "GiB of disk" in rows["data wikidata5m"].detail
+    wiki = rows["data wikipedia-2018"]
+    assert wiki.status == "MISSING" and wiki.fix == "kgrag data fetch wikipedia-2018" and "h on one H100" in wiki.detail
+    assert "the wikipedia-2018 files (kgrag data fetch wikipedia-2018)" in dict(report.verdict(f)[1])["gpu-paper-data"]
+
+
 def test_gpu_memory_against_the_plan_in_process_and_beside_vllm():
     a10 = Gpu("NVIDIA A10", 22.0, (8, 6), True, free_gib=21.5)
     f = findings(torch=Torch("2.13.0", "12.9", (a10,)), plan=_plan_of("gpu-paper", token=True))

@@ -46,14 +46,41 @@ class Weights:
 
 
 @dataclass(frozen=True)
+class DataNeed:
+    """One of the papers' resources a profile names, at full size (`PAPER_DATA`)."""
+
+    name: str                 # the manifest entry: `kgrag data fetch <name>`
+    setting: str              # where the profile names it, e.g. "methods.kg-infused.corpus: wikipedia"
+    disk_gib: float           # source files + kgrag's store + embeddings + saved index
+    build_ram_gib: float      # peak RAM of the one-time build (store, index)
+    run_ram_gib: float        # resident RAM of an answering process (index memory-mapped)
+    first_run_hours: float    # one H100, fp16 embedding; later runs load what was saved
+    present: bool             # the source files are under the data root
+
+
+# The papers' resources at full size (issue 43). Bytes are exact products (21,015,324 passages and
+# 4,665,331 entity descriptions x 768 float32 dims; IVF-SQ8 codes 1 byte per dim, the scale bench's
+# formula checked to 0.1%); the TSV and the KG store are their measured sizes; RAM and hours are
+# projections written in docs/PERFORMANCE.md (the encoder: a BERT-base at fp16, batch 256, 4,510
+# texts/s on an H100; Contriever is a BERT-base).
+PAPER_DATA = {
+    "wikipedia-2018": dict(disk_gib=12.1 + 12.6 + 60.1 + 15.2, build_ram_gib=20.0, run_ram_gib=6.0,
+                           first_run_hours=1.6),
+    "wikidata5m": dict(disk_gib=1.9 + 3.9 + 13.3 + 3.4, build_ram_gib=13.0, run_ram_gib=6.0, first_run_hours=0.4),
+}
+
+
+@dataclass(frozen=True)
 class Plan:
     profile: str
     weights: tuple[Weights, ...]
+
     token: bool = False                  # a hub token is configured ($HF_TOKEN or `hf auth login`)
     hf_cache: str = ""
     disk_free_gib: float | None = None
     vllm_utilization: float | None = None   # the server section's, when the profile starts vLLM
     notes: tuple[str, ...] = field(default=())
+    data: tuple[DataNeed, ...] = field(default=())   # the papers' full-size resources it names
 
     @property
     def download_gib(self) -> float:
@@ -217,6 +244,32 @@ def _token() -> bool:
         return False
 
 
+def data_needs(profile: dict[str, Any], present: Callable[[str], bool]) -> list[DataNeed]:
+    """The full-size resources `profile`'s method settings name (kg: wikidata5m, corpus: wikipedia),
+    once each, with what they cost (`PAPER_DATA`); `present(name)` says whether the source files
+    are under the data root."""
+    from ..config import profile_section
+
+    found: dict[str, str] = {}
+    for method, section in profile_section(profile, "methods").items():
+        if not isinstance(section, dict):
+            continue
+        for key, prefix, name in (("kg", "wikidata5m", "wikidata5m"), ("corpus", "wikipedia", "wikipedia-2018")):
+            value = section.get(key)
+            if isinstance(value, str) and value.split(":")[0] == prefix:
+                found.setdefault(name, f"methods.{method}.{key}: {value}")
+    return [DataNeed(name, setting, **PAPER_DATA[name], present=present(name)) for name, setting in found.items()]
+
+
+def _data_present(name: str) -> bool:
+    from ..data.manifest import load_manifest
+    from ..paths import data_root
+
+    entry = load_manifest()["datasets"].get(name) or {}
+    root = data_root()
+    return bool(entry.get("files")) and all((root / f["path"]).is_file() for f in entry["files"])
+
+
 def probe_plan(profile: str, model: str | None = None) -> Plan:
     from ..config import profile_section
     from ..studies import load_profile
@@ -231,4 +284,5 @@ def probe_plan(profile: str, model: str | None = None) -> Plan:
     util = profile_section(prof, "server").get("gpu_memory_utilization")
     if util is None and any(w.where == "vllm-serve" for w in weights):
         util = 0.9   # vLLM's default
-    return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util)
+    return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util,
+                data=tuple(data_needs(prof, _data_present)))

@@ -192,6 +192,15 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
                         f"{dl:.0f} GiB of disk for the weights"))
         else:
             out.append((Line("ok", "disk", detail), ""))
+    for d in p.data:
+        detail = (f"{d.setting}: about {d.disk_gib:.0f} GiB of disk (files, store, embeddings, saved index), "
+                  f"{d.build_ram_gib:.0f} GiB RAM while building once, {d.run_ram_gib:.0f} GiB per answering process, "
+                  f"~{d.first_run_hours:.1f} h on one H100 the first time (docs/PERFORMANCE.md)")
+        if d.present:
+            out.append((Line("ok", f"data {d.name}", detail), ""))
+        else:
+            out.append((Line("MISSING", f"data {d.name}", "not under the data root; " + detail,
+                             f"kgrag data fetch {d.name}"), f"the {d.name} files (kgrag data fetch {d.name})"))
     gpu = f.torch.gpus[0] if f.torch.gpus else None
     served = any(w.where == "vllm-serve" for w in p.weights)
     if served and not f.vllm.server_env:
@@ -268,11 +277,12 @@ def verdict(f: Findings) -> tuple[list[str], list[tuple[str, list[str]]]]:
     if not gpus:
         paper[paper.index("an NVIDIA GPU visible to a CUDA build of torch")] = \
             f"an NVIDIA GPU (>= {PAPER_MIN_GIB:.0f} GiB, bf16) visible to a CUDA build of torch"
-    if f.plan is not None and f.plan.profile in ("gpu-smoke", "gpu-paper"):
+    if f.plan is not None and f.plan.profile in ("gpu-smoke", "gpu-paper", "gpu-paper-data"):
         extra = [need for line, need in _plan_checks(f) if line.status == "MISSING" and need]
-        (paper if f.plan.profile == "gpu-paper" else gpu).extend(extra)
+        (gpu if f.plan.profile == "gpu-smoke" else paper).extend(extra)
     can, cannot = [], []
-    for name, needs in (("cpu-smoke", cpu), ("gpu-smoke", gpu), ("gpu-paper", paper)):
+    paper_name = "gpu-paper-data" if f.plan is not None and f.plan.profile == "gpu-paper-data" else "gpu-paper"
+    for name, needs in (("cpu-smoke", cpu), ("gpu-smoke", gpu), (paper_name, paper)):
         (cannot.append((name, needs)) if needs else can.append(name))
     return can, cannot
 

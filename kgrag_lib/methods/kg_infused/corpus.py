@@ -4,7 +4,10 @@ Here the corpus is, per dataset, what the data root ships (`kgrag_lib.data.regis
 pooled context paragraphs, HippoRAG's 2Wiki corpus, StrategyQA's fact stand-in). The paper
 uses one corpus for every dataset; `pooled` mimics that with the union of the HotpotQA, 2Wiki
 and MuSiQue corpora, and is also what `auto` gives a dataset without a corpus (Bamboogle).
-`wikipedia` / `wikipedia:<tsv>` reads DPR's psgs_w100 (21M passages: a GPU-machine job).
+`wikipedia` / `wikipedia:<tsv>` reads DPR's psgs_w100 (21M passages: a GPU-machine job) through a
+memory-mapped passage store (`data.passage_store`, built once per file), so `CorpusIndex.passages`
+is a Sequence of Passage decoded on access, and its embeddings are keyed by the store's fingerprint
+and streamed to the encoder in blocks (shardable over GPUs: `corpus_embeddings(shard=)`).
 `sample:<dataset>[:<split>]:n=<N>[:seed=<S>]` is the pooled context paragraphs of the run's own
 seeded question sample, the very passages SA-RAG and TCR-QF index (`data.selection.CorpusSelection`,
 the argument of their `text:` / `tcr:` KG specs), so every family can retrieve from one corpus
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -36,7 +39,7 @@ ACCEPTED = ("auto, pooled, wikipedia, wikipedia:<psgs_w100.tsv>, sample:<dataset
 @dataclass
 class CorpusIndex:
     name: str
-    passages: list[Passage]
+    passages: Sequence[Passage]  # a list, or a memory-mapped PassageStore (wikipedia)
     index: Any  # kgrag_lib.retrieval.DenseIndex
 
     def __len__(self) -> int:
@@ -83,8 +86,10 @@ def check_corpus_setting(setting: str) -> None:
         sample_selection(resolve_corpus_name(setting, "", 0))
 
 
-def load_passages(name: str, data_root: Path) -> list[Passage]:
-    """Passages of a corpus name (see the module doc)."""
+def load_passages(name: str, data_root: Path, cache_dir: Path | None = None,
+                  show_progress: bool = True) -> Sequence[Passage]:
+    """Passages of a corpus name (see the module doc): a list, or for `wikipedia` the passage
+    store under `cache_dir` (default `paths.cache_dir()`), built on first use."""
     from ...data.registry import DATASETS, load_corpus
 
     if name.startswith(SAMPLE + ":"):
@@ -100,11 +105,12 @@ def load_passages(name: str, data_root: Path) -> list[Passage]:
                     out.append(Passage(pid=f"{part}:{p.pid}", text=p.text, title=p.title))
         return out
     if name == "wikipedia" or name.startswith("wikipedia:"):
+        from ...data.passage_store import open_passage_store
         from ...data.registry import wikipedia_path
-        from ...data.wikipedia import iter_passages
 
         path = Path(name.split(":", 1)[1]).expanduser() if ":" in name else wikipedia_path(data_root)
-        return list(iter_passages(path))
+        return open_passage_store(path, cache_dir=cache_dir, label="wikipedia" if ":" not in name else None,
+                                  show_progress=show_progress)
     if name in DATASETS:
         passages = load_corpus(name, root=data_root)
         if not passages:
@@ -113,20 +119,68 @@ def load_passages(name: str, data_root: Path) -> list[Passage]:
     raise ConfigError(f"corpus={name!r}: expected {ACCEPTED} ({', '.join(DATASETS)})")
 
 
-def build_corpus_index(name: str, embedder: Any, data_root: Path, cache_root: Path,
-                       show_progress: bool = True) -> CorpusIndex:
-    from ...retrieval import DenseIndex, embed_cached
-
-    passages = load_passages(name, data_root)
-    label = sample_selection(name).name.replace("text-", "sample-", 1) if name.startswith(SAMPLE + ":") \
+def _cache_label(name: str) -> str:
+    return sample_selection(name).name.replace("text-", "sample-", 1) if name.startswith(SAMPLE + ":") \
         else name.split(":")[0]
-    vecs = embed_cached(embedder, [p.as_text() for p in passages], cache_dir=cache_root,
-                        name=f"corpus-{label}", show_progress=show_progress)
-    kind = "flat" if len(passages) <= 2_000_000 else "ivf"
-    return CorpusIndex(name=name, passages=passages, index=DenseIndex.build(np.asarray(vecs), kind=kind))
 
 
-def load_corpus_index(ctx: Any, name: str) -> CorpusIndex:
+def _embedding_args(name: str, passages: Sequence[Passage]) -> tuple[Any, dict[str, Any]]:
+    """The text source and `embed_cached` keywords of a corpus: a passage store streams its texts
+    under its own key; a list is hashed as before (existing cache files keep their names)."""
+    from ...data.passage_store import PassageStore
+
+    kw: dict[str, Any] = {"name": f"corpus-{_cache_label(name)}"}
+    if isinstance(passages, PassageStore):
+        return passages, {**kw, "key": passages.texts_key}
+    return [p.as_text() for p in passages], kw
+
+
+def corpus_embeddings(name: str, embedder: Any, data_root: Path, cache_root: Path, *, show_progress: bool = True,
+                      batch_size: int = 64, shard: tuple[int, int] | None = None,
+                      passages: Sequence[Passage] | None = None) -> np.ndarray:
+    """The corpus' passage embeddings (cached). `shard=(i, n)`: only shard i of n (for n GPUs or
+    Ray workers; the last one to finish merges, see `emb_cache`)."""
+    from ...retrieval import embed_cached
+
+    if passages is None:
+        passages = load_passages(name, data_root, cache_root, show_progress)
+    texts, kw = _embedding_args(name, passages)
+    return embed_cached(embedder, texts, cache_dir=cache_root, show_progress=show_progress, batch_size=batch_size,
+                        shard=shard, **kw)
+
+
+def corpus_cache_path(name: str, embedder: Any, data_root: Path, cache_root: Path) -> Path:
+    """The .npy `corpus_embeddings` stores this corpus' embeddings in (whether written yet or not)."""
+    from ...retrieval import cache_path
+
+    texts, kw = _embedding_args(name, load_passages(name, data_root, cache_root, show_progress=False))
+    return cache_path(embedder, texts, cache_dir=cache_root, **kw)
+
+
+def build_corpus_index(name: str, embedder: Any, data_root: Path, cache_root: Path,
+                       show_progress: bool = True, batch_size: int = 64, index: str = "auto",
+                       placement: str = "auto") -> CorpusIndex:
+    """Passages, embeddings and search index of a corpus. A passage store's index is saved once
+    and memory-mapped afterwards (`retrieval.source_index`), so a second process starts in seconds."""
+    from ...retrieval import cache_path, source_index
+
+    passages = load_passages(name, data_root, cache_root, show_progress)
+    vecs = corpus_embeddings(name, embedder, data_root, cache_root, show_progress=show_progress,
+                             batch_size=batch_size, passages=passages)
+    texts, kw = _embedding_args(name, passages)
+    key = cache_path(embedder, texts, cache_dir=cache_root, **kw).stem if "key" in kw else None
+    return CorpusIndex(name=name, passages=passages,
+                       index=source_index(vecs, key=key, label=kw["name"], cache_dir=cache_root, setting=index,
+                                          placement=placement))
+
+
+def _index_suffix(index: str, placement: str) -> str:
+    """What other index settings add to a context's memo key (the defaults add nothing)."""
+    return "" if (index, placement) == ("auto", "auto") else f":index={index}:placement={placement}"
+
+
+def load_corpus_index(ctx: Any, name: str, index: str = "auto", placement: str = "auto") -> CorpusIndex:
     """The corpus index for a run context, built once per context (`ctx.memo`)."""
-    key = f"kg-infused:corpus:{name}:{ctx.embedder.identity}"
-    return ctx.memo(key, lambda: build_corpus_index(name, ctx.embedder, Path(ctx.data_root), Path(ctx.cache_dir)))
+    key = f"kg-infused:corpus:{name}:{ctx.embedder.identity}" + _index_suffix(index, placement)
+    return ctx.memo(key, lambda: build_corpus_index(name, ctx.embedder, Path(ctx.data_root), Path(ctx.cache_dir),
+                                                    index=index, placement=placement))

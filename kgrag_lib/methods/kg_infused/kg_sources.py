@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -39,37 +39,91 @@ def description_text(name: str, description: str) -> str:
     return f"{name}\n{description}"
 
 
-def seed_candidates(store: Any) -> tuple[np.ndarray, list[str]]:
+# What `SeedTexts` yields, as part of the embedding key: changing the text form changes the key.
+SEED_TEXT_FORM = f"name\\ndescription-or-verbalized-{MAX_VERBALIZED_FACTS}-v1"
+
+
+def seed_candidate_ids(store: Any) -> np.ndarray:
     """Entities eligible as seeds (Appendix B's completeness: a description and an outgoing
-    triple) and the texts to embed for them. Entities without a stored description get one
-    verbalized from their triples, so any saved store works."""
-    heads = np.unique(np.asarray(store.heads, dtype=np.int64))
-    ids, texts = [], []
-    for e in heads.tolist():
+    triple), ascending: every head of a triple, since one without a stored description gets one
+    verbalized from its out-triples (`SeedTexts`), which a head always has. One pass over the
+    head array, no per-entity call."""
+    heads = np.asarray(store.heads)
+    if heads.size == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.flatnonzero(np.bincount(heads, minlength=store.num_entities)).astype(np.int64)
+
+
+class SeedTexts:
+    """The `name\\ndescription` texts of seed candidates `ids`, built a block at a time when they
+    are encoded (an `emb_cache.BlockTexts` source): Wikidata5M's 4.67M would be ~3 GB of strings.
+    Entities without a stored description (found from the string offsets) get one verbalized
+    from their triples."""
+
+    def __init__(self, store: Any, ids: np.ndarray):
+        self.store = store
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.has_description = store.description_lengths()[self.ids] > 0 if self.ids.size else np.zeros(0, bool)
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def iter_texts(self, block: int = 1024, start: int = 0, stop: int | None = None) -> Iterator[list[str]]:
+        stop = len(self) if stop is None else min(stop, len(self))
+        for a in range(max(start, 0), stop, block):
+            b = min(a + block, stop)
+            yield [self._text(e, has) for e, has in zip(self.ids[a:b].tolist(), self.has_description[a:b].tolist())]
+
+    def _text(self, e: int, has_description: bool) -> str:
+        store = self.store
         name = store.entity_name(e)
-        desc = store.description(e) or ""
-        if not desc:
-            tids = store.out_triples(e)[:MAX_VERBALIZED_FACTS + 1]
-            desc = verbalized_description(name, [(t.r, t.o) for t in (store.triple(int(i)) for i in tids)])
-        if desc:
-            ids.append(e)
-            texts.append(description_text(name, desc))
-    return np.asarray(ids, dtype=np.int64), texts
+        if has_description:
+            return description_text(name, store.description(e))
+        tids = store.out_triples(e)[:MAX_VERBALIZED_FACTS + 1]
+        desc = verbalized_description(name, [(t.r, t.o) for t in (store.triple(int(i)) for i in tids)])
+        return description_text(name, desc)
+
+    @property
+    def key(self) -> str | None:
+        """The embedding-cache key of these texts: the saved store's fingerprint and the text
+        form; None for a store built in memory or changed since loading (then the texts are hashed)."""
+        fp = getattr(self.store, "fingerprint", None)
+        return f"kgstore:{fp}:{SEED_TEXT_FORM}" if fp else None
 
 
-def build_kg_source(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress: bool = True) -> KGSource:
-    """Embed the KG's seed candidates' descriptions (cached) and index them."""
-    from ...retrieval import DenseIndex, embed_cached
+def seed_candidates(store: Any) -> tuple[np.ndarray, list[str]]:
+    """Seed candidates (`seed_candidate_ids`) and their texts as a list: for small KGs and tests;
+    `build_kg_source` streams them instead (`SeedTexts`)."""
+    ids = seed_candidate_ids(store)
+    return ids, [t for block in SeedTexts(store, ids).iter_texts() for t in block]
 
-    ids, texts = seed_candidates(kg.store)
+
+def kg_seed_cache_path(kg: BuiltKG, embedder: Any, cache_dir: Path) -> Path:
+    """The .npy `build_kg_source` stores the seed-description embeddings of `kg` in."""
+    from ...retrieval import cache_path
+
+    texts = SeedTexts(kg.store, seed_candidate_ids(kg.store))
+    return cache_path(embedder, texts, cache_dir=cache_dir, name=f"kg-{kg.name}-descriptions", key=texts.key)
+
+
+def build_kg_source(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress: bool = True,
+                    batch_size: int = 64, index: str = "auto", placement: str = "auto") -> KGSource:
+    """Embed the KG's seed candidates' descriptions (cached, keyed by the saved store's
+    fingerprint: no text is built unless it must be encoded) and index them."""
+    from ...retrieval import cache_path, embed_cached, source_index
+
+    ids = seed_candidate_ids(kg.store)
     if len(ids) == 0:
         raise ConfigError(f"kg={kg.spec!r}: no entity has both a description and an outgoing triple")
+    texts = SeedTexts(kg.store, ids)
     vecs = embed_cached(embedder, texts, cache_dir=cache_dir, name=f"kg-{kg.name}-descriptions",
-                        show_progress=show_progress)
-    kind = "flat" if len(ids) <= 2_000_000 else "ivf"
-    index = DenseIndex.build(vecs, kind=kind, metric="ip")
-    return KGSource(name=kg.name, store=kg.store, entity_ids=ids, index=index,
-                    stats={**kg.stats, "seed_candidates": int(len(ids))})
+                        show_progress=show_progress, key=texts.key, batch_size=batch_size)
+    label = f"kg-{kg.name}-descriptions"
+    key = cache_path(embedder, texts, cache_dir=cache_dir, name=label, key=texts.key).stem if texts.key else None
+    found = source_index(vecs, key=key, label=label, cache_dir=cache_dir, setting=index, placement=placement)
+    return KGSource(name=kg.name, store=kg.store, entity_ids=ids, index=found,
+                    stats={**kg.stats, "seed_candidates": int(len(ids)),
+                           "seed_descriptions_verbalized": int(len(ids) - texts.has_description.sum())})
 
 
 def table5_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,7 +141,10 @@ def table5_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
     return ours + [{"kg": f"{name} (paper)", **row} for name, row in PAPER_TABLE5.items()]
 
 
-def load_kg_source(ctx: Any, spec: str) -> KGSource:
+def load_kg_source(ctx: Any, spec: str, index: str = "auto", placement: str = "auto") -> KGSource:
     """The KG source for a run context, built once per context (`ctx.memo`)."""
-    key = f"kg-infused:kg:{spec}:{ctx.embedder.identity}"
-    return ctx.memo(key, lambda: build_kg_source(shared_kg(ctx, spec), ctx.embedder, Path(ctx.cache_dir)))
+    from .corpus import _index_suffix
+
+    key = f"kg-infused:kg:{spec}:{ctx.embedder.identity}" + _index_suffix(index, placement)
+    return ctx.memo(key, lambda: build_kg_source(shared_kg(ctx, spec), ctx.embedder, Path(ctx.cache_dir),
+                                                 index=index, placement=placement))

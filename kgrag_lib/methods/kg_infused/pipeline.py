@@ -38,6 +38,10 @@ DEVIATIONS: tuple[str, ...] = ()
 CLI_FLAGS = (
     ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-oracle (upper bound), wikidata5m or a "
                   "saved KG store"),
+    ("--corpus", str, "KG-Infused RAG: text corpus: auto, pooled, a dataset name, wikipedia (psgs_w100.tsv under "
+                      "the data root), wikipedia:<tsv> or sample:<dataset>[:<split>]:n=<N>"),
+    ("--index", str, "KG-Infused RAG: faiss index of the corpus and KG descriptions: auto, flat, hnsw or an "
+                     "index_factory string (IVF{nlist},SQ8)"),
     ("--rounds", int, "KG-Infused RAG: spreading-activation rounds k"),
     ("--max-entities-per-round", int, "KG-Infused RAG: cap on newly activated entities per round"),
     ("--max-triples-per-entity", int, "KG-Infused RAG: cap on sampled 1-hop triples per entity"),
@@ -66,6 +70,13 @@ class KGInfusedConfig:
     query_max_tokens: int | None = opt(None, "max new tokens of a query expansion (default: max_tokens)", min=1)
     temperature: float = opt(0.0, "sampling temperature of every stage (0 = greedy, as in the paper)", min=0)
     seed: int | None = opt(None, "seed of the LLM sampling and of the per-entity triple sample (default: the run seed)", min=0, max=MAX_SEED)
+    index: str = opt("auto", "faiss index of the corpus and of the KG's seed descriptions: auto (exact flat up to 2M "
+                             "vectors, IVF{nlist},SQ8 above), flat, hnsw or an index_factory string such as "
+                             "IVF65536,SQ8 ({nlist}: about 4 sqrt(n)); for a saved passage or KG store (wikipedia, "
+                             "wikidata5m) built once and memory-mapped by later runs", absent="auto")
+    index_placement: str = opt("auto", "where the faiss indexes live: auto (the GPU when faiss sees one and the index "
+                                       "fits 1 GiB beside the LLM, else CPU memory), cpu or gpu",
+                               choices=("auto", "cpu", "gpu"), absent="auto")
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,8 @@ class KGInfusedRAG(Method):
         self.cfg = self.config = cfg
         self.ctx = ctx
         self._kg = kg_source
-        self._corpus_loader = corpus_loader or (lambda name: load_corpus_index(ctx, name))
+        self._corpus_loader = corpus_loader or (lambda name: load_corpus_index(ctx, name, cfg.index,
+                                                                               cfg.index_placement))
         self.seed = int(seed) if cfg.seed is None else int(cfg.seed)
         self.run_seed = int(seed)   # fills {seed} of a sample corpus: the seed that drew the run's questions
 
@@ -120,7 +132,7 @@ class KGInfusedRAG(Method):
     @property
     def kg(self) -> KGSource:
         if self._kg is None:
-            self._kg = load_kg_source(self.ctx, self.cfg.kg)
+            self._kg = load_kg_source(self.ctx, self.cfg.kg, self.cfg.index, self.cfg.index_placement)
         return self._kg
 
     def corpus_for(self, question: Question) -> CorpusIndex:

@@ -1,0 +1,172 @@
+"""The memory-mapped psgs_w100 passage store (`data.passage_store`): built once per input
+fingerprint, reopened without reading the TSV, never left half-built under its final name; and
+the `wikipedia:<tsv>` corpus that uses it."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+from fakes import BagOfWordsEmbedder
+from kgrag_lib.data import passage_store as ps
+from kgrag_lib.data.passage_store import PassageStore, open_passage_store, source_fingerprint
+from kgrag_lib.data.wikipedia import iter_passages
+from kgrag_lib.errors import DataFormatError
+from kgrag_lib.methods.kg_infused import stages
+from kgrag_lib.methods.kg_infused.corpus import build_corpus_index, corpus_cache_path, load_passages
+from kgrag_lib.records import Passage
+from kgrag_lib.retrieval import embed_cached
+
+WORDS = ["alpha", "béta", "Γάμμα", "naïve", "日本語", 'quo"ted', "river", "film", "🙂", "x", "tab"]
+TITLES = ["Plain title", 'Title with "quotes"', "Tab\there", "Ünïcode", "", "Comma, title", "A 'single' one"]
+
+
+def write_psgs(path, n: int, seed: int = 0) -> list[Passage]:
+    """A psgs_w100.tsv in DPR's exact form: header `id<TAB>text<TAB>title`, the text always in
+    double quotes with inner quotes doubled, the title quoted only when it has a tab or a quote."""
+    rng = random.Random(seed)
+    rows = []
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write("id\ttext\ttitle\n")
+        for i in range(1, n + 1):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40)))
+            title = f"{rng.choice(TITLES)} {i % 97}".strip()
+            quoted = '"' + title.replace('"', '""') + '"' if any(c in title for c in '\t"') else title
+            f.write(f'{i}\t"{text.replace(chr(34), chr(34) * 2)}"\t{quoted}\n')
+            rows.append(Passage(pid=str(i), text=text, title=title))
+    return rows
+
+
+@pytest.fixture
+def tsv(tmp_path):
+    path = tmp_path / "psgs_w100.tsv"
+    return path, write_psgs(path, 3000)
+
+
+def test_rows_equal_iter_passages_and_texts_stream_in_blocks(tsv, tmp_path):
+    path, rows = tsv
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    parsed = list(iter_passages(path))
+    assert parsed == rows and len(store) == len(rows)
+    for i in random.Random(1).sample(range(len(rows)), 200) + [0, len(rows) - 1]:
+        assert store[i] == parsed[i]
+    assert store[-1] == parsed[-1] and store[5:9] == parsed[5:9] and store[::500] == parsed[::500]
+    assert store.take(np.array([7, 3, 7])) == [parsed[7], parsed[3], parsed[7]]
+    with pytest.raises(IndexError, match="out of range"):
+        store[len(rows)]
+    assert [t for b in store.iter_texts(block=257) for t in b] == [p.as_text() for p in parsed]
+    assert [t for b in store.iter_texts(block=100, start=2990, stop=5000) for t in b] == \
+        [p.as_text() for p in parsed[2990:]]
+    meta = store.meta
+    assert meta["rows"] == 3000 and meta["fingerprint"] == source_fingerprint(path)
+    assert meta["source"] == str(path.resolve()) and meta["build_seconds"] >= 0 and meta["version"] == ps.FORMAT_VERSION
+    assert store.folder.name == f"psgs_w100-{meta['fingerprint'][:16]}"
+    assert sorted(p.name for p in store.folder.iterdir()) == sorted(
+        ["meta.json"] + [f"{c}.{s}" for c in ps.COLUMNS for s in ("bin", "offsets.npy")])
+
+
+def test_a_second_open_does_not_read_the_tsv(tsv, tmp_path, monkeypatch):
+    path, _ = tsv
+    first = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    mtime = (first.folder / "meta.json").stat().st_mtime_ns
+
+    def no_parse(*a, **kw):
+        raise AssertionError("the TSV was parsed again")
+
+    monkeypatch.setattr(ps, "iter_passages", no_parse)
+    again = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    assert again.folder == first.folder and len(again) == len(first) and again[17] == first[17]
+    assert (again.folder / "meta.json").stat().st_mtime_ns == mtime
+
+
+def test_a_build_killed_midway_leaves_nothing_under_the_final_name(tsv, tmp_path, monkeypatch):
+    path, rows = tsv
+    real = ps.iter_passages
+    monkeypatch.setattr(ps, "BUILD_BLOCK", 500)   # some blocks are on disk when it dies
+
+    def dies(source):
+        for k, p in enumerate(real(source)):
+            if k == 1700:
+                raise KeyboardInterrupt
+            yield p
+
+    monkeypatch.setattr(ps, "iter_passages", dies)
+    with pytest.raises(KeyboardInterrupt):
+        open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    parent = tmp_path / "cache" / "passages"
+    assert [p.name for p in parent.iterdir() if not p.name.endswith(".lock")] == []
+    monkeypatch.setattr(ps, "iter_passages", real)
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    assert len(store) == len(rows) and store[1699] == rows[1699]
+
+
+def test_a_changed_tsv_gets_a_new_store(tsv, tmp_path):
+    path, _ = tsv
+    first = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    rows = write_psgs(path, 2999, seed=5)
+    second = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    assert second.folder != first.folder and second.fingerprint != first.fingerprint
+    assert len(second) == 2999 and second[10] == rows[10]
+    assert first[10] != second[10]   # the old store still reads its own rows
+
+
+def test_a_damaged_store_is_named_and_rebuilt(tsv, tmp_path, caplog):
+    path, rows = tsv
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    blob = store.folder / "texts.bin"
+    blob.write_bytes(blob.read_bytes()[:-10])
+    with pytest.raises(DataFormatError, match=r"texts\.bin: malformed input; expected \d+ bytes"):
+        PassageStore.open(store.folder)
+    again = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    assert again[len(rows) - 1] == rows[-1]
+    assert any("is damaged" in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)
+
+
+def test_wikipedia_corpus_is_the_store_and_its_embeddings_are_keyed_by_its_fingerprint(tsv, tmp_path):
+    path, rows = tsv
+    cache = tmp_path / "cache"
+    corpus = build_corpus_index(f"wikipedia:{path}", BagOfWordsEmbedder(), tmp_path, cache, show_progress=False)
+    assert isinstance(corpus.passages, PassageStore) and len(corpus) == len(rows)
+    listed = embed_cached(BagOfWordsEmbedder(), [p.as_text() for p in rows], cache_dir=tmp_path / "other",
+                          show_progress=False)
+    target = corpus_cache_path(f"wikipedia:{path}", BagOfWordsEmbedder(), tmp_path, cache)
+    assert target.name.startswith("corpus-wikipedia-")
+    np.testing.assert_array_equal(np.load(target), np.asarray(listed))
+    qvec = BagOfWordsEmbedder().encode([rows[123].as_text()])
+    got = stages.retrieve_single(corpus.passages, corpus.index, qvec, 3)
+    assert got.passages[0] == rows[123]
+    assert isinstance(load_passages(f"wikipedia:{path}", tmp_path, cache), PassageStore)
+
+
+def test_a_second_run_loads_the_saved_corpus_index_instead_of_building_it(tsv, tmp_path, caplog, monkeypatch):
+    """Issue 43: the index of a passage store is built once; a later process memory-maps it (one
+    log line says so) and finds the same passages. A small in-memory corpus saves nothing."""
+    import logging
+
+    from kgrag_lib.retrieval import index_store
+
+    path, rows = tsv
+    cache = tmp_path / "cache"
+    first = build_corpus_index(f"wikipedia:{path}", BagOfWordsEmbedder(), tmp_path, cache, show_progress=False,
+                               index="IVF{nlist},SQ8")
+    [saved] = (cache / "indexes").glob("corpus-wikipedia-*.faiss")
+    monkeypatch.setattr(index_store, "_build_and_save", lambda *a, **k: pytest.fail("rebuilt the saved index"))
+    with caplog.at_level(logging.INFO):
+        again = build_corpus_index(f"wikipedia:{path}", BagOfWordsEmbedder(), tmp_path, cache, show_progress=False,
+                                   index="IVF{nlist},SQ8")
+    assert any("loaded saved index" in r.getMessage() and saved.name in r.getMessage() for r in caplog.records)
+    qvecs = BagOfWordsEmbedder().encode([rows[i].as_text() for i in (5, 77, 310)])
+    np.testing.assert_array_equal(first.index.search(qvecs, 4)[1], again.index.search(qvecs, 4)[1])
+    assert [again.passages[int(i)] for i in again.index.search(qvecs, 1)[1][:, 0]] == [rows[5], rows[77], rows[310]]
+
+
+def test_empty_title_and_a_store_of_one_row(tmp_path):
+    path = tmp_path / "one.tsv"
+    path.write_text('id\ttext\ttitle\n9\t"only ""this"""\t\n', encoding="utf-8")
+    store = open_passage_store(path, cache_dir=tmp_path / "c", show_progress=False)
+    assert store[0] == Passage(pid="9", text='only "this"', title="")
+    assert list(store.iter_texts()) == [['only "this"']]
+    assert os.stat(store.folder / "titles.bin").st_size == 0
