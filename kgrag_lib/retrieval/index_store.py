@@ -212,15 +212,17 @@ def _build_and_save(vectors: Any, factory: str, metric: str, key: Mapping[str, A
                              search_params=search_params, add_block=add_block, placement="cpu",
                              train_on_gpu=train_on_gpu)
     build_s = time.perf_counter() - t
-    built.save(path)
     recall = None
     queries, source = _queries(vectors, recall_queries, seed)
     if queries is not None:
         t = time.perf_counter()
         exact = exact_search(vectors, queries, recall_k, metric)[1]
-        recall = {"k": int(min(recall_k, key["n"])), "queries": int(len(queries)), "source": source,
-                  "value": round(recall_at_k(built, exact, queries, recall_k), 4),
-                  "seconds": round(time.perf_counter() - t, 2)}
+        value = recall_at_k(built, exact, queries, recall_k)
+        recall = {"k": int(min(recall_k, key["n"])), "queries": int(len(queries)), "source": source}
+        if "nprobe" in built.params and not (search_params and "nprobe" in search_params):
+            value, recall["nprobe_tried"] = _tune_nprobe(built, exact, queries, recall_k, value, log)
+        recall.update(value=round(value, 4), seconds=round(time.perf_counter() - t, 2))
+    built.save(path)   # after tuning: faiss stores nprobe in the file
     meta = {"key": dict(key), "build_seconds": round(build_s, 2), "n": key["n"], "d": key["d"], "factory": factory,
             "metric": metric, "params": {"search": dict(built.params), "train_size": key["train_size"],
                                          "seed": seed, "add_block": add_block},
@@ -231,6 +233,39 @@ def _build_and_save(vectors: Any, factory: str, metric: str, key: Mapping[str, A
     log.info("built index %s in %.1f s: %.1f MB on disk%s", path, build_s, meta["bytes"] / 1e6,
              f", recall@{recall['k']} = {recall['value']:.3f} on {recall['queries']} {recall['source']}"
              if recall else "")
+
+
+TARGET_RECALL = 0.95   # the smallest nprobe reaching this recall on the build's sample is kept
+MIN_GAIN = 0.005       # a doubling of nprobe that gains less stops the search
+
+
+def _tune_nprobe(built: DenseIndex, exact: np.ndarray, queries: np.ndarray, k: int, value: float,
+                 log: logging.Logger) -> tuple[float, dict[str, float]]:
+    """Double nprobe from its default until recall@k on the sample reaches `TARGET_RECALL` (or every
+    list is probed): the default (1/64 of the lists) gave 0.99 on the bench's synthetic clusters but
+    0.69 on real MiniLM embeddings of MetaQA's 132k triples, where 1/6 of the lists gave 0.93."""
+    nprobe = int(built.params["nprobe"])
+    nlist = int(_ivf_nlist(built))
+    tried = {str(nprobe): round(value, 4)}
+    while value < TARGET_RECALL and nprobe < nlist:
+        wider = min(nlist, nprobe * 2)
+        built.set_search_params({"nprobe": wider})
+        got = recall_at_k(built, exact, queries, k)
+        tried[str(wider)] = round(got, 4)
+        if got - value < MIN_GAIN:   # the codes limit recall (PQ), not the lists probed: keep the cheaper one
+            built.set_search_params({"nprobe": nprobe})
+            break
+        nprobe, value = wider, got
+    if nprobe != int(list(tried)[0]):
+        log.info("nprobe raised to %d of %d lists for recall@%d %.3f on the build's sample (tried %s)",
+                 nprobe, nlist, k, value, tried)
+    return value, tried
+
+
+def _ivf_nlist(index: DenseIndex) -> int:
+    import faiss
+
+    return int(faiss.extract_index_ivf(index.index).nlist)
 
 
 def saved_meta(path: str | os.PathLike) -> dict[str, Any]:
