@@ -6,7 +6,7 @@ the model lands on `cuda` in bf16 with `device_map="auto"`, a batch is left-padd
 seeded sampling repeats, log-probabilities come back, and the doctor reads a real driver. Run on
 the device machine (torch with CUDA, transformers, accelerate there):
 
-    PYTHONPATH=. python3 scripts/gpu_check.py --tokenizer .gpu/qwen-tok --out $OUT
+    PYTHONPATH=. python3 scripts/gpu_check.py --tokenizer .gpu/qwen-tok --out $OUT [--dpo]
 
 `--tokenizer` is a folder with Qwen2.5's tokenizer files (a few MB; weights are never needed).
 """
@@ -65,10 +65,40 @@ def check_hf(folder: Path) -> dict:
     return out
 
 
+def check_dpo(folder: Path, out: Path) -> dict:
+    """gpu-smoke's notebook 27 on CUDA: bf16 LoRA DPO with gradient checkpointing (the one setting
+    the CPU rehearsal has to switch off), then the merged model answers through `hf:`."""
+    import torch
+
+    from kgrag_lib.llm import load_llm
+    from kgrag_lib.train import dpo_train as dt
+
+    def pair(q: str, good: str, bad: str) -> dict:
+        return {"prompt": [{"role": "user", "content": q}], "chosen": [{"role": "assistant", "content": good}],
+                "rejected": [{"role": "assistant", "content": bad}], "id": q}
+
+    cfg = dt.dpo_config("cpu-smoke", base_model=str(folder), bf16=True, gradient_checkpointing=True, max_steps=2,
+                        batch_size=1, gradient_accumulation_steps=2, max_length=128, max_pairs=4)
+    pairs = [pair("capital of france?", "Paris.", "Berlin, probably."), pair("who wrote Hamlet?", "Shakespeare.",
+                                                                           "A film director."),
+             pair("2 + 2?", "4.", "22."), pair("largest ocean?", "The Pacific.", "The desert.")]
+    t = time.perf_counter()
+    res = dt.train_dpo(cfg, pairs, out / "dpo", progress=False)
+    got = {"steps": res.n_steps, "pairs": res.n_pairs_used, "train_s": round(time.perf_counter() - t, 2),
+           "losses": [h.get("loss") for h in res.log_history if "loss" in h], "model_spec": res.model_spec}
+    llm = load_llm(res.model_spec)
+    got["merged_device"] = str(llm.model.device)
+    got["merged_dtype"] = str(llm.model.dtype)
+    got["answer_chars"] = len(llm.generate([{"role": "user", "content": "capital of france?"}], max_tokens=8))
+    got["max_memory_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return got
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--dpo", action="store_true", help="also DPO-train the tiny model in bf16 (needs trl, datasets)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     report: dict = {}
@@ -87,6 +117,11 @@ def main() -> int:
         report["hf"] = check_hf(folder)
     except Exception:
         report["hf"] = traceback.format_exc()[-3000:]
+    if a.dpo:
+        try:
+            report["dpo"] = check_dpo(Path("/tmp/tiny-qwen2"), Path("/tmp/gpu-check"))
+        except Exception:
+            report["dpo"] = traceback.format_exc()[-3000:]
     (a.out / "gpu_check.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
     return 0
