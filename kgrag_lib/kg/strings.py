@@ -256,25 +256,6 @@ class StringTable:
         a, b = int(self._offsets[i]), int(self._offsets[i + 1])
         return bytes(self._blob[a:b]).decode("utf-8")
 
-    def decode_range(self, a: int, b: int) -> list[str]:
-        """Rows [a, b) in order: one read of their bytes and one decode per row (a block of a
-        memory-mapped table streamed for embedding, without an index call per row)."""
-        n_base = self.base_size
-        if not 0 <= a <= b <= len(self):
-            raise IndexError(f"string rows [{a}, {b}) out of range [0, {len(self)})")
-        out: list[str] = []
-        hi = min(b, n_base)
-        if a < hi:
-            offs = np.asarray(self._offsets[a:hi + 1], dtype=np.int64)
-            raw = bytes(self._blob[int(offs[0]):int(offs[-1])])
-            rel = (offs - offs[0]).tolist()
-            out = [raw[rel[k]:rel[k + 1]].decode("utf-8") for k in range(hi - a)]
-            for i in self._over:
-                if a <= i < hi:
-                    out[i - a] = self._over[i]
-        out += self._extra[max(a, n_base) - n_base:max(b, n_base) - n_base]
-        return out
-
     def byte_lengths(self) -> np.ndarray:
         """UTF-8 length of every row (int64), from the offsets without decoding (rows appended or
         replaced since construction are encoded): which rows are empty, for millions of rows at once."""
