@@ -162,12 +162,12 @@ def build_corpus_index(name: str, embedder: Any, data_root: Path, cache_root: Pa
                        placement: str = "auto") -> CorpusIndex:
     """Passages, embeddings and search index of a corpus. A passage store's index is saved once
     and memory-mapped afterwards (`retrieval.source_index`), so a second process starts in seconds."""
-    from ...retrieval import cache_path, source_index
+    from ...retrieval import cache_path, embed_cached, source_index
 
     passages = load_passages(name, data_root, cache_root, show_progress)
-    vecs = corpus_embeddings(name, embedder, data_root, cache_root, show_progress=show_progress,
-                             batch_size=batch_size, passages=passages)
-    texts, kw = _embedding_args(name, passages)
+    texts, kw = _embedding_args(name, passages)   # once: a list corpus's texts are built and hashed here
+    vecs = embed_cached(embedder, texts, cache_dir=cache_root, show_progress=show_progress, batch_size=batch_size,
+                        **kw)
     key = cache_path(embedder, texts, cache_dir=cache_root, **kw).stem if "key" in kw else None
     return CorpusIndex(name=name, passages=passages,
                        index=source_index(vecs, key=key, label=kw["name"], cache_dir=cache_root, setting=index,
