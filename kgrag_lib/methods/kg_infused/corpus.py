@@ -135,6 +135,13 @@ def _embedding_args(name: str, passages: Sequence[Passage]) -> tuple[Any, dict[s
     return [p.as_text() for p in passages], kw
 
 
+def corpus_embedding_source(name: str, data_root: Path, cache_root: Path,
+                            show_progress: bool = True) -> tuple[Any, dict[str, Any]]:
+    """The texts of a corpus and the `embed_cached` keywords they are stored under (as
+    `build_corpus_index` stores them, so `kgrag data embed --corpus` fills the run's cache)."""
+    return _embedding_args(name, load_passages(name, data_root, cache_root, show_progress))
+
+
 def corpus_embeddings(name: str, embedder: Any, data_root: Path, cache_root: Path, *, show_progress: bool = True,
                       batch_size: int = 64, shard: tuple[int, int] | None = None,
                       passages: Sequence[Passage] | None = None) -> np.ndarray:

@@ -98,12 +98,22 @@ def seed_candidates(store: Any) -> tuple[np.ndarray, list[str]]:
     return ids, [t for block in SeedTexts(store, ids).iter_texts() for t in block]
 
 
+def kg_seed_embedding_source(kg: BuiltKG) -> tuple[SeedTexts, dict[str, Any]]:
+    """The seed texts of `kg` and the `embed_cached` keywords they are stored under: shared by
+    `build_kg_source` and `kgrag data embed --kg`, so an array embedded ahead is the one a run opens."""
+    ids = seed_candidate_ids(kg.store)
+    if len(ids) == 0:
+        raise ConfigError(f"kg={kg.spec!r}: no entity has both a description and an outgoing triple")
+    texts = SeedTexts(kg.store, ids)
+    return texts, {"name": f"kg-{kg.name}-descriptions", "key": texts.key}
+
+
 def kg_seed_cache_path(kg: BuiltKG, embedder: Any, cache_dir: Path) -> Path:
     """The .npy `build_kg_source` stores the seed-description embeddings of `kg` in."""
     from ...retrieval import cache_path
 
-    texts = SeedTexts(kg.store, seed_candidate_ids(kg.store))
-    return cache_path(embedder, texts, cache_dir=cache_dir, name=f"kg-{kg.name}-descriptions", key=texts.key)
+    texts, kw = kg_seed_embedding_source(kg)
+    return cache_path(embedder, texts, cache_dir=cache_dir, **kw)
 
 
 def build_kg_source(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress: bool = True,
@@ -112,15 +122,11 @@ def build_kg_source(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress: 
     fingerprint: no text is built unless it must be encoded) and index them."""
     from ...retrieval import cache_path, embed_cached, source_index
 
-    ids = seed_candidate_ids(kg.store)
-    if len(ids) == 0:
-        raise ConfigError(f"kg={kg.spec!r}: no entity has both a description and an outgoing triple")
-    texts = SeedTexts(kg.store, ids)
-    vecs = embed_cached(embedder, texts, cache_dir=cache_dir, name=f"kg-{kg.name}-descriptions",
-                        show_progress=show_progress, key=texts.key, batch_size=batch_size)
-    label = f"kg-{kg.name}-descriptions"
-    key = cache_path(embedder, texts, cache_dir=cache_dir, name=label, key=texts.key).stem if texts.key else None
-    found = source_index(vecs, key=key, label=label, cache_dir=cache_dir, setting=index, placement=placement)
+    texts, kw = kg_seed_embedding_source(kg)
+    ids = texts.ids
+    vecs = embed_cached(embedder, texts, cache_dir=cache_dir, show_progress=show_progress, batch_size=batch_size, **kw)
+    key = cache_path(embedder, texts, cache_dir=cache_dir, **kw).stem if texts.key else None
+    found = source_index(vecs, key=key, label=kw["name"], cache_dir=cache_dir, setting=index, placement=placement)
     return KGSource(name=kg.name, store=kg.store, entity_ids=ids, index=found,
                     stats={**kg.stats, "seed_candidates": int(len(ids)),
                            "seed_descriptions_verbalized": int(len(ids) - texts.has_description.sum())})
