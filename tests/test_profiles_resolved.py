@@ -43,3 +43,16 @@ def test_variants_hold_only_what_differs(name, base):
 
     assert repeated(own, {k: v for k, v in load_profile(base).items() if k != "extends"}) == [], name
     assert parent is not None
+
+
+def test_show_config_prints_every_setting_a_profile_leaves_to_its_default(capsys):
+    """Profiles leave out settings equal to their defaults (issue 42); `kgrag run --show-config`
+    prints the whole resolved config, marking what the profile sets."""
+    from kgrag_lib.cli import main
+
+    assert main(["run", "--show-config", "--method", "kg-rag", "--profile", "cpu-smoke"]) == 0
+    out = capsys.readouterr().out
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert "96" in lines["max_tokens"] and "[profile]" in lines["max_tokens"]
+    assert "30" in lines["top_k"] and "[default]" in lines["top_k"]          # K=30, left out of the profile
+    assert "0.3" in lines["temperature"] and "[default]" in lines["temperature"]

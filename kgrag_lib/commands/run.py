@@ -19,6 +19,9 @@ def _parse_set(items: list[str]) -> dict:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run one method on one dataset", description=__doc__)
     p.add_argument("--list", action="store_true", help="list the available methods and exit")
+    p.add_argument("--show-config", action="store_true",
+                   help="print --method's settings as --profile resolves them (each value, whether the profile sets it "
+                        "or it is the default, and its help) and exit")
     p.add_argument("--method", choices=method_names(), metavar="METHOD",
                    help=f"method: {', '.join(method_names())} (see `kgrag run --list`)")
     p.add_argument("--dataset", choices=dataset_names(), metavar="DATASET", help=f"dataset: {', '.join(dataset_names())}")
@@ -65,6 +68,8 @@ def handle(args: argparse.Namespace) -> int:
         for name, spec in available_methods().items():
             print(f"{name:14s} [{spec.family}] {spec.summary}  (datasets: {', '.join(spec.datasets)})")
         return 0
+    if args.show_config:
+        return _show_config(args.method, args.profile)
     missing = [f for f in ("method", "dataset", "out") if not getattr(args, f)]
     if missing:
         raise ConfigError(f"kgrag run needs --{', --'.join(missing)} (see `kgrag run --help`)")
@@ -92,6 +97,28 @@ def handle(args: argparse.Namespace) -> int:
     print(json.dumps(metrics, indent=2))
     print(cost_line(metrics))
     print(f"wrote {args.out}/predictions.jsonl, metrics.json, manifest.json")
+    return 0
+
+
+def _show_config(method: str | None, profile_name: str) -> int:
+    """A profile leaves out settings equal to their defaults: this prints all of them."""
+    import dataclasses
+
+    from ..config import field_help, profile_section
+    from ..errors import ConfigError
+    from ..methods import available_methods
+    from ..studies import load_profile
+
+    if not method:
+        raise ConfigError("kgrag run --show-config needs --method (see `kgrag run --list`)")
+    profile = load_profile(profile_name)
+    section = profile_section(profile, "methods", method)
+    cfg = available_methods()[method].check_config(section, where=f"profile {profile['name']!r}, methods.{method}")
+    helps = field_help(type(cfg))
+    print(f"{method} under profile {profile['name']} ({type(cfg).__name__}):")
+    for f in dataclasses.fields(cfg):
+        source = "profile" if f.name in section else "default"
+        print(f"  {f.name:24s} {getattr(cfg, f.name)!r:32s} [{source}]  {helps.get(f.name, '')}")
     return 0
 
 

@@ -146,12 +146,14 @@ def weights_of(profile: dict[str, Any], *, model: str | None = None, cached: Cal
         found.setdefault(("embedder", emb), []).append(fam)
     specs = available_methods()
     skip = _methods_not_run(profile)
-    for name, section in profile_section(profile, "methods").items():   # a method's own model (Self-RAG, a judge)
+    sections = profile_section(profile, "methods")
+    for name, spec in specs.items():   # a method's own model (Self-RAG, a judge), a default one too
         if name in skip:
             continue
+        settings = _method_settings(spec, sections.get(name))
         for key in MODEL_KEYS:
-            value = (section or {}).get(key) if isinstance(section, dict) else None
-            if isinstance(value, str) and value and name in specs:
+            value = settings.get(key)
+            if isinstance(value, str) and value:
                 fams = found.setdefault(("llm", value), [])
                 if specs[name].family not in fams:
                     fams.append(specs[name].family)
@@ -162,6 +164,20 @@ def weights_of(profile: dict[str, Any], *, model: str | None = None, cached: Cal
         out.append(Weights(spec, role, tuple(fams), where, hub, size(hub) if hub else None,
                            cached(hub) if hub else False, gated))
     return out
+
+
+def _method_settings(spec: Any, section: Any) -> dict[str, Any]:
+    """A method's settings with its config's defaults filled in (a profile leaves defaults out); the
+    profile's own section where it does not type-check (the run itself reports that error)."""
+    import dataclasses
+
+    from ..errors import ConfigError
+
+    given = section if isinstance(section, dict) else {}
+    try:
+        return dataclasses.asdict(spec.check_config(given, where="doctor"))
+    except (ConfigError, TypeError, ValueError):
+        return dict(given)
 
 
 def _methods_not_run(profile: dict[str, Any]) -> set[str]:

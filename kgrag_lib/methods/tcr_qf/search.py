@@ -40,6 +40,7 @@ import numpy as np
 from ...kg.tcr_kg import TcrKG
 from ...kg.extraction import normalize
 from ...llm.base import SamplingParams
+from ...records import Triple
 from . import prompts
 
 REVERSE = " (reverse)"
@@ -267,7 +268,7 @@ def local_search(kg: TcrKG, index: EntityIndex, qvec: np.ndarray, count_tokens: 
         return out
 
     ent_lines = fill([f"- {_entity_text(kg, k)}" for k in keys], budget // 4)
-    rel_lines = fill([f"<{h} | {r} | {t}>" for h, r, t in ranked_rels], budget // 4)
+    rel_lines = fill([Triple(h, r, t).verbalize() for h, r, t in ranked_rels], budget // 4)
     text_lines = fill([kg.chunks[c].as_text() for c in ranked_chunks], budget - budget // 2)
     parts = []
     if ent_lines:
