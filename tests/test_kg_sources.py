@@ -96,7 +96,9 @@ def test_metaqa_default_and_path_specs_keep_the_file_triple_ids(kb_file, tmp_pat
     assert [p.name.split("-")[0] for p in built] == ["metaqa"] and (built[0] / sources.STATS_FILE).is_file()
 
 
-def test_second_load_reuses_the_build(kb_file, tmp_path, monkeypatch):
+def test_second_load_reuses_the_build(kb_file, tmp_path, monkeypatch, caplog):
+    import logging
+
     calls = []
     plan = sources.SOURCES["metaqa"].plan
 
@@ -106,8 +108,11 @@ def test_second_load_reuses_the_build(kb_file, tmp_path, monkeypatch):
 
     monkeypatch.setitem(sources.SOURCES, "metaqa", sources.Source(counting, sources.SOURCES["metaqa"].forms))
     first = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
-    again = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
+    with caplog.at_level(logging.INFO, logger=sources.__name__):
+        again = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
     assert calls == [1] and again.stats == first.stats and same_triples(again.store, first.store)
+    assert any(r.getMessage().startswith("opened saved KG store ") and f"{len(again.store.heads)} triples" in r.getMessage()
+               for r in caplog.records)   # issue 43: a second run says it reused the store
     kb_file.write_text("\n".join(KB[:2]) + "\n", encoding="utf-8")  # changed input: a new build
     assert load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache").stats["triples"] == 2 and calls == [1, 1]
 

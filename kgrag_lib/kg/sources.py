@@ -49,6 +49,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -366,8 +367,11 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
     stats_file = folder / STATS_FILE
 
     def load() -> tuple[KGStore, dict[str, Any], dict[str, Any]]:
+        t0 = time.perf_counter()
         store = KGStore.load(folder)
         extra = plan.load_extra(folder) if plan.load_extra else {}
+        log.info("opened saved KG store %s (%d entities, %d triples) in %.2f s", folder, store.num_entities,
+                 len(store.heads), time.perf_counter() - t0)
         return store, json.loads(stats_file.read_text(encoding="utf-8")), extra
 
     if stats_file.exists():
