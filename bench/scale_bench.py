@@ -208,6 +208,26 @@ def child(spec: dict) -> dict:
         out.update(batch_latency(index, queries, spec["batches"]))
         out["anon_after_search_mib"] = round(PeakAnon.now() - anon0, 1)
         out["file_after_search_mib"] = PeakAnon.now("RssFile")
+        out["rescored"] = rescored_rows(index, vectors, queries, spec.get("rescore") or [], spec["batches"])
+    return out
+
+
+def rescored_rows(index, vectors: np.ndarray, queries: np.ndarray, depths: list[int], batches: int) -> list[dict]:
+    """The same saved index with its top k x depth re-ranked exactly from the memory-mapped vectors
+    (`<factory>+rescore<depth>`): recall@k against exact search on the recall queries, and latency."""
+    if not depths:
+        return []
+    from kgrag_lib.retrieval import exact_search
+    from kgrag_lib.retrieval.index_recall import recall_at_k
+    from kgrag_lib.retrieval.rescored import RescoredIndex
+
+    sample = queries[:RECALL_QUERIES]
+    _, truth = exact_search(vectors, sample, K)
+    out = []
+    for depth in depths:
+        wrapped = RescoredIndex(index, vectors, depth)
+        out.append({"depth": depth, "recall": round(recall_at_k(wrapped, truth, sample, K), 4),
+                    **batch_latency(wrapped, queries, batches)})
     return out
 
 
@@ -312,6 +332,10 @@ def table(rows: list[dict], flats: dict[int, dict]) -> str:
                          f"| {_mb(r['bytes'])} | {r['formula_ratio']:.3f}x | {r['load_s']} ({r['load_anon_mib']:.0f} / "
                          f"{r['load_file_mib']:.0f}) | {r['batch_ms_median']} ({r['batch_ms_p90']}) | {r['query_ms']} "
                          f"| {r['recall']['value']:.3f} |")
+            for x in r.get("rescored", []):
+                lines.append(f"| {n:,} | {r['factory']}+rescore{x['depth']} | (the same file) | | {_mb(r['bytes'])} "
+                             f"+ the fp32 vectors read {x['depth'] * K} rows per query | | | {x['batch_ms_median']} "
+                             f"({x['batch_ms_p90']}) | {x['query_ms']} | {x['recall']:.3f} |")
         f = flats[n]
         lines.append(f"| {n:,} | flat fp32 (faiss, baseline) | {f['build_s']} | {f['peak_rss_mib']:.0f} / "
                      f"{f['peak_anon_mib']:.0f} | {_mb(f['memory_bytes_formula'])} in RAM | n·d·4 | rebuilt per "
@@ -343,6 +367,8 @@ def main() -> None:
     ap.add_argument("--nprobe", type=int, default=None, help="override the default nprobe (1/64 of the lists, at least 16)")
     ap.add_argument("--batches", type=int, default=30, help=f"timed batches of {BATCH} queries")
     ap.add_argument("--threads", type=int, default=None, help="faiss OpenMP threads (default: faiss's)")
+    ap.add_argument("--rescore", type=int, nargs="*", default=[],
+                    help="also time each index with its top k x N re-ranked exactly (`+rescoreN`), for each N given")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", type=Path, default=None, help="keep data and indexes here (default: a temp dir)")
     ap.add_argument("--json", type=Path, default=None, help="write every figure here")
@@ -366,7 +392,7 @@ def main() -> None:
             for template in factories:
                 fac = expand(template, n, args.dim, args.pq_m)
                 sp = {**spec, "factory": fac, "key": f"scale-bench-n{n}-d{args.dim}-seed{args.seed}",
-                      "search_params": {"nprobe": args.nprobe} if args.nprobe else None}
+                      "search_params": {"nprobe": args.nprobe} if args.nprobe else None, "rescore": args.rescore}
                 b = run_child({**sp, "step": "build"})
                 ld = run_child({**sp, "step": "load"})
                 if not ld["reused"]:
@@ -381,9 +407,13 @@ def main() -> None:
                              "load_anon_mib": ld["anon_after_mib"], "load_file_mib": ld["file_after_mib"],
                              "anon_after_search_mib": ld["anon_after_search_mib"],
                              "file_after_search_mib": ld["file_after_search_mib"], "mmapped": ld["mmapped"],
-                             **{k: ld[k] for k in ("batch_ms_median", "batch_ms_p90", "query_ms", "batches")}})
+                             **{k: ld[k] for k in ("batch_ms_median", "batch_ms_p90", "query_ms", "batches")},
+                             "rescored": ld["rescored"]})
                 print(f"n={n:,} {fac}: build {b['build_s']} s, {_mb(b['bytes'])}, recall@{K} "
                       f"{b['recall']['value']:.3f}; second process loaded it in {ld['load_s']} s", flush=True)
+                for r in ld["rescored"]:
+                    print(f"n={n:,} {fac}+rescore{r['depth']}: recall@{K} {r['recall']:.3f}, "
+                          f"{r['query_ms']} ms per query (batches of {BATCH})", flush=True)
             flats[n] = {"n": n, **run_child({**spec, "step": "flat"})}
             print(f"n={n:,} flat fp32: build {flats[n]['build_s']} s, {flats[n]['batch_ms_median']} ms / batch",
                   flush=True)

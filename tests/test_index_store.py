@@ -346,3 +346,42 @@ def test_nprobe_is_raised_at_build_until_the_sample_recall_reaches_the_target(tm
                          recall_queries=200)
     fixed_meta = index_store.saved_meta(next((tmp_path / "fixed" / "indexes").glob("*.faiss")))
     assert fixed.params["nprobe"] == 2 and "nprobe_tried" not in fixed_meta["recall"]
+
+
+# ----------------------------------------------------------------------------- exact re-scoring
+
+def test_rescoring_a_pq_index_recovers_exact_recall_from_the_stored_vectors(tmp_path):
+    """Issue 43: `<factory>+rescore<N>` ranks the compressed index's top k x N by exact inner
+    products with the vectors it was built from: PQ's codes, exact search's neighbours."""
+    from kgrag_lib.retrieval.rescored import RescoredIndex
+
+    _, truth = exact_search(X, Q, 6)
+    pq = DenseIndex.build(X, kind="IVF32,PQ8x4", search_params={"nprobe": 32})   # all lists: PQ is the only loss
+    base = recall_at_k(pq, truth, Q, 6)
+    mapped = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float32, shape=X.shape)
+    mapped[:] = X
+    mapped.flush()
+    rescored = RescoredIndex(pq, np.load(tmp_path / "x.npy", mmap_mode="r"), depth=20)
+    assert base < 0.6 and recall_at_k(rescored, truth, Q, 6) >= 0.95, base
+    scores, ids = rescored.search(Q, 6)
+    np.testing.assert_allclose(scores, np.take_along_axis(Q @ X.T, ids, axis=1), rtol=1e-5)   # exact scores
+    assert (np.diff(scores, axis=1) <= 0).all() and rescored.kind == pq.kind + "+rescore20" and len(rescored) == len(X)
+    found = index_store.source_index(X, key=None, label="t", cache_dir=tmp_path, setting="IVF32,PQ8x4+rescore20")
+    assert isinstance(found, RescoredIndex) and found.depth == 20
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("IVF32,PQ4x4+rescore1", "re-scores nothing"),
+    ("IVF32,PQ4x4+rescore", "expected <factory>\\+rescore<N>"),
+    ("+rescore10", "expected <factory>\\+rescore<N>"),
+])
+def test_a_bad_rescore_suffix_names_the_setting(setting, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        index_store.source_index(X, key=None, label="t", cache_dir=tmp_path, setting=setting)
+
+
+def test_rescoring_refuses_vectors_that_are_not_the_index_s():
+    from kgrag_lib.retrieval.rescored import RescoredIndex
+
+    with pytest.raises(ConfigError, match="3999 vectors for an index of 4000"):
+        RescoredIndex(DenseIndex.build(X), X[:-1], depth=4)

@@ -31,6 +31,7 @@ from kgrag_lib.retrieval.index import (ADD_BLOCK, KINDS, METRICS, DenseIndex, ch
                                        default_train_size, expand_factory, factory_nlist, new_factory_index,
                                        require_gpu_if_asked)
 from kgrag_lib.retrieval.index_recall import exact_search, recall_at_k
+from kgrag_lib.retrieval.rescored import RescoredIndex, split_rescore
 
 _log = logging.getLogger(__name__)
 
@@ -289,14 +290,18 @@ def auto_factory(setting: str, n: int) -> str:
 
 
 def source_index(vectors: Any, *, key: str | None, label: str, cache_dir: str | os.PathLike | None,
-                 setting: str = AUTO, placement: str = AUTO, log: logging.Logger | None = None) -> DenseIndex:
+                 setting: str = AUTO, placement: str = AUTO, log: logging.Logger | None = None) -> Any:
     """The search index of one retrieval source (a corpus, a KG's seed descriptions).
 
     A source whose vectors have a key (a saved passage store or KG store: Wikipedia-2018,
     Wikidata5M) gets an index built once and memory-mapped afterwards (`cached_index`); a source
     without one (the small per-dataset corpora, held as lists) gets its index built in memory,
-    exact flat by default, as cheap as loading one."""
+    exact flat by default, as cheap as loading one. A setting ending in `+rescore<N>` re-ranks the
+    index's top k x N by exact inner products with `vectors` (`rescored.RescoredIndex`)."""
+    setting, depth = split_rescore(setting)
     factory = auto_factory(setting, len(vectors))
     if key is None:
-        return DenseIndex.build(np.asarray(vectors), kind=factory, placement=placement)
-    return cached_index(vectors, key, factory, cache_dir=cache_dir, label=label, placement=placement, log=log)
+        found = DenseIndex.build(np.asarray(vectors), kind=factory, placement=placement)
+    else:
+        found = cached_index(vectors, key, factory, cache_dir=cache_dir, label=label, placement=placement, log=log)
+    return RescoredIndex(found, vectors, depth) if depth else found
