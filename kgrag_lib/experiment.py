@@ -14,11 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig, ServerConfig, make_config, profile_section, read_profile
+from .config import RunConfig, ServerConfig, absent_values, make_config, profile_section, read_profile
+from .data.registry import load_questions
 from .errors import ConfigError
+from .llm import DEFAULT_SPEC
 from .methods.base import MethodSpec, RunContext
+from .methods.prompt_digest import prompt_digests
 from .methods.registry import check_dataset, check_profile_methods, get_method
+from .paths import cache_dir, data_root
 from .redact import redact
+from .rundir import ABSENT_KEY, PROMPTS_KEY
+from .runner import run_method
 
 RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
@@ -26,8 +32,6 @@ RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 def resolve_model(profile: dict[str, Any], family: str | None, explicit: str | None = None) -> str:
     """The LLM of a run: an explicit choice, else the profile's `models[family]`, else its
     `run.model`, else the embedded default."""
-    from .llm import DEFAULT_SPEC
-
     models = profile_section(profile, "models")
     return explicit or (models.get(family) if family else None) or profile_section(profile, "run").get("model") \
         or DEFAULT_SPEC
@@ -89,8 +93,6 @@ def make_context(run: RunConfig, profile: dict[str, Any] | None = None) -> RunCo
 
 def check_context(ctx: RunContext, run: RunConfig) -> None:
     """A context shared between runs must hold what this run resolved, never silently replace it."""
-    from .paths import cache_dir, data_root
-
     wanted = {"model": (ctx.model, run.model), "embedder": (ctx.embedder_spec, run.embedder),
               "data_root": (str(ctx.data_root), str(data_root(run.data_root))),
               "cache_dir": (str(ctx.cache_dir), str(cache_dir(run.cache_dir)))}
@@ -106,10 +108,6 @@ def run_config(r: ResolvedRun, method_config: Any, embedder: str, llm_identity: 
     """What a run's manifest records as its config; `rundir.run_identity` of it decides whether a
     folder can be resumed. `prompts` is the digest of the wording of the method's prompt modules
     (`methods.prompt_digest`): a reworded prompt is another run even when no setting changed."""
-    from .config import absent_values
-    from .methods.prompt_digest import prompt_digests
-    from .rundir import ABSENT_KEY, PROMPTS_KEY
-
     is_config = dataclasses.is_dataclass(method_config)
     config = {
         "run": dataclasses.asdict(r.run),
@@ -151,9 +149,6 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
     the method's LLM calls, whichever way the run is started. A folder holding a run with other
     settings is refused unless `overwrite` (see `runner.run_method`).
     """
-    from .data.registry import load_questions
-    from .runner import run_method
-
     r = resolve_run(method, dataset, out, profile, **overrides)
     if ctx is None:
         ctx = make_context(r.run, r.profile)

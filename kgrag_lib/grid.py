@@ -18,6 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
+from .experiment import resolve_run, run_experiment
 from .methods.base import RunContext
 from .progress import progress as progress_bar
 from .records import Prediction
@@ -125,8 +126,6 @@ def run_grid(runs: Sequence[GridRun], datasets: Sequence[str], out_dir: str | Pa
     `overrides` (n, seed, model, method settings such as kg or corpus) apply to every cell;
     each configuration's own settings win over them.
     """
-    from .experiment import resolve_run, run_experiment
-
     out_dir = Path(out_dir)
     cells: list[Cell] = []
     calls0 = ctx.llm.usage.calls

@@ -12,12 +12,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .config import profile_label
+from .config import profile_label, profile_section
 from .errors import KgragError
+from .executors.base import NotebookTask, resources_for
 from .executors.execute import execute, export_html
+from .executors.local import LocalExecutor
+from .experiment import resolve_model
+from .llm.shared_servers import shared
 from .paths import IN_CHECKOUT, PACKAGE_DIR, REPO_ROOT
 from .redact import refuse_secret
 from .rundir import SUMMARY_FILE, read_summary, write_summary  # noqa: F401 (notebooks import them from here)
+from .studies.order import study_graph
 
 NOTEBOOKS_ENV = "KGRAG_NOTEBOOKS"
 
@@ -72,10 +77,6 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
     that holds their settings. `executor` (`executors.base.make_executor`) runs them; the
     default runs them here one after another. A notebook that failed is reported in `failed`
     and the ones that need it are skipped as blocked; the others go on, under either executor."""
-    from .executors.base import NotebookTask, resources_for
-    from .executors.local import LocalExecutor
-    from .studies.order import study_graph
-
     label = profile_label(profile)
     out_root = Path(out_root or REPO_ROOT / "results" / label).resolve()  # notebooks run in notebooks/
     given = {k: v for k, v in (run_overrides or {}).items() if v is not None}
@@ -122,13 +123,9 @@ def _study_servers(executor: Any, profile: str, tasks: list[Any]) -> Any:
     machines, so each starts its own."""
     import contextlib
 
-    from .executors.local import LocalExecutor
-
     if not isinstance(executor, LocalExecutor):
         return contextlib.nullcontext()
-    from .config import profile_section
     from .llm import is_managed_spec, load_llm
-    from .llm.shared_servers import shared
     from .studies import load_profile
 
     server = profile_section(load_profile(profile), "server")
@@ -138,7 +135,6 @@ def _study_servers(executor: Any, profile: str, tasks: list[Any]) -> Any:
 
 def _notebook_model(stem: str, profile: str) -> str | None:
     """The LLM spec a study notebook loads (None: it loads none, or is not a study notebook)."""
-    from .experiment import resolve_model
     from .studies import NOTEBOOKS, load_profile
 
     if stem not in NOTEBOOKS or NOTEBOOKS[stem].family is None:

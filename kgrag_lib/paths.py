@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from .errors import ConfigError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_ROOT_ENV = "KGRAG_DATA_ROOT"
 
@@ -38,8 +40,6 @@ def data_root(explicit: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env).expanduser().resolve()
     if not IN_CHECKOUT:
-        from .errors import ConfigError
-
         raise ConfigError(f"no data root: kgrag is installed as a package ({PACKAGE_DIR}), with no source checkout "
                           f"and no ../shared/data beside it; set ${DATA_ROOT_ENV}=<folder holding metaqa/, hotpotqa/, ...> "
                           "or pass --data-root <folder>")

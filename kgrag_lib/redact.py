@@ -24,6 +24,8 @@ import os
 import re
 from typing import Any
 
+from .errors import ConfigError
+
 MASK = "***"
 KEY_ENV = ("KGRAG_OPENAI_API_KEY", "OPENAI_API_KEY")
 # scheme://user:password@ -- the password may hold '@', '#', '/', so take the authority up to its
@@ -76,8 +78,6 @@ def refuse_secret(value: Any, where: str, written_to: str) -> None:
     import json
 
     if json.dumps(redact(value), default=str) != json.dumps(value, default=str):   # NaN != NaN: compare the text
-        from .errors import ConfigError
-
         raise ConfigError(f"{where}: {redact(value)!r} carries a token (URL user:password, a query value or a "
                           f"key), which would be written into {written_to}; give the URL without it and put the "
                           "token in $KGRAG_OPENAI_API_KEY (sent as the bearer token, written nowhere)")

@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from .errors import KgragError
+from .data.common import check_file
+from .errors import DataFormatError, KgragError
 from .jsonl import atomic_json, read_jsonl
 from .records import Question
 from .redact import redact
@@ -38,9 +39,6 @@ def read_predictions(path: str | Path, *, allow_torn_tail: bool = False, unique_
     kill interrupted. With `unique_qids` (a run folder's file: one line per question) a qid
     seen twice is refused naming both lines: scoring would take the last copy silently.
     """
-    from .data.common import check_file
-    from .errors import DataFormatError
-
     path = check_file(path, EXPECTED)  # names a directory or binary file
     read = read_jsonl(path, expected=EXPECTED, torn_tail=allow_torn_tail)
     for lineno, rec in zip(read.lines, read.rows):

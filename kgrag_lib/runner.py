@@ -14,7 +14,9 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from .concurrency import as_they_finish, check_workers
 from .errors import KgragError
+from .eval.summary import summarize
 from .jsonl import JsonlAppender, atomic_json, rewrite_jsonl
 from .methods.base import Method
 from .progress import progress as progress_bar
@@ -59,8 +61,6 @@ def _metering(llm: Any) -> Iterator[Any]:
 def resolve_concurrency(concurrency: int | None, llm: Any, method: Any) -> int:
     """Questions in flight: the run's setting, else the backend's default (1 in-process, more
     for servers); 1 for a method whose state grows across questions (`parallel_safe` False)."""
-    from .concurrency import check_workers
-
     n = check_workers(concurrency) if concurrency is not None else int(getattr(llm, "default_concurrency", 1) or 1)
     if n > 1 and not method.parallel_safe:
         import sys
@@ -133,9 +133,6 @@ def run_method(
 
 def _answer_and_score(method: Method, questions: list[Question], done: list[dict[str, Any]], pred_path: Path,
                       llm: Any, progress: bool, metrics: tuple[str, ...] | None, concurrency: int = 1) -> dict[str, Any]:
-    from .concurrency import as_they_finish
-    from .eval.summary import summarize
-
     done_ids = {r["qid"] for r in done}
     todo = [q for q in questions if q.qid not in done_ids]
     method.resume(list(done))  # a method whose state grows over questions (TCR-QF's KG) rebuilds it first

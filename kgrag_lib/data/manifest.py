@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from ..jsonl import atomic_text
 MANIFEST_PATH = Path(__file__).resolve().parent / "manifests" / "datasets.yaml"
 
 
@@ -111,8 +112,6 @@ def refresh_manifest(root: str | Path, path: str | Path | None = None) -> list[s
             if fp.is_file():
                 spec.update(file_facts(fp))
                 updated.append(spec["path"])
-    from ..jsonl import atomic_text
-
     # replaced whole (temporary file, rename): a full disk leaves the old manifest, never a cut one
     atomic_text(p, "".join(header) + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100))
     _load.cache_clear()

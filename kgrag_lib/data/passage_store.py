@@ -29,8 +29,10 @@ import numpy as np
 
 from ..errors import DataFormatError
 from ..paths import cache_dir as default_cache_dir
+from ..progress import progress
 from ..records import Passage
-from .wikipedia import iter_passages
+from .common import check_file
+from .wikipedia import FORM, iter_passages
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +127,6 @@ def build_store(source: str | os.PathLike, folder: str | os.PathLike, *, fingerp
         cols = {c: _Column(tmp, c) for c in COLUMNS}
         size = max(source.stat().st_size, 1)
         if show_progress:
-            from ..progress import progress
-
             bar = progress(total=None, desc=f"passage store {folder.name}", unit="passage", unit_scale=True)
         rows = consumed = 0
         buf: dict[str, list[bytes]] = {c: [] for c in COLUMNS}
@@ -306,9 +306,6 @@ def open_passage_store(source: str | os.PathLike, *, cache_dir: str | os.PathLik
     else built once (under a file lock: concurrent processes wait and open it). A stored folder
     that fails to open is named in a warning and rebuilt."""
     from filelock import FileLock
-
-    from .common import check_file
-    from .wikipedia import FORM
 
     source = check_file(Path(source).expanduser(), f"a psgs_w100 TSV: header 'id<TAB>text<TAB>title', then {FORM}")
     fp = source_fingerprint(source)

@@ -9,6 +9,8 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..records import Passage
+from .common import pool_passages
+from .registry import default_path, get_spec, load_corpus, load_questions
 
 
 @dataclass(frozen=True)
@@ -28,8 +30,6 @@ class CorpusSelection:
 
     @classmethod
     def parse(cls, arg: str) -> "CorpusSelection":
-        from .registry import get_spec
-
         dataset, *rest = arg.split(":")
         if not dataset:
             raise ConfigError("expected text:<dataset>[:<split>][:n=<N>][:seed=<S>], e.g. text:musique:dev200:n=100")
@@ -56,8 +56,6 @@ class CorpusSelection:
 
     @property
     def whole_corpus_file(self) -> bool:
-        from .registry import get_spec
-
         return self.n is None and get_spec(self.dataset).corpus not in ("pooled", "facts")
 
     @property
@@ -67,17 +65,12 @@ class CorpusSelection:
 
     def input_files(self, root: Path) -> list[Path]:
         """The files the passages come from (MissingDataError names what is absent)."""
-        from .registry import default_path, get_spec
-
         if self.whole_corpus_file:
             return [root / get_spec(self.dataset).corpus]
         return [default_path(self.dataset, self.split, root, must_exist=True)]
 
     def passages(self, root: Path) -> tuple[list[Passage], dict[str, Any]]:
         """The passages and a description of them for the statistics."""
-        from .common import pool_passages
-        from .registry import load_corpus, load_questions
-
         about: dict[str, Any] = {"dataset": self.dataset, "split": self.split}
         if self.n is None:
             passages = load_corpus(self.dataset, root, split=self.split)
@@ -91,8 +84,6 @@ class CorpusSelection:
                          corpus=f"pooled paragraphs of {len(questions)} sampled {self.dataset} questions "
                                 f"(seed {self.seed}), titles kept")
         if not passages:
-            from .registry import get_spec
-
             others = [s for s in get_spec(self.dataset).splits if s != self.split]
             raise ConfigError(f"{self.dataset}{':' + self.split if self.split else ''}: no passages to index (the "
                               "selected questions carry no paragraphs); select a split whose questions ship them "

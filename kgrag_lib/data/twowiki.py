@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import DataFormatError
 from ..records import Passage, Question, Triple
 from .common import merge_answers, read_json_records
 from .hotpotqa import parse_context, parse_supporting_facts
@@ -31,8 +32,6 @@ _MAPPED = {"_id", "question", "answer", "answer_aliases", "aliases", "context", 
 def load_id_aliases(path: str | Path) -> dict[str, list[str]]:
     """Wikidata id -> its aliases then demonyms, from the ID-enhanced release's id_aliases.json."""
     import json
-
-    from ..errors import DataFormatError
 
     path = Path(path)
     out: dict[str, list[str]] = {}

@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..config import profile_section
+from ..data.manifest import load_manifest
+from ..errors import ConfigError
+from ..llm.presets import PRESETS
+from ..methods.registry import available_methods
+from ..paths import data_root
+from ..retrieval.embedder_specs import RECIPES, SHIPPED
+from ..studies import notebook_settings
+
 # bf16 weights on disk (the safetensors a hub snapshot holds), GiB; embedders as sentence-transformers
 # loads them (float32). From the repos' file listings; an id not here is sized from its cached
 # config.json when there is one, else reported as unknown.
@@ -94,8 +103,6 @@ class Plan:
 
 def _hub_id_of_llm(spec: str) -> tuple[str, str | None]:
     """(where it runs, hub id or None) of an LLM spec."""
-    from ..llm.presets import PRESETS
-
     spec = spec.strip()
     if spec in PRESETS:
         p = PRESETS[spec]
@@ -115,8 +122,6 @@ def _hub_id_of_llm(spec: str) -> tuple[str, str | None]:
 
 
 def _hub_id_of_embedder(spec: str) -> tuple[str, str | None]:
-    from ..retrieval.embedder_specs import RECIPES, SHIPPED
-
     s = spec.strip()
     if s in SHIPPED:
         return "shipped", None
@@ -131,9 +136,6 @@ def _hub_id_of_embedder(spec: str) -> tuple[str, str | None]:
 def weights_of(profile: dict[str, Any], *, model: str | None = None, cached: Callable[[str], bool],
                size: Callable[[str], float | None]) -> list[Weights]:
     """Every model `profile` loads (`model` replaces its LLMs, as `kgrag study --model` does)."""
-    from ..config import profile_section
-    from ..methods.registry import available_methods
-
     families = sorted({s.family for s in available_methods().values() if s.family})
     run = profile_section(profile, "run")
     models, embedders = profile_section(profile, "models"), profile_section(profile, "embedders")
@@ -171,8 +173,6 @@ def _method_settings(spec: Any, section: Any) -> dict[str, Any]:
     profile's own section where it does not type-check (the run itself reports that error)."""
     import dataclasses
 
-    from ..errors import ConfigError
-
     given = section if isinstance(section, dict) else {}
     try:
         return dataclasses.asdict(spec.check_config(given, where="doctor"))
@@ -183,8 +183,6 @@ def _method_settings(spec: Any, section: Any) -> dict[str, Any]:
 def _methods_not_run(profile: dict[str, Any]) -> set[str]:
     """Methods with a model of their own that the profile's notebooks leave out: Self-RAG runs only in
     notebook 28's Table 2."""
-    from ..studies import notebook_settings
-
     try:
         tables = notebook_settings("28_plugins", profile).tables
     except Exception:  # noqa: BLE001 - a profile without the notebook's section: its defaults
@@ -265,8 +263,6 @@ def data_needs(profile: dict[str, Any], present: Callable[[str], bool]) -> list[
     """The full-size resources `profile`'s method settings name (kg: wikidata5m, corpus: wikipedia),
     once each, with what they cost (`PAPER_DATA`); `present(name)` says whether the source files
     are under the data root."""
-    from ..config import profile_section
-
     found: dict[str, str] = {}
     for method, section in profile_section(profile, "methods").items():
         if not isinstance(section, dict):
@@ -279,16 +275,12 @@ def data_needs(profile: dict[str, Any], present: Callable[[str], bool]) -> list[
 
 
 def _data_present(name: str) -> bool:
-    from ..data.manifest import load_manifest
-    from ..paths import data_root
-
     entry = load_manifest()["datasets"].get(name) or {}
     root = data_root()
     return bool(entry.get("files")) and all((root / f["path"]).is_file() for f in entry["files"])
 
 
 def probe_plan(profile: str, model: str | None = None) -> Plan:
-    from ..config import profile_section
     from ..studies import load_profile
 
     prof = load_profile(profile)

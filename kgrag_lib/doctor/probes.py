@@ -23,6 +23,13 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..data.check import MISMATCH, MISSING, check_data
+from ..errors import ConfigError, KgragError
+from ..llm.presets import EMBEDDED, MISTRAL_ENV
+from ..paths import data_root
+from ..redact import redact
+from .plan import probe_plan
+
 SERVER_TIMEOUT_S = 2.0
 SMI_TIMEOUT_S = 5.0
 
@@ -237,7 +244,6 @@ def probe_llamacpp() -> LlamaCpp:
 
 
 def probe_vllm() -> Vllm:
-    from ..errors import KgragError
     from ..llm.vllm_env import find_vllm
 
     version = _version("vllm") if importlib.util.find_spec("vllm") is not None else None
@@ -256,7 +262,6 @@ def probe_env(torch: Torch, smi: NvidiaSmi, faiss: Faiss, vllm: Vllm) -> Env:
 
 def probe_models() -> tuple[Model, ...]:
     """The shipped CPU models (PyPI packages present, not assembled or loaded) and the MetaQA GGUF."""
-    from ..llm.presets import EMBEDDED, MISTRAL_ENV
     from ..retrieval.embedder import MPNET_PARTS, MPNET_PIP
 
     out = []
@@ -288,9 +293,7 @@ def probe_server(url: str | None) -> Server:
         return Server(None)
     from urllib.parse import urlencode
 
-    from ..errors import ConfigError
     from ..llm.backends.openai_compat import api_key_from, split_credentials
-    from ..redact import redact
 
     shown = redact(url)
     try:   # the same reading of a server URL as the backend's: userinfo as Basic auth, the query kept apart
@@ -314,9 +317,6 @@ def probe_server(url: str | None) -> Server:
 
 def probe_data(root: str | None = None) -> Data:
     """Reuses `kgrag data check` (sizes only, no hashing, so it stays fast)."""
-    from ..data.check import MISMATCH, MISSING, check_data
-    from ..paths import data_root
-
     try:
         base = data_root(root)
         statuses = check_data(base, hash_files=False)
@@ -337,8 +337,6 @@ def probe_all(server_url: str | None = None, data_root: str | None = None, profi
         profile = "gpu-paper"
     plan = None
     if profile:
-        from .plan import probe_plan
-
         plan = probe_plan(profile, model)
     return Findings(
         machine=probe_machine(), torch=torch, smi=smi, faiss=faiss,

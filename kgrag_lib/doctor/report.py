@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .plan import gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
 from .probes import Findings
 
 # What the GPU path needs, as the fix lines print it. A fix line must never break the environment it is
@@ -169,8 +170,6 @@ def lines(f: Findings) -> list[Line]:
 
 def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
     """The plan's lines, each with what a verdict lists when it is MISSING."""
-    from .plan import gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
-
     p = f.plan
     out: list[tuple[Line, str]] = []
     for w in p.weights:

@@ -32,6 +32,8 @@ from typing import Any, Sequence
 
 from ..llm.base import Generator, SamplingParams
 from ..llm.parsing import strip_think
+from ..rundir import read_predictions
+from .bootstrap import bootstrap_ci
 from .metrics import f1, normalize_answer
 
 VERDICTS = {"correct": True, "incorrect": False}
@@ -144,9 +146,6 @@ def judge_predictions(path: str | Path, llm: Generator, params: SamplingParams =
     and the judge model; with `controls`, the judge's verdicts on each question's gold answer and
     on another question's answer (`control_summary`). Judge calls go through the model's cache,
     so a rerun sends none."""
-    from ..rundir import read_predictions
-    from .bootstrap import bootstrap_ci
-
     path = Path(path)
     who = judge_identity(llm)
     records = list(read_predictions(path))

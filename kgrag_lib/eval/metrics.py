@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.bootstrap import bootstrap_ci
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -346,8 +347,6 @@ def get_metric(name: str) -> RecordMetric:
                                _from_record_or_trace(rec, "gold_ids", "supporting") or [], k)
 
         return recall
-    from kgrag_lib.errors import ConfigError
-
     raise ConfigError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}, recall@K (any K)")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import BackendUnavailableError, ConfigError
 from .base import Executor
 
 EXECUTORS = ("local", "ray")
@@ -17,8 +17,6 @@ def require_notebook_tools(command: str) -> None:
     """Refuse before anything runs when the `notebooks` extra is missing (the `gpu` extra alone has no
     papermill), naming the extra to install."""
     import importlib.util
-
-    from ..errors import BackendUnavailableError
 
     missing = [m for m in NOTEBOOK_TOOLS if importlib.util.find_spec(m) is None]
     if missing:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from ..errors import ConfigError
+from ..llm import MANAGED_PREFIXES, PRESETS, is_server_spec
 
 @dataclass(frozen=True)
 class Resources:
@@ -87,8 +88,6 @@ def resources_for(model: str | None) -> Resources:
     process tree on a GPU (hf:, a preset that needs a GPU, a `vllm-serve:` it starts) holds one
     GPU; an in-process CPU model (llama.cpp: a GGUF, a CPU preset, a llama.cpp server it starts)
     holds two CPUs, since its generation threads use them. No model (None): one CPU."""
-    from ..llm import MANAGED_PREFIXES, PRESETS, is_server_spec
-
     if not model:
         return Resources()
     spec = model.strip()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import BackendUnavailableError, ConfigError
+from ..llm.cache import default_cache_path
 from .base import NotebookTask, TaskResult, check_graph
 from .staging import (StagedResult, TaskFailed, driver_env, export_bytes, import_bytes, pack_prior, read_inputs,
                       run_staged, unpack)
@@ -80,8 +81,6 @@ class RayExecutor:
 
     def run(self, tasks: list[NotebookTask], on_done: Callable[[NotebookTask], None] | None = None
             ) -> dict[str, TaskResult]:
-        from ..llm.cache import default_cache_path
-
         ray = import_ray(local=not self.address)
         check_graph(tasks)
         started = self._connect(ray)

@@ -32,7 +32,9 @@ from pathlib import Path
 from unittest import mock
 
 from ..errors import KgragError
+from ..llm.cache import export_cache, import_cache
 from .base import NotebookTask
+from .execute import NotebookError, execute
 
 # variables of the driver a task must see although its node was started without them; the
 # two below are set per task instead
@@ -71,8 +73,6 @@ def driver_env() -> dict[str, str]:
 
 def export_bytes(cache: Path, exclude_keys: set[str] | None = None) -> tuple[bytes, int]:
     """The rows of `cache` (less `exclude_keys`) as `kgrag cache export` writes them."""
-    from ..llm.cache import export_cache
-
     if not cache.exists():
         return b"", 0
     with tempfile.TemporaryDirectory(prefix="kgrag-export-") as tmp:
@@ -83,8 +83,6 @@ def export_bytes(cache: Path, exclude_keys: set[str] | None = None) -> tuple[byt
 
 def import_bytes(rows: bytes, cache: Path) -> int:
     """Merge export bytes into `cache` (rows already there are kept); the rows added."""
-    from ..llm.cache import import_cache
-
     if not rows:
         return 0
     with tempfile.TemporaryDirectory(prefix="kgrag-import-") as tmp:
@@ -171,8 +169,6 @@ def run_staged(task: NotebookTask, notebook_bytes: bytes, inputs: dict[str, byte
     """Execute `task` in a scratch folder (see the module docstring): the outputs and cache rows of
     `ancestors` and the task's own earlier outputs (`prior`) first, then the notebook, retried once in place when a cell fails (the retry
     reuses every answer the first attempt got). Raises TaskFailed after the second failure."""
-    from .execute import NotebookError, execute
-
     cache = task_cache_path(run_id, task.key)
     scratch = cache.with_name(_safe(task.key) + ".scratch")
     shutil.rmtree(scratch, ignore_errors=True)   # a rerun after a dead worker starts from clean folders

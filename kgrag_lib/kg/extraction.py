@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from ..concurrency import as_they_finish
 from ..errors import ConfigError, DataFormatError
 from ..jsonl import JsonlAppender, drop_torn_tail, read_jsonl
+from ..progress import progress
 from ..records import Passage
+from ..retrieval.embedder import _minilm_dir
 
 
 # ---- chunks -------------------------------------------------------------------------------------
@@ -124,9 +127,6 @@ def extract_journaled(chunks: Sequence[Chunk], journal: Path, extract: Callable[
     each record is journaled as it finishes, so the journal's order may differ from the chunks'
     while the result does not.
     """
-    from ..concurrency import as_they_finish
-    from ..progress import progress
-
     log = ExtractionJournal(journal)
     done = log.read()
     todo = [c for c in chunks if c.cid not in done]
@@ -172,8 +172,6 @@ def load_tokenizer(name: str = "minilm") -> WhitespaceTokenizer | HFTokenizer:
     from transformers import AutoTokenizer
 
     if name == "minilm":
-        from ..retrieval.embedder import _minilm_dir
-
         return HFTokenizer("minilm (all-MiniLM-L6-v2 WordPiece)", AutoTokenizer.from_pretrained(str(_minilm_dir())))
     try:
         return HFTokenizer(name, AutoTokenizer.from_pretrained(name, local_files_only=True))

@@ -56,11 +56,19 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ..data.common import check_file
+from ..data.metaqa import load_metaqa_kb
+from ..data.registry import metaqa_kb_path, wikidata5m_paths
+from ..data.triples import FORMS
+from ..data.twowiki import load_2wiki, load_2wiki_corpus
+from ..data.wikidata5m import preprocess_wikidata5m
 from ..errors import ConfigError, DataFormatError, KgragError, MissingDataError
 from ..jsonl import atomic_text
 from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
 from .store import KGStore
+from .tcr_kg import TABLES_FILE
+from .text_kg import TEXT_KG_FILE, TextKG
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llm.base import LLM
@@ -129,12 +137,7 @@ def _no_argument(prefix: str, arg: str) -> None:
 def metaqa_kb_file(arg: str, data_root: Path) -> Path:
     """The kb.txt to read: `arg` when given, else `<data root>/metaqa/kb.txt`."""
     if not arg:
-        from ..data.registry import metaqa_kb_path
-
         return metaqa_kb_path(data_root).resolve()
-    from ..data.common import check_file
-    from ..data.triples import FORMS
-
     path = Path(arg).expanduser()
     if not path.exists():
         raise MissingDataError(f"MetaQA KB not found at {path}; expected a kb.txt-format file with one "
@@ -146,8 +149,6 @@ def metaqa_source(arg: str, data_root: Path) -> SourcePlan:
     path = metaqa_kb_file(arg, data_root)
 
     def build() -> tuple[KGStore, dict[str, Any]]:
-        from ..data.metaqa import load_metaqa_kb
-
         store = KGStore.from_triples(load_metaqa_kb(path))
         return store, {"kg": "metaqa", "source": str(path), **size_stats(store)}
 
@@ -169,8 +170,6 @@ def build_2wiki_evidence_store(data_root: Path, held_out: bool) -> tuple[KGStore
     with another question stays (a real KG would hold it too), and the statistics say how much
     of the evaluated questions' evidence is still in the KG that way.
     """
-    from ..data.twowiki import load_2wiki, load_2wiki_corpus
-
     qpath, cpath = data_root / TWOWIKI_QUESTIONS, data_root / TWOWIKI_CORPUS
     evaluated = {q.qid: q for f in TWOWIKI_EVALUATED for q in load_2wiki(data_root / f)} if held_out else {}
     triples, prov = [], []
@@ -243,8 +242,6 @@ def twowiki_evidence_source(held_out: bool) -> Callable[[str, Path], SourcePlan]
 
 # ---- Wikidata5M -----------------------------------------------------------------------
 def wikidata5m_source(arg: str, data_root: Path) -> SourcePlan:
-    from ..data.registry import wikidata5m_paths
-
     paths = wikidata5m_paths(data_root, folder=Path(arg).expanduser() if arg else None)
     where = str(paths["text_path"].parent)
 
@@ -265,8 +262,6 @@ def wikidata5m_store(w5m: Any) -> KGStore:
 def build_wikidata5m_kg(triple_paths: Any, entity_alias_path: Any, relation_alias_path: Any, text_path: Any,
                         **kw: Any) -> tuple[KGStore, dict[str, Any]]:
     """`data.wikidata5m.preprocess_wikidata5m`, then its store: returns (KGStore, stats)."""
-    from ..data.wikidata5m import preprocess_wikidata5m
-
     w5m, stats = preprocess_wikidata5m(triple_paths, entity_alias_path, relation_alias_path, text_path, **kw)
     return wikidata5m_store(w5m), stats
 
@@ -274,8 +269,6 @@ def build_wikidata5m_kg(triple_paths: Any, entity_alias_path: Any, relation_alia
 # ---- text: and tcr: LLM-extracted KGs (planned by their paper's package) ---------------------
 def text_tables(folder: Path) -> dict[str, Any]:
     """The side tables of an SA-RAG text KG folder: `extra["text"]` is its `TextKG`."""
-    from .text_kg import TextKG
-
     return {"text": TextKG.load(folder)}
 
 
@@ -401,9 +394,6 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
 
 def _saved_folder(spec: str, folder: Path) -> BuiltKG:
     """A folder written by `KGStore.save` or copied from the KG cache (stats and side tables kept)."""
-    from .tcr_kg import TABLES_FILE
-    from .text_kg import TEXT_KG_FILE
-
     store = KGStore.load(folder)
     _refuse_empty(spec, store, str(folder))
     stats = {"kg": str(folder), **size_stats(store)}

@@ -43,6 +43,7 @@ from .aliases import Aliases
 from .csr import (difference_sorted, expand_ranges, index_dtype, indptr_from_sorted_keys, is_sorted,
                   sorted_unique, stable_argsort)
 from .provenance import Provenance
+from .store_check import check_arrays
 from .strings import StringTable
 
 FORMAT_NAME = "kgrag-kgstore"
@@ -841,8 +842,6 @@ class KGStore:
                 or store._out.num_keys != e or store._in.num_keys != e):
             raise DataFormatError(header_path, None, f"arrays matching the header counts (triples {n}, entities {e})",
                                   f"triples {store.num_triples}, entities {store.num_entities}")
-        from .store_check import check_arrays
-
         check_arrays(path, store)
         store._fingerprint = folder_fingerprint(path, header_path.read_bytes(), header.get("files", []))
         return store

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from ..errors import ConfigError
 from ..redact import redact
+from .assets import check_gguf, file_sha256
 from .base import LLM, Completion, Generator, PromptTooLongError, SamplingParams, Usage
 from .cache import LLMCache, default_cache_path
 from .fake import ScriptedLLM
@@ -103,7 +104,6 @@ def load_llm(
         return _construct(HFLLM, spec, model, name=preset.name, cache=c, **options)
 
     if spec.lower().endswith(".gguf") and not spec.startswith(("hf:",) + tuple(p + ":" for p in MANAGED_PREFIXES)):
-        from .assets import check_gguf, file_sha256
         from .backends.llamacpp import LlamaCppLLM
 
         path = check_gguf(spec)
@@ -259,8 +259,6 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any],
         else:
             target = preset.model
     elif target.lower().endswith(".gguf"):
-        from .assets import check_gguf, file_sha256
-
         gguf = check_gguf(target, f"llm spec {spec}")
         sha = file_sha256(gguf)
     else:
@@ -327,8 +325,6 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
                     kw.setdefault(option, value)
             layers = preset.options.get("n_gpu_layers")
         else:
-            from .assets import check_gguf, file_sha256
-
             path = check_gguf(target, f"llm spec {spec}")
             sha = file_sha256(path)
         start = ms.start_llamacpp_python if prefix == "llamacpp-server" else ms.start_llama_server

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from ..errors import CacheDamagedError, MissingDataError, UnreadableFileError
+from ..errors import CacheDamagedError, ConfigError, DataFormatError, MissingDataError, UnreadableFileError
 from ..jsonl import read_jsonl, rewrite_jsonl
 from ..paths import cache_dir
 from .base import Messages, SamplingParams, TokenLogprob, cache_key, canonical_request
@@ -461,8 +461,6 @@ def export_cache(dest: str | os.PathLike, path: str | os.PathLike | None = None,
     `since`, a unix time) as gzip JSON lines: a compact file that can be committed, so the answers a long
     run paid for survive a fresh checkout (`import_cache` loads it back). The cache itself is never
     the destination."""
-    from ..errors import ConfigError
-
     src = existing_cache_file(path)
     if Path(dest).resolve() == Path(src).resolve():
         raise ConfigError(f"cannot export the LLM cache {src} onto itself: name another file, e.g. "
@@ -496,8 +494,6 @@ EXPORT_FORM = "a gzip JSON-lines export of the LLM cache (kgrag cache export)"
 
 def _read_export(path: Path) -> list[dict[str, Any]]:
     """The rows of an export file; a damaged one is a DataFormatError (naming the line where it can)."""
-    from ..errors import DataFormatError
-
     try:
         return read_jsonl(path, expected=EXPORT_FORM, gz=True).rows
     except (OSError, EOFError) as exc:
@@ -530,8 +526,6 @@ def _export_part_locked(folder: Path, path: str | os.PathLike | None, identities
         try:
             seen.update(row["key"] for row in _read_export(part))
         except KeyError as exc:
-            from ..errors import DataFormatError
-
             raise DataFormatError(part, None, EXPORT_FORM, f"a row without {exc}; move the file aside and export "
                                   "again") from None
     number = 1 + max((int(p.name[5:9]) for p in parts if p.name[5:9].isdigit()), default=0)

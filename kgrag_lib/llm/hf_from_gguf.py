@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from ..errors import BackendUnavailableError, ConfigError
 from ..paths import cache_dir
+from .assets import file_sha256
 
 SUBDIR = "hf_from_gguf"
 SOURCE_FILE = "gguf_source.json"
@@ -71,8 +72,6 @@ def hf_folder_from_gguf(
     hash). The folder holds `config.json`, `model.safetensors`, the tokenizer with its chat
     template, and `gguf_source.json` recording where it came from.
     """
-    from .assets import file_sha256
-
     src = Path(gguf).expanduser()
     if not src.is_file():
         raise ConfigError(f"base_model: GGUF file {str(src)!r} does not exist; expected a path to a .gguf file")

@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..config import ServerConfig
 from ..errors import BackendUnavailableError, ConfigError
 from ..paths import cache_dir
 
@@ -225,8 +226,6 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
 def _llama_options(config: Any, n_gpu_layers: int | None) -> tuple[Any, int, int | None]:
     """(config, n_ctx, GPU layers) of a llama.cpp server: the config's own n_gpu_layers wins over
     the preset's; vLLM-only settings left at their defaults."""
-    from ..config import ServerConfig
-
     cfg = config if config is not None else ServerConfig()
     for name, neutral in (("gpu_memory_utilization", None), ("cpu_kvcache_gib", None), ("max_num_seqs", None),
                           ("batch_invariant", False), ("dtype", "auto")):
@@ -283,7 +282,6 @@ def start_vllm(model: str, *, alias: str | None = None, config: Any = None, dtyp
     (`engine`, else `vllm_env.find_vllm`), with the options of `config` (a `ServerConfig`);
     `dtype` overrides `config.dtype` (`vllm_env.serve_dtype` chooses it for `load_llm`); `revision`
     pins a hub id to the commit kgrag keys its cache by."""
-    from ..config import ServerConfig
     from .vllm_env import find_vllm, server_args
 
     if not model:

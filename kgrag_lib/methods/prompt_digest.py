@@ -38,6 +38,9 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any, Iterable
 
+from ..errors import KgragError
+from .registry import PAPERS, paper_package
+
 METHODS_PACKAGE = __package__  # "kgrag_lib.methods"
 DIGEST_CHARS = 12
 _SKIP = object()
@@ -128,8 +131,6 @@ def _tree(module_name: str) -> ast.Module:
     try:
         source = inspect.getsource(import_module(module_name))
     except (OSError, TypeError) as e:
-        from ..errors import KgragError
-
         raise KgragError(f"cannot read the source of {module_name} to digest its prompt wording ({e}); install "
                          f"kgrag from its source files (a wheel or an editable install ships them)") from None
     return ast.parse(source)
@@ -216,8 +217,6 @@ def paper_prompt_modules(paper: str) -> tuple[str, ...]:
 
 def method_prompt_modules(spec: Any) -> tuple[str, ...]:
     """The prompt modules a method sends prompts from: its spec's `prompts`, else its paper's."""
-    from .registry import PAPERS, paper_package
-
     named = tuple(getattr(spec, "prompts", ()) or ())
     if named:
         return tuple(sorted(named))

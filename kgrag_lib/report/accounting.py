@@ -14,6 +14,11 @@ from typing import Any, Callable, Iterable
 
 import pandas as pd
 
+from .kg_infused import paper_numbers as kgi
+from .metaqa import paper_numbers as mq
+from .sa_rag import paper_numbers as sar
+from .tcr_qf import paper_numbers as tcr
+
 PAPER_NAMES = {"metaqa": "KG-RAG on MetaQA", "kg_infused": "KG-Infused RAG", "sa_rag": "SA-RAG", "tcr_qf": "TCR-QF"}
 OUTCOMES = ("confirmed", "refuted", "not separable at this n", "not testable", "not run")
 
@@ -41,11 +46,6 @@ REFERENCE_REASONS: tuple[tuple[str, Callable[[str, str], bool], str], ...] = (
 
 def registered_claims() -> pd.DataFrame:
     """paper, claim, table, dataset of every claim in the four papers' registries."""
-    from .kg_infused import paper_numbers as kgi
-    from .metaqa import paper_numbers as mq
-    from .sa_rag import paper_numbers as sar
-    from .tcr_qf import paper_numbers as tcr
-
     rows = [{"paper": "metaqa", "claim": c.cid, "table": c.source, "dataset": c.dataset} for c in mq.CLAIMS]
     for paper, claims in (("kg_infused", (*kgi.CLAIMS, *kgi.PLUGIN_CLAIMS, *kgi.UNTESTED_CLAIMS)),
                           ("sa_rag", sar.CLAIMS), ("tcr_qf", tcr.CLAIMS)):

@@ -7,6 +7,9 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from ..eval.metrics import get_metric
+from ..eval.paired import CONFIRMED, NOT_RUN, NOT_SEPARABLE, REFUTED
+
 JUDGE_UNINFORMATIVE = "not testable: the judge failed its controls"
 
 
@@ -14,8 +17,6 @@ def question_values(rows: Iterable[Mapping[str, Any]], metric: str,
                     verdicts: Mapping[str, bool | None] | None = None) -> dict[str, float]:
     """qid -> one question's value in [0, 1]: `correct` from the judge's verdicts (questions
     without a verdict left out), or any answer metric (em, f1, ...)."""
-    from ..eval.metrics import get_metric
-
     out: dict[str, float] = {}
     for r in rows:
         if metric == "correct":
@@ -38,8 +39,6 @@ def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str]) -> pd.Data
     """One verdict per claim family, dataset and metric from its pairwise comparisons: confirmed
     when every comparison is, refuted when any is, 'not run' when none ran, else not separable.
     `families` names each family (a paper's `CLAIM_FAMILIES`)."""
-    from ..eval.paired import CONFIRMED, NOT_RUN, NOT_SEPARABLE, REFUTED
-
     if claims.empty:
         return pd.DataFrame(columns=["family", "claim", "dataset", "metric", "comparisons", "verdict"])
     df = claims.assign(family=[".".join(str(c).split("@")[0].split(".")[:2]) for c in claims["claim"]])

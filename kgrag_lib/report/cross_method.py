@@ -17,7 +17,10 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from ..methods.registry import get_method
+from ..rundir import MANIFEST_FILE
 from . import mechanism
+from .figures import add_note
 from .papers import PAPER_SETUP
 from .tables import COST_KEYS
 
@@ -63,9 +66,6 @@ def method_rows(report: Any, **labels: Any) -> list[dict[str, Any]]:
     """One summary row per cell of the notebook's grid (`grid.GridReport`): method, paper, the
     KG and corpus it read, n, failed, EM / F1 / Acc (percent) with 95% intervals, the LLM calls,
     tokens and seconds per question, and its mechanism health."""
-    from ..methods.registry import get_method
-    from ..rundir import MANIFEST_FILE
-
     out = []
     for cell in report.cells:
         m = cell.metrics
@@ -165,8 +165,6 @@ def plot_f1(rows: list[Mapping[str, Any]], metric: str = "f1", title_text: str |
     whose mechanism is dead hatched and labelled, in the rows' order."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from .figures import add_note
 
     rows = list(rows)
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.4))

@@ -26,6 +26,9 @@ from typing import Any
 import pandas as pd
 
 from ..errors import ConfigError
+from . import multiplicity
+from .mechanism import health_table
+from .study import SECONDARY_METRICS, assessed_claims, collect, cost_by_notebook, format_p, unique_runs
 
 TEMPLATE_FILE = "FINDINGS.template.md"
 OUT_FILE = "FINDINGS.md"
@@ -94,8 +97,6 @@ class Claim:
 
 
 def _p_phrase(name: str, value: Any) -> str:
-    from .study import format_p
-
     text = str(format_p(value))
     return f"{name} < {text[1:]}" if text.startswith("<") else f"{name} = {text}"
 
@@ -105,8 +106,6 @@ class Facts:
     than one row where one is meant, raises an error naming the notebook and the filter."""
 
     def __init__(self, folder: str | Path):
-        from .study import collect
-
         self.folder = Path(folder)
         self._siblings: dict[str, Facts] = {}
         self.res = collect(self.folder)
@@ -137,14 +136,10 @@ class Facts:
 
     @cached_property
     def runs(self) -> pd.DataFrame:
-        from .study import unique_runs
-
         return unique_runs(self.res.runs)
 
     @cached_property
     def claims(self) -> pd.DataFrame:
-        from .study import assessed_claims
-
         return assessed_claims(self.res)
 
     def claim(self, claim_id: str, metric: str | None = None, dataset: str | None = None) -> Claim:
@@ -155,8 +150,6 @@ class Facts:
         if dataset is not None:
             sel = sel[sel["dataset"] == dataset]
         if len(sel) > 1 and metric is None:   # the claim on its primary metric, not its exploratory twin
-            from .study import SECONDARY_METRICS
-
             sel = sel[~sel["metric"].isin(SECONDARY_METRICS)]
         if len(sel) != 1:
             raise ConfigError(f"findings template: {len(sel)} claims rows for {claim_id!r} (metric {metric}, "
@@ -169,8 +162,6 @@ class Facts:
         """The primary claims of a table (whose name starts with `table`), whose id starts with `prefix`,
         made by notebooks whose name starts with `notebook`, on `dataset`, with a verdict starting with
         `verdict` (the Holm-adjusted one, or the claim's own p's); `ran`: leave out those not run."""
-        from .study import SECONDARY_METRICS
-
         c = self.claims[~self.claims["metric"].isin(SECONDARY_METRICS)]
         if notebook is not None:
             made = self.res.claims
@@ -195,15 +186,11 @@ class Facts:
 
     @cached_property
     def family_size(self) -> int:
-        from . import multiplicity
-
         return int(multiplicity.family_size(self.claims))
 
     def cost(self, nb: str) -> dict[str, float]:
         """Answering wall hours and core-hours of a notebook's runs, as REPORT's cost table counts them
         (a run shared by notebooks counts once, under the first)."""
-        from .study import cost_by_notebook
-
         table = cost_by_notebook(self.runs)
         name = self._notebook(nb)
         if name not in table.index:
@@ -217,8 +204,6 @@ class Facts:
 
     @cached_property
     def _health(self) -> pd.DataFrame:
-        from .mechanism import health_table
-
         return health_table(self.every_run).drop_duplicates()
 
     def health(self, nb: str, method: str, dataset: str, **match: Any) -> dict[str, Any]:

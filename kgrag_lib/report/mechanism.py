@@ -25,6 +25,11 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from ..eval.metrics import normalize_answer
+from .kg_infused import paper_numbers as kgi
+from .sa_rag import paper_numbers as sar
+from .tcr_qf import paper_numbers as tcr
+
 NOT_TESTABLE_DATA = "not testable with the data here"
 NOT_TESTABLE_MODEL = "not testable at this model"
 NOT_RECORDED = "not recorded in the compact results"
@@ -75,8 +80,6 @@ def _issues(row: Mapping[str, Any]) -> list[str]:
 def answer_in_triples(triples: Iterable[Any], answers: Iterable[Any] | None) -> bool | None:
     """Does a verbalised triple name a gold answer (normalised as EM normalises, whole words)?
     None when no gold can be looked for: no golds, or yes/no golds, which no triple spells out."""
-    from ..eval.metrics import normalize_answer
-
     golds = [g for g in (normalize_answer(str(a)) for a in answers or []) if g and g not in ("yes", "no")]
     if not golds:
         return None
@@ -224,10 +227,6 @@ def judge_health(summaries: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
 def _claim_sides(claim_id: str) -> tuple[str, ...]:
     """The methods a KG-Infused RAG, SA-RAG or TCR-QF claim compares (from its paper's CLAIMS),
     else (): a claim's testability rests on its own sides' mechanisms, not on every run beside them."""
-    from .kg_infused import paper_numbers as kgi
-    from .sa_rag import paper_numbers as sar
-    from .tcr_qf import paper_numbers as tcr
-
     cid = str(claim_id)   # "<id>", "<id>@<metric>", "<id>@<kg>"; SA-RAG ids hold "@k5" themselves
     known = {c[0]: c for c in (*kgi.CLAIMS, *getattr(kgi, "PLUGIN_CLAIMS", ()), *sar.CLAIMS, *tcr.CLAIMS)}
     for base in (cid, cid.rsplit("@", 1)[0], cid.split("@")[0]):

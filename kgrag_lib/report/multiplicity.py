@@ -19,6 +19,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from ..eval.paired import CONFIRMED, NOT_RUN, NOT_SEPARABLE, REFUTED
+from .claims import JUDGE_UNINFORMATIVE
+
 PRIMARY, EXPLORATORY = "primary", "exploratory"
 FAMILY_TEXT = ("every primary claim of this report decided by a paired test (claims not run and claims whose "
                "judge failed its controls are outside)")
@@ -45,9 +48,6 @@ def relation(statement: str) -> str:
 
 def in_family(claims: pd.DataFrame, secondary_metrics: Sequence[str]) -> pd.Series:
     """Which claims belong to the Holm family (see module doc)."""
-    from ..eval.paired import NOT_RUN
-    from .claims import JUDGE_UNINFORMATIVE
-
     def col(name: str) -> pd.Series:
         return claims[name] if name in claims else pd.Series([None] * len(claims), index=claims.index, dtype=object)
 
@@ -61,8 +61,6 @@ def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float 
     p_holm: a confirmation or refutation whose adjusted p reaches `alpha` becomes 'not separable
     at this n'. An equivalence (`~`) claim confirmed by its bound keeps its verdict (its p is
     not what confirmed it)."""
-    from ..eval.paired import CONFIRMED, NOT_SEPARABLE, REFUTED
-
     if claims.empty:
         return claims
     out = claims.copy()

@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+from ..llm.cache import export_cache_part
 from .findings import OUT_FILE as FINDINGS_FILE, TEMPLATE_FILE, render_folder
 from .study import StudyResults, collect, compact_rows, write_report
 
@@ -59,8 +60,6 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
         shutil.copytree(figures, dest / "figures", dirs_exist_ok=True)
     identities = sorted({r["llm_identity"] for r in res.runs if r.get("llm_identity")})
     if identities:
-        from ..llm.cache import export_cache_part
-
         export_cache_part(dest / "llm-cache", llm_cache, identities=identities)
     templated = (dest / TEMPLATE_FILE).is_file()
     if profile is not None and (published_elsewhere(res, dest) or templated):

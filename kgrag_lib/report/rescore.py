@@ -21,6 +21,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..errors import ConfigError
+from ..eval.bootstrap import bootstrap_ci
+from ..eval.metrics import get_metric
+from ..eval.paired import paired_test, verdict
+
 RESCORED = ("em", "f1", "hit1", "hit1_exact", "hit1_first")   # per-question values a compact row recomputes
 KEPT = ("acc",)      # read the raw answer: stored value kept, except a failed question's, which scores 0
 
@@ -36,8 +41,6 @@ def _write_json(path: Path, obj: Any, newline: bool = False) -> None:
 
 def rescore_rows(rows: list[dict[str, Any]]) -> set[str]:
     """Recompute the RESCORED values each compact row carries, in place; the metrics that changed."""
-    from ..eval.metrics import get_metric
-
     changed: set[str] = set()
     for m in RESCORED:
         fn = get_metric(m)
@@ -60,8 +63,6 @@ def rescore_metrics(metrics: dict[str, Any], rows: list[dict[str, Any]], names: 
     order the run scored them: its sample's qids), as `eval.summary.summarize` computes them, and
     Avg (mean of Acc, F1, EM) when it is there. The intervals are today's BCa bootstrap; those of
     metrics not named keep what the run stored."""
-    from ..eval.bootstrap import bootstrap_ci
-
     for m in names:
         vals = np.array([r[m] for r in rows if r.get(m) is not None], dtype=float)
         if m not in metrics or not vals.size:
@@ -120,8 +121,6 @@ class _Notebook:
 
 
 def _retest(rec: dict[str, Any], va: dict[str, float], vb: dict[str, float]) -> None:
-    from ..eval.paired import paired_test, verdict
-
     both = [q for q in va if q in vb]
     r = paired_test([va[q] for q in both], [vb[q] for q in both])
     rel = ">" if " > " in rec["statement"] else "<" if " < " in rec["statement"] else "~"
@@ -132,7 +131,6 @@ def _retest(rec: dict[str, Any], va: dict[str, float], vb: dict[str, float]) -> 
 def rescore_published(root: str | Path) -> list[str]:
     """Rescore every run under `root` and the summary rows that rest on a changed run; the
     lines say what changed (empty when nothing did)."""
-    from ..errors import ConfigError
     from .kg_infused import paper_numbers as kgi
 
     root = Path(root)
@@ -188,8 +186,6 @@ def rescore_published(root: str | Path) -> list[str]:
                 fa = nb.by_label(rec["configuration"], rec["dataset"], other_kg)
                 if fa is None or fb is None or (fa not in changed and fb not in changed):
                     continue
-                from ..eval.paired import paired_test
-
                 va = question_avg(_read_jsonl(fa / "questions.jsonl"), rec["metric"])
                 vb = question_avg(_read_jsonl(fb / "questions.jsonl"), rec["metric"])
                 both = [q for q in va if q in vb]

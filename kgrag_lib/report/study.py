@@ -20,6 +20,17 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from ..eval.metrics import get_metric, score_items
+from ..eval.paired import paired_test
+from ..methods.registry import PAPERS, available_methods, paper_package
+from ..paths import shown_path
+from ..provenance import git_commit
+from ..rundir import PRED_FILE, read_predictions, read_summary
+from . import cross_method, multiplicity
+from .accounting import account
+from .mechanism import (NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
+                        sa_rag_index_health)
+from .metaqa.readings import READINGS, flip_notes, readings_table
 from .papers import PAPER_SETUP
 from .tables import COST_KEYS, to_markdown
 
@@ -46,8 +57,6 @@ DEVIATIONS_COMMON = (
 def setup_deviations(runs: pd.DataFrame) -> list[str]:
     """One line per study family whose runs used another model or retriever than its paper, naming
     what they used (from the runs' manifests, so the report says what ran, whatever the profile)."""
-    from ..methods.registry import available_methods
-
     if runs.empty or "method" not in runs:
         return []
     families = {name: spec.family for name, spec in available_methods().items()}
@@ -73,8 +82,6 @@ def setup_deviations(runs: pd.DataFrame) -> list[str]:
 def paper_deviations() -> list[str]:
     """Every paper's deviations, paper by paper (`methods.registry.PAPERS`): those of its methods
     (`methods.<paper>.DEVIATIONS`), then those of its report (`report.<paper>.paper_numbers`)."""
-    from ..methods.registry import PAPERS, paper_package
-
     return [d for paper in PAPERS for d in (*paper_package(paper).DEVIATIONS,
                                             *import_module(f"{__package__}.{paper}.paper_numbers").DEVIATIONS)]
 
@@ -137,8 +144,6 @@ def read_run(folder: Path) -> dict[str, Any] | None:
 def collect(root: str | Path, exclude: Iterable[str] = ("90_report",)) -> StudyResults:
     """Every notebook summary and every run under a results folder (`results/<profile>`),
     except the report's own folder."""
-    from ..rundir import read_summary
-
     root = Path(root)
     out = StudyResults(root)
     skip = set(exclude)
@@ -234,10 +239,6 @@ def _md(df: pd.DataFrame, digits: int = 1) -> str:
 def assessed_claims(res: StudyResults) -> pd.DataFrame:
     """The claims table as REPORT prints it: Holm-adjusted p and verdicts, testability from each claim's
     own sides and mechanism health, and MetaQA's reading flips beside the verdict (findings read it too)."""
-    from . import multiplicity
-    from .mechanism import apply_testability, health_table
-    from .metaqa.readings import flip_notes, readings_table
-
     every_run = pd.DataFrame(res.runs)
     claims = claims_table(apply_testability(multiplicity.adjust(res.claims, SECONDARY_METRICS), every_run,
                                             health_table(every_run)))
@@ -254,22 +255,11 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     same questions (notebook 50's table, when it ran: `report.cross_method`), the claims and their
     verdicts, every distinct run, what every table cost, each notebook's tables, and every
     deviation from the papers in one list."""
-    from ..provenance import git_commit
-
-    from . import cross_method
-    from .mechanism import NOT_RECORDED, health_table, judge_health, sa_rag_index_health
-
     runs = unique_runs(res.runs)
     every_run = pd.DataFrame(res.runs)
     health = health_table(runs)
-    from . import multiplicity
-
-    from .metaqa.readings import READINGS, readings_table
-
     claims = assessed_claims(res)
     readings = readings_table(every_run)
-    from ..paths import shown_path
-
     commit = git_commit()
     models = sorted({str(m) for m in runs.get("model", pd.Series(dtype=str)).dropna()})
     hours = float(runs["answer_seconds_total"].sum()) / 3600 if not runs.empty else 0.0
@@ -307,8 +297,6 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     changed = multiplicity.changed_by_adjustment(claims)
     if not changed.empty:
         parts += ["Verdicts the adjustment changed:", "", _md(changed), ""]
-    from .accounting import account
-
     outcomes, idle = account(claims, profile, SECONDARY_METRICS)
     parts += ["### Every claim of the four papers", "",
               "Each paper's registered claims (`report.<paper>.paper_numbers`: the tables' claims, KG-Infused RAG's "
@@ -385,13 +373,8 @@ def write_report(res: StudyResults, dest: str | Path, profile: str, deviations: 
 
 def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[dict[str, Any]]:
     """A run's questions without traces: qid, dataset, prediction, golds, per-question scores, cost."""
-    from ..eval.metrics import score_items
-    from ..rundir import PRED_FILE, read_predictions
-
     rows = read_predictions(run_folder / PRED_FILE)
     items = score_items(rows, tuple(metrics))
-    from .mechanism import mechanism_record
-
     keep = ("qid", "dataset", "prediction", "answers", "failed", "error", "cost")
     out = []
     for i, r in enumerate(rows):
@@ -408,10 +391,6 @@ def compare_runs(folder_a: str | Path, folder_b: str | Path, metric: str) -> dic
     """Two runs of the same questions (e.g. two models): `metric` per question paired (A − B,
     points) and what a question cost each (seconds when answered, LLM calls), so a choice can
     weigh quality against CPU time. `metric` may be "avg" (mean of Acc, F1, EM)."""
-    from ..eval.metrics import get_metric
-    from ..eval.paired import paired_test
-    from ..rundir import PRED_FILE, read_predictions
-
     def values(folder: Path) -> tuple[dict[str, float], float, float]:
         rows = read_predictions(Path(folder) / PRED_FILE)
         names = ("acc", "f1", "em") if metric == "avg" else (metric,)

@@ -18,6 +18,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from ..eval.metrics import score_items
+from ..eval.paired import NOT_RUN, paired_test, verdict
+from ..rundir import PRED_FILE, read_predictions
 
 SCORE_COLUMNS = ("hit1", "hit1_exact", "hit1_first", "em", "f1", "acc", "yesno_agree")
 # What a question cost, as a run's metrics.json holds it per question (`cost_per_question`).
@@ -65,9 +68,6 @@ def question_scores(run_dir: Any, metrics: Sequence[str] = ("hit1", "hit1_exact"
     """One row per question of a run (its predictions.jsonl): the labels, the qid and each
     metric's value in [0, 1] (None where it does not apply). Paired tests pair these rows."""
     from pathlib import Path
-
-    from ..eval.metrics import score_items
-    from ..rundir import PRED_FILE, read_predictions
 
     rows = read_predictions(Path(run_dir) / PRED_FILE)
     items = score_items(rows, metrics)
@@ -189,8 +189,6 @@ def check_paired_claims(claims: Iterable[tuple], side_values: Callable[[Side, st
     (claim id, table, dataset, side A, relation, side B, metric, quote); `side_values(side,
     dataset, metric)` gives a side's {qid: value in [0, 1]}, None when it was not run (the claim
     then reads 'not run'); `label(side)` names a side in the statement."""
-    from ..eval.paired import NOT_RUN, paired_test, verdict
-
     out = []
     for cid, table, dataset, a, rel, b, metric, quote in claims:
         va, vb = side_values(a, dataset, metric), side_values(b, dataset, metric)

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kgrag_lib.errors import BackendUnavailableError, ConfigError
+from kgrag_lib.hub import snapshot
 from kgrag_lib.paths import cache_dir as default_cache_dir
 from kgrag_lib.retrieval.embedder_specs import RECIPES, SHIPPED, Recipe, parse_embedder_spec  # noqa: F401  (RECIPES re-exported)
 
@@ -249,8 +250,6 @@ def hub_folder(repo: str) -> Path:
     """The local snapshot of hub embedder `repo` (downloaded unless HF_HUB_OFFLINE=1): its
     configs, tokenizer and safetensors weights, or its pytorch_model.bin where it has no
     safetensors."""
-    from kgrag_lib.hub import snapshot
-
     try:
         folder = snapshot(repo, _HUB_FILES, what="embedding model")
         if not any(folder.glob("*.safetensors")):

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kgrag_lib.errors import BackendUnavailableError, ConfigError
+from kgrag_lib.errors import BackendUnavailableError, ConfigError, MissingDataError
 from kgrag_lib.retrieval.gpu_placement import (Placement, decide_placement, estimate_gpu_bytes, gpu_capable,
                                                gpu_count, gpu_resources, resolve_placement, to_gpu)
 
@@ -492,8 +492,6 @@ class DenseIndex:
         faiss = _faiss()
         path = Path(path)
         if not path.is_file():
-            from kgrag_lib.errors import MissingDataError
-
             raise MissingDataError(f"no faiss index at {path}")
         where = resolve_placement(placement, use_gpu)
         index, mapped = read_index(path, mmap)

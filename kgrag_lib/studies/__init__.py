@@ -17,6 +17,7 @@ from typing import Any
 
 from ..config import RunConfig, make_config, profile_section
 from ..errors import ConfigError
+from ..experiment import make_context, resolve_embedder, resolve_model
 from .base import NotebookSettings, Setup, resolve
 from .profiles import NOTEBOOKS, check_profile_notebooks, load_profile
 
@@ -30,8 +31,6 @@ def notebook_settings(name: str, profile: str | Path | dict = "cpu-smoke", **giv
 
 def setup(name: str, *, profile: str | Path | dict = "cpu-smoke", out_dir: str | Path, **given: Any) -> Setup:
     """Resolve a notebook's settings, make its context and output folder (see the module docstring)."""
-    from ..experiment import make_context, resolve_embedder, resolve_model
-
     prof = load_profile(profile)
     settings = notebook_settings(name, prof, **given)
     run = make_config(RunConfig, profile_section(prof, "run"), where=f"profile {prof['name']!r}, run")

@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from ..config import RunConfig, make_config, opt, profile_section
+from ..data.registry import load_questions
+from ..experiment import run_experiment
+from ..grid import run_grid
 from ..methods.base import RunContext
+from ..methods.registry import get_method
 from ..paths import shown_path
 
 
@@ -43,8 +47,6 @@ class WithModel(NotebookSettings):
 
 def resolve(cls: type[NotebookSettings], name: str, profile: dict[str, Any], given: dict[str, Any]) -> NotebookSettings:
     """The settings of notebook `name` (see the module docstring)."""
-    from ..methods.registry import get_method
-
     where = f"profile {profile.get('name')!r}, notebooks.{name}"
     settings = make_config(cls, profile_section(profile, "notebooks", name), where=where)
     settings = make_config(cls, {f.name: getattr(settings, f.name) for f in fields(cls)}, given,
@@ -89,24 +91,18 @@ class Setup:
 
     def run(self, method: str, dataset: str, out: str | Path, **overrides: Any) -> dict[str, Any]:
         """One run (as `kgrag run` with the notebook's profile, model, n and seed, unless overridden)."""
-        from ..experiment import run_experiment
-
         return run_experiment(method, dataset, out, profile=self.profile, ctx=self.ctx,
                               **{**self._run_overrides(), **overrides})
 
     def grid(self, runs: Sequence[Any], datasets: Sequence[str] | None = None, out: str | Path | None = None,
              progress: bool = True, **overrides: Any):
         """Every configuration on every dataset (`grid.run_grid`) under `out` (default: out_dir)."""
-        from ..grid import run_grid
-
         datasets = list(datasets if datasets is not None else self.settings.datasets)
         return run_grid(runs, datasets, Path(out or self.out_dir), ctx=self.ctx, profile=self.profile,
                         progress=progress, **{**self._run_overrides(), **overrides})
 
     def questions(self, datasets: Sequence[str] | None = None) -> list[Any]:
         """The seeded sample the runs answer (the same draw the runner makes)."""
-        from ..data.registry import load_questions
-
         s = self.settings
         datasets = list(datasets or getattr(s, "datasets", None) or [s.dataset])
         return [q for d in datasets for q in load_questions(d, root=self.ctx.data_root, n=s.n, seed=s.seed)]

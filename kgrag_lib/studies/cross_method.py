@@ -25,12 +25,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import opt
+from ..data.registry import load_questions
 from ..errors import ConfigError
-from ..grid import GridRun
+from ..grid import GridReport, GridRun
+from ..kg.sources import shared_kg
+from ..methods.common import resolve_spec
+from ..methods.registry import available_methods, check_dataset, get_method
+from ..methods.tcr_qf import VARIANTS as TCR_VARIANTS
 from .base import Sample, WithModel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..grid import GridReport
     from ..records import Question
     from .base import Setup
 
@@ -62,8 +66,6 @@ class CrossMethod(Sample, WithModel):
                                "(None: methods.kg-infused.kg, e.g. 2wiki-evidence-heldout)")
 
     def __post_init__(self) -> None:
-        from ..methods.registry import available_methods, check_dataset
-
         if not isinstance(self.methods, list) or not self.methods:
             raise ConfigError(f"parameter 'methods': expected a non-empty list of method names, got {self.methods!r}")
         known = available_methods()
@@ -88,8 +90,6 @@ class CrossMethod(Sample, WithModel):
     def method_overrides(self, method: str) -> dict[str, Any]:
         """The settings of `method` that point it at the sample (see the module docstring); the
         rest of its settings are the profile's `methods.<method>`."""
-        from ..methods.registry import get_method
-
         spec = get_method(method)
         names = {f.name for f in dataclasses.fields(spec.config)}
         out: dict[str, Any] = {}
@@ -112,8 +112,6 @@ class CrossMethod(Sample, WithModel):
 
     def sample_kgs(self) -> dict[str, str]:
         """The LLM-built KGs the selected methods read, by family: spec resolved with this seed."""
-        from ..methods.common import resolve_spec
-
         families = {family_of(m) for m in self.methods if reads_sample_kg(m)}
         return {fam: resolve_spec(f"{prefix}:{self.selection()}", self.dataset, int(self.seed or 0))
                 for fam, prefix in SAMPLE_KG.items() if fam in families}
@@ -124,8 +122,6 @@ NOTEBOOKS = {NAME: CrossMethod}
 
 def family_of(method: str) -> str:
     """The study family (and so the paper) of a registered method."""
-    from ..methods.registry import get_method
-
     return get_method(method).family
 
 
@@ -140,8 +136,6 @@ def reads_sample_kg(method: str) -> bool:
 
         return SA_VARIANTS[method].retriever != "dense"
     if family == "tcr-qf":
-        from ..methods.tcr_qf import VARIANTS as TCR_VARIANTS
-
         return TCR_VARIANTS[method].retrieval not in ("none", "cot")
     return False
 
@@ -158,8 +152,6 @@ class CrossMethodResult:
 
 def questions(nb: "Setup") -> list["Question"]:
     """The seeded sample every run of the notebook answers (the runner's own draw)."""
-    from ..data.registry import load_questions
-
     s = nb.settings
     return load_questions(s.dataset, s.split, root=nb.ctx.data_root, n=s.n, seed=s.seed)
 
@@ -171,8 +163,6 @@ def run_cross_method(nb: "Setup", progress: bool = True) -> CrossMethodResult:
     Every cell is an ordinary run under `out_dir/runs/<dataset>/n<n>_seed<seed>/<method>/`, the
     files `kgrag run --method <m> --split <split> --set kg=... --set corpus=...` writes; a rerun
     resumes and a run with other settings in the same folder is refused (`runner`)."""
-    from ..grid import GridReport
-    from ..kg.sources import shared_kg
     from ..report.cross_method import kg_build_rows, method_rows
 
     s = nb.settings

@@ -15,8 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import opt
+from ..data.registry import load_questions
 from ..errors import ConfigError
+from ..experiment import resolve_run
 from ..grid import GridRun
+from ..kg.sources import shared_kg
+from ..methods.common import resolve_spec
 from .base import Sample, WithModel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,8 +68,6 @@ class SARAGRuns(Sample, WithModel):
 
     def kg_spec(self, dataset: str) -> str:
         """The KG spec a run on `dataset` resolves (its template with this sample's seed)."""
-        from ..methods.common import resolve_spec
-
         return resolve_spec(self.kg_template(dataset), dataset, int(self.seed or 0))
 
 
@@ -146,24 +148,18 @@ def table1_runs(systems: list[str], dense_top_k: list[int]) -> list[GridRun]:
 
 def questions(nb: "Setup", dataset: str) -> list["Question"]:
     """The seeded sample a run of this notebook on `dataset` answers (the runner's own draw)."""
-    from ..data.registry import load_questions
-
     s = nb.settings
     return load_questions(dataset, s.split(dataset), root=nb.ctx.data_root, n=s.n, seed=s.seed)
 
 
 def text_kg(nb: "Setup", dataset: str) -> "BuiltKG":
     """The text KG of the notebook's sample on `dataset`, extracted by its model on first use."""
-    from ..kg.sources import shared_kg
-
     return shared_kg(nb.ctx, nb.settings.kg_spec(dataset))
 
 
 def method(nb: "Setup", name: str, dataset: str, **overrides: Any) -> "SARAG":
     """The method object a run of `name` on `dataset` with this notebook's settings builds
     (for its retriever: `method(...).retriever(spec, dataset)`)."""
-    from ..experiment import resolve_run
-
     s = nb.settings
     r = resolve_run(name, dataset, nb.out_dir, nb.profile, model=nb.model, n=s.n, seed=s.seed,
                     **{**s.overrides(dataset), **overrides})

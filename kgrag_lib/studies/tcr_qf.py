@@ -19,8 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import opt
+from ..data.registry import load_questions
 from ..errors import ConfigError
+from ..experiment import resolve_run
 from ..grid import GridRun
+from ..kg.sources import shared_kg
+from ..kg.tcr_kg import TcrKG
+from ..methods.common import resolve_spec
+from ..methods.tcr_qf import VARIANTS
 from .base import Sample, WithModel
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,8 +54,6 @@ def _check_datasets(datasets: Any) -> None:
 
 
 def _check_systems(systems: Any, allowed: Any = None) -> None:
-    from ..methods.tcr_qf import VARIANTS
-
     allowed = list(allowed or VARIANTS)
     if not isinstance(systems, list) or not systems:
         raise ConfigError(f"parameter 'systems': expected a non-empty list of {', '.join(allowed)}, got {systems!r}")
@@ -91,8 +95,6 @@ class TcrQFRuns(Sample, WithModel):
 
     def kg_spec(self, dataset: str) -> str:
         """The KG spec a run on `dataset` resolves (its template with this sample's seed)."""
-        from ..methods.common import resolve_spec
-
         return resolve_spec(self.kg_template(dataset), dataset, int(self.seed or 0))
 
 
@@ -173,8 +175,6 @@ def grid_runs(systems: list[str]) -> list[GridRun]:
 
 def questions(nb: "Setup", dataset: str) -> list["Question"]:
     """The seeded sample a run of this notebook on `dataset` answers (the runner's own draw)."""
-    from ..data.registry import load_questions
-
     s = nb.settings
     return load_questions(dataset, s.split(dataset), root=nb.ctx.data_root, n=s.n, seed=s.seed)
 
@@ -182,8 +182,6 @@ def questions(nb: "Setup", dataset: str) -> list["Question"]:
 def tcr_kg(nb: "Setup", dataset: str) -> "BuiltKG":
     """The KG of the notebook's sample on `dataset` before any feedback, extracted by its model
     on first use (notebook 40), read from the KG cache afterwards."""
-    from ..kg.sources import shared_kg
-
     return shared_kg(nb.ctx, nb.settings.kg_spec(dataset))
 
 
@@ -193,8 +191,6 @@ def kg_stats(nb: "Setup", built: "BuiltKG") -> dict[str, Any]:
     relations_dropped, edges_kept), counted on the built KG as a run reads it, so a KG built
     before the check has them too."""
     from pathlib import Path
-
-    from ..kg.tcr_kg import TcrKG
 
     folder = built.extra.get("tcr_folder")
     if folder is None:
@@ -208,8 +204,6 @@ def initial_entities(built: "BuiltKG") -> set[str]:
     against, `kg.tcr_kg.TcrKG.entities`)."""
     from pathlib import Path
 
-    from ..kg.tcr_kg import TcrKG
-
     folder = built.extra.get("tcr_folder")
     if folder is None:
         raise ConfigError(f"kg={built.spec!r} is not a TCR-QF KG; use tcr:<dataset>[:<split>]:n=<N>:seed=<S>")
@@ -219,8 +213,6 @@ def initial_entities(built: "BuiltKG") -> set[str]:
 def method_config(nb: "Setup", name: str, dataset: str) -> Any:
     """The TcrQFConfig a run of `name` on `dataset` with this notebook's settings uses (for the
     settings shown under a table)."""
-    from ..experiment import resolve_run
-
     s = nb.settings
     r = resolve_run(name, dataset, nb.out_dir, nb.profile, model=nb.model, n=s.n, seed=s.seed, **s.overrides(dataset))
     return r.method_config

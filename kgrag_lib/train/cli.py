@@ -24,13 +24,14 @@ import json
 import sys
 from pathlib import Path
 
+from ..config import parse_set_items
+from ..errors import ConfigError, KgragError
+
 ACCELERATE_DIR = Path(__file__).resolve().parent / "accelerate"
 
 
 def accelerate_config(name: str = "fsdp") -> Path:
     """The path of a shipped accelerate config (`fsdp`)."""
-    from ..errors import ConfigError
-
     path = ACCELERATE_DIR / f"{name}.yaml"
     if not path.is_file():
         shipped = sorted(p.stem for p in ACCELERATE_DIR.glob("*.yaml"))
@@ -63,8 +64,6 @@ def add_dpo_arguments(p: argparse.ArgumentParser) -> None:
 def handle_dpo(args: argparse.Namespace) -> int:
     import torch
 
-    from ..config import parse_set_items
-    from ..errors import ConfigError
     from . import dpo_memory, dpo_train
 
     cuda = torch.cuda.is_available()
@@ -103,8 +102,6 @@ def handle_dpo(args: argparse.Namespace) -> int:
 
 def dpo_main(argv: list[str] | None = None) -> int:
     """`python -m kgrag_lib.train ...`: the `kgrag train dpo` flags, errors as one line."""
-    from ..errors import KgragError
-
     parser = argparse.ArgumentParser(prog="python -m kgrag_lib.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dpo_arguments(parser)

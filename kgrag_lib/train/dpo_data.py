@@ -42,9 +42,11 @@ import numpy as np
 
 from ..concurrency import as_they_finish, fan_out, parallel_map
 from ..config import RunConfig, available_profiles, make_config, opt, profile_section
+from ..data.registry import DATASETS, get_spec, load_questions
 from ..errors import ConfigError, MissingDataError
+from ..experiment import make_context, resolve_model
 from ..jsonl import JsonlAppender, atomic_json, read_jsonl, rewrite_jsonl
-from ..llm.base import PromptTooLongError, SamplingParams
+from ..llm.base import LLM, PromptTooLongError, SamplingParams
 from ..llm.parsing import LLMParseError, parse_json
 from ..methods.base import RunContext
 from ..methods.kg_infused import stages
@@ -54,6 +56,8 @@ from ..provenance import manifest as provenance_manifest
 from ..records import Question
 from ..methods.prompt_digest import digests as prompt_digests
 from ..rundir import PROMPTS_KEY, check_resume, folder_lock, recorded_config
+from ..studies import NOTEBOOKS
+from ..studies.base import resolve
 from . import judge_prompts
 
 DATASET = "2wiki"
@@ -106,8 +110,6 @@ class DPODataConfig:
                                      "count_tokens) or words")
 
     def validate(self) -> None:
-        from ..data.registry import DATASETS
-
         def need(ok: bool, name: str, expected: str) -> None:
             if not ok:
                 raise ConfigError(f"parameter {name!r} must be {expected}, got {getattr(self, name)!r}")
@@ -165,7 +167,6 @@ def make_dpo_config(*layers: dict[str, Any] | None) -> DPODataConfig:
 def config_from_profile(profile: str | Path | dict = "cpu-smoke", **overrides: Any) -> tuple[DPODataConfig, RunContext]:
     """Settings and context that match a profile's KG-Infused runs (its `methods.kg-infused`
     section, `run.seed`, model and embedder), so the build reuses their cached requests."""
-    from ..experiment import make_context, resolve_model
     from ..studies import load_profile
 
     prof = load_profile(profile)
@@ -194,9 +195,6 @@ class Exclusion:
 def _notebook_draws(prof: dict[str, Any]) -> list[tuple[str, str | None, int | None, int]]:
     """(source, split, n, seed) of every 2Wiki sample the profile draws: its run section (a
     `kgrag run --dataset 2wiki`) and each notebook whose resolved datasets include 2wiki."""
-    from ..studies import NOTEBOOKS
-    from ..studies.base import resolve
-
     run = make_config(RunConfig, profile_section(prof, "run"), where=f"profile {prof['name']!r}, run")
     draws = [(f"profile {prof['name']}: run", run.split, run.n, run.seed)]
     for name, cls in NOTEBOOKS.items():
@@ -241,7 +239,6 @@ def evaluated_qids(profiles: list[str] | None = None, results: Iterable[str] = (
     """Every 2Wiki qid a table evaluates: the union of the seeded samples the profiles draw
     (each (split, n, seed) drawn exactly as `load_questions` draws it: a smaller n is not a
     prefix of a larger one with the same seed) and the qids in the given result files."""
-    from ..data.registry import get_spec, load_questions
     from ..studies import load_profile
 
     ex = Exclusion()
@@ -269,8 +266,6 @@ def evaluated_qids(profiles: list[str] | None = None, results: Iterable[str] = (
 def sample_questions(cfg: DPODataConfig, exclusion: Exclusion, root: str | Path | None = None
                      ) -> tuple[list[Question], dict[str, int]]:
     """The seeded sample of `n_questions` from the split's questions no table evaluates."""
-    from ..data.registry import load_questions
-
     pool = load_questions(DATASET, split=cfg.split, root=root)
     free = [q for q in pool if q.qid not in exclusion.qids]
     counts = {"pool": len(pool), "excluded_evaluated": len(pool) - len(free), "available": len(free)}
@@ -446,8 +441,6 @@ def load_dpo_dataset(path: str | Path):
 def _length_fn(unit: str, llm: Any) -> tuple[Callable[[str], int], str]:
     if unit == "words":
         return (lambda s: len(s.split())), "words (whitespace-separated)"
-    from ..llm.base import LLM
-
     estimated = isinstance(llm, LLM) and type(llm).count_tokens is LLM.count_tokens
     how = f"tokens of {getattr(llm, 'name', 'the generator')}" + (" (estimated: 4 characters per token)"
                                                                    if estimated else "'s tokenizer")

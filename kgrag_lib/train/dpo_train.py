@@ -37,6 +37,8 @@ from ..config import make_config, opt, to_dict
 from ..errors import ConfigError, DataFormatError
 from ..jsonl import read_jsonl
 from ..provenance import manifest
+from . import dpo_memory
+from .dpo_memory import launch_layout
 from .gguf_to_hf import BaseModel, resolve_base_model
 
 LN2 = math.log(2.0)
@@ -265,8 +267,6 @@ def deviations_from_table20(cfg: DPOTrainConfig, world_size: int | None = None) 
     """Every setting of `cfg` that differs from KG-Infused RAG's Table 20, with the reason where
     it is a known departure. The batch is compared as pairs per optimizer step (batch_size x
     gradient_accumulation_steps x `world_size` processes; default: this launch's)."""
-    from .dpo_memory import launch_layout
-
     world = world_size if world_size is not None else launch_layout()[0]
     out = []
     for name, paper in TABLE20.items():
@@ -543,8 +543,6 @@ def train_dpo(
     """
     import torch
     from accelerate import PartialState
-
-    from . import dpo_memory
 
     cuda = torch.cuda.is_available()
     cfg.validate(cuda=cuda)

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..llm.assets import file_sha256
 from ..llm.hf_from_gguf import Loader, hf_folder_from_gguf
+from ..llm.presets import PRESETS, resolve_gguf
 
 __all__ = ["BaseModel", "hf_folder_from_gguf", "resolve_base_model"]
 
@@ -39,8 +41,6 @@ def base_model_config(spec: str, *, cache_root: str | os.PathLike | None = None)
     """What `dpo_memory.model_shape` reads for a `base_model` setting, without weights: a GGUF's
     own metadata (transformers reads the header only), so a memory plan never dequantizes a model
     (2.4 GB for the 1.5B preset); for any other setting, the folder or hub id (config.json only)."""
-    from ..llm.presets import PRESETS, resolve_gguf
-
     name = spec.strip() if isinstance(spec, str) else spec
     gguf = None
     if name in PRESETS and PRESETS[name].backend == "llamacpp":
@@ -69,9 +69,7 @@ def resolve_base_model(
     an hf preset gives its hub id), a `.gguf` path (dequantized), `hf:<id-or-folder>`, a local
     model folder, or a hub id.
     """
-    from ..llm.assets import file_sha256
     from ..llm.backends.hf import dir_fingerprint
-    from ..llm.presets import PRESETS, resolve_gguf
 
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"base_model: expected a preset name, .gguf path, hf:<id|folder> or folder, got {spec!r}")

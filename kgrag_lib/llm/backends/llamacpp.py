@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import BackendUnavailableError, ConfigError
 from ..base import (LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob,
                     flatten_messages, truncate_at_stop)
+from . import grammar_first
 
 
 def default_threads() -> int:
@@ -114,8 +115,6 @@ class LlamaCppLLM(LLM):
         self.n_ctx = self._llm.n_ctx()
         # greedy decoding under a grammar checks the best token first (byte-identical, ~4x faster here)
         if hasattr(self._llm, "_init_sampler"):
-            from . import grammar_first
-
             self._llm._library_init_sampler = self._llm._init_sampler
             grammar_first.install(self._llm)
         self._grammars: dict[str, Any] = {}

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse, urlunparse
 
+from ...concurrency import check_workers
 from ...errors import BackendUnavailableError, ConfigError
 from ...redact import redact
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
@@ -194,8 +195,6 @@ class OpenAICompatLLM(LLM):
             identity += ";raw-prompt"
         if max_in_flight is None:
             max_in_flight = 1 if self.flavor == "llama-cpp-python" else 8  # that server answers one at a time
-        from ...concurrency import check_workers
-
         # requests this client sends at once: a batch, a text KG's chunks, DPO's decodings (`concurrency.fan_out`)
         self.max_in_flight = check_workers(max_in_flight, "max_in_flight")
         self.default_concurrency = self.max_in_flight   # questions in flight when the run does not say

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from ...data.passage_store import PassageStore, open_passage_store
+from ...data.registry import DATASETS, load_corpus, wikipedia_path
+from ...data.selection import CorpusSelection
 from ...errors import ConfigError
 from ...records import Passage
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...data.selection import CorpusSelection
+from ...retrieval import cache_path, embed_cached, source_index
+from ..common import resolve_spec
 
 POOLED_PARTS = ("hotpotqa", "2wiki", "musique")
 SAMPLE = "sample"   # corpus=sample:<dataset>[:<split>]:n=<N>[:seed=<S>]
@@ -50,13 +52,9 @@ def resolve_corpus_name(setting: str, dataset: str, seed: int = 0) -> str:
     """The corpus a question uses: `auto` = its dataset's own corpus (`pooled` when it has none);
     a `sample:` template with the question's dataset and the run `seed` filled in."""
     if setting.startswith(SAMPLE + ":"):
-        from ..common import resolve_spec
-
         return resolve_spec(setting, dataset, seed, setting="corpus")
     if setting != "auto":
         return setting
-    from ...data.registry import DATASETS
-
     spec = DATASETS.get(dataset)
     if spec is None:
         raise ConfigError(f"corpus=auto needs a known dataset; question dataset is {dataset!r} "
@@ -67,8 +65,6 @@ def resolve_corpus_name(setting: str, dataset: str, seed: int = 0) -> str:
 def sample_selection(name: str) -> "CorpusSelection":
     """The question sample a `sample:` corpus pools the paragraphs of (it must name its size n:
     a dataset's whole corpus is `corpus=<dataset>`)."""
-    from ...data.selection import CorpusSelection
-
     try:
         selection = CorpusSelection.parse(name.partition(":")[2])
     except ConfigError as exc:
@@ -90,8 +86,6 @@ def load_passages(name: str, data_root: Path, cache_dir: Path | None = None,
                   show_progress: bool = True) -> Sequence[Passage]:
     """Passages of a corpus name (see the module doc): a list, or for `wikipedia` the passage
     store under `cache_dir` (default `paths.cache_dir()`), built on first use."""
-    from ...data.registry import DATASETS, load_corpus
-
     if name.startswith(SAMPLE + ":"):
         return sample_selection(name).passages(data_root)[0]
     if name == "pooled":
@@ -105,9 +99,6 @@ def load_passages(name: str, data_root: Path, cache_dir: Path | None = None,
                     out.append(Passage(pid=f"{part}:{p.pid}", text=p.text, title=p.title))
         return out
     if name == "wikipedia" or name.startswith("wikipedia:"):
-        from ...data.passage_store import open_passage_store
-        from ...data.registry import wikipedia_path
-
         path = Path(name.split(":", 1)[1]).expanduser() if ":" in name else wikipedia_path(data_root)
         return open_passage_store(path, cache_dir=cache_dir, label="wikipedia" if ":" not in name else None,
                                   show_progress=show_progress)
@@ -127,8 +118,6 @@ def _cache_label(name: str) -> str:
 def _embedding_args(name: str, passages: Sequence[Passage]) -> tuple[Any, dict[str, Any]]:
     """The text source and `embed_cached` keywords of a corpus: a passage store streams its texts
     under its own key; a list is hashed as before (existing cache files keep their names)."""
-    from ...data.passage_store import PassageStore
-
     kw: dict[str, Any] = {"name": f"corpus-{_cache_label(name)}"}
     if isinstance(passages, PassageStore):
         return passages, {**kw, "key": passages.texts_key}
@@ -147,8 +136,6 @@ def corpus_embeddings(name: str, embedder: Any, data_root: Path, cache_root: Pat
                       passages: Sequence[Passage] | None = None) -> np.ndarray:
     """The corpus' passage embeddings (cached). `shard=(i, n)`: only shard i of n (for n GPUs or
     Ray workers; the last one to finish merges, see `emb_cache`)."""
-    from ...retrieval import embed_cached
-
     if passages is None:
         passages = load_passages(name, data_root, cache_root, show_progress)
     texts, kw = _embedding_args(name, passages)
@@ -158,8 +145,6 @@ def corpus_embeddings(name: str, embedder: Any, data_root: Path, cache_root: Pat
 
 def corpus_cache_path(name: str, embedder: Any, data_root: Path, cache_root: Path) -> Path:
     """The .npy `corpus_embeddings` stores this corpus' embeddings in (whether written yet or not)."""
-    from ...retrieval import cache_path
-
     texts, kw = _embedding_args(name, load_passages(name, data_root, cache_root, show_progress=False))
     return cache_path(embedder, texts, cache_dir=cache_root, **kw)
 
@@ -169,8 +154,6 @@ def build_corpus_index(name: str, embedder: Any, data_root: Path, cache_root: Pa
                        placement: str = "auto") -> CorpusIndex:
     """Passages, embeddings and search index of a corpus. A passage store's index is saved once
     and memory-mapped afterwards (`retrieval.source_index`), so a second process starts in seconds."""
-    from ...retrieval import cache_path, embed_cached, source_index
-
     passages = load_passages(name, data_root, cache_root, show_progress)
     texts, kw = _embedding_args(name, passages)   # once: a list corpus's texts are built and hashed here
     vecs = embed_cached(embedder, texts, cache_dir=cache_root, show_progress=show_progress, batch_size=batch_size,

@@ -12,8 +12,11 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ...data.wikidata5m import PAPER_TABLE5
 from ...errors import ConfigError
 from ...kg.sources import MAX_VERBALIZED_FACTS, BuiltKG, shared_kg, verbalized_description
+from ...retrieval import cache_path, embed_cached, source_index
+from .corpus import _index_suffix
 
 
 @dataclass
@@ -110,8 +113,6 @@ def kg_seed_embedding_source(kg: BuiltKG) -> tuple[SeedTexts, dict[str, Any]]:
 
 def kg_seed_cache_path(kg: BuiltKG, embedder: Any, cache_dir: Path) -> Path:
     """The .npy `build_kg_source` stores the seed-description embeddings of `kg` in."""
-    from ...retrieval import cache_path
-
     texts, kw = kg_seed_embedding_source(kg)
     return cache_path(embedder, texts, cache_dir=cache_dir, **kw)
 
@@ -120,8 +121,6 @@ def build_kg_source(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress: 
                     batch_size: int = 64, index: str = "auto", placement: str = "auto") -> KGSource:
     """Embed the KG's seed candidates' descriptions (cached, keyed by the saved store's
     fingerprint: no text is built unless it must be encoded) and index them."""
-    from ...retrieval import cache_path, embed_cached, source_index
-
     texts, kw = kg_seed_embedding_source(kg)
     ids = texts.ids
     vecs = embed_cached(embedder, texts, cache_dir=cache_dir, show_progress=show_progress, batch_size=batch_size, **kw)
@@ -136,8 +135,6 @@ def table5_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
     """Table 5's layout (# entity, # relation, # triple) for a built KG, with the paper's rows.
 
     Wikidata5M builds report the original and filtered sizes; other KGs report their own size."""
-    from ...data.wikidata5m import PAPER_TABLE5
-
     keys = ("entities", "relations", "triples")
     if "kept" in stats:
         ours = [{"kg": "Wikidata5M (ours)", **{k: stats["original"][k] for k in keys}},
@@ -149,8 +146,6 @@ def table5_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
 
 def load_kg_source(ctx: Any, spec: str, index: str = "auto", placement: str = "auto") -> KGSource:
     """The KG source for a run context, built once per context (`ctx.memo`)."""
-    from .corpus import _index_suffix
-
     key = f"kg-infused:kg:{spec}:{ctx.embedder.identity}" + _index_suffix(index, placement)
     return ctx.memo(key, lambda: build_kg_source(shared_kg(ctx, spec), ctx.embedder, Path(ctx.cache_dir),
                                                  index=index, placement=placement))

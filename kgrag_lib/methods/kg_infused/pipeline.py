@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
+from ...llm.base import SamplingParams
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
 from . import stages
@@ -141,8 +142,6 @@ class KGInfusedRAG(Method):
         return self._corpus_loader(resolve_corpus_name(self.cfg.corpus, question.dataset, self.run_seed))
 
     def params(self, stage: str = "long") -> Any:
-        from ...llm.base import SamplingParams
-
         limit = {"answer": self.cfg.answer_max_tokens, "query": self.cfg.query_max_tokens}.get(stage)
         return SamplingParams(max_tokens=limit or self.cfg.max_tokens,
                               temperature=float(self.cfg.temperature), seed=self.seed)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from ...config import check_values, make_config, opt
 from ...errors import ConfigError
+from ...llm.base import SamplingParams
 from ...llm.parsing import clean_answer, strip_think
 from ...records import Prediction, Question
 from ..base import Method, MethodSpec, RunContext
@@ -128,8 +129,6 @@ class SelfAsk(Method):
         return self.rag.llm
 
     def _params(self, max_tokens: int | None, stop: tuple[str, ...]) -> Any:
-        from ...llm.base import SamplingParams
-
         return SamplingParams(max_tokens=max_tokens or self.cfg.max_tokens, temperature=float(self.cfg.temperature),
                               seed=self.seed, stop=stop)
 

@@ -16,6 +16,7 @@ import numpy as np
 from ...llm.base import Generator
 from ...llm.parsing import clean_answer
 from ...records import Passage
+from ...retrieval import encode_queries
 from . import prompts
 
 
@@ -49,8 +50,6 @@ def clean_query(output: str) -> str:
 def embed_query(embedder: Any, text: str) -> np.ndarray:
     """(1, dim) float32 query vector with the same embedder as the passages / descriptions (through
     its query side: a retriever's query prompt, where it has one)."""
-    from ...retrieval import encode_queries
-
     return encode_queries(embedder, [text])
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import check_values
+from ...llm.base import PromptTooLongError
 from ...records import Prediction, Question
 from ..base import Method
-from . import stages
+from . import prompts, stages
 from .candidates import TripleSelector
 
 
@@ -19,8 +20,6 @@ class DecomposedQA(Method):
     """Decompose -> for each sub-question: reformulate, (select triples), answer -> synthesize."""
 
     def __init__(self, name: str, llm: Any, cfg: Any, seed: int = 0, selector: TripleSelector | None = None):
-        from . import prompts
-
         check_values(cfg, where=name)
         self.name, self.llm, self.cfg, self.selector = name, llm, cfg, selector
         self.config = cfg
@@ -30,8 +29,6 @@ class DecomposedQA(Method):
         self.p_synthesize = cfg.sampling(seed, max_tokens=cfg.synthesis_max_tokens)
 
     def answer(self, question: Question) -> Prediction:
-        from ...llm.base import PromptTooLongError
-
         trace = stages.new_trace(self.name, question)
         try:
             final = self._run(question, trace)

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...kg.sources import load_kg, metaqa_kb_file, shared_kg
+from ...retrieval import embed_cached
 
 EMBEDDING_NAME = "metaqa-kb-triples"
 
@@ -77,8 +78,6 @@ def load_kb(data_root: Path, cache_dir: Path, embedder: Any | None, kb: str | No
 
 def kb_embeddings(kb: MetaQAKB, embedder: Any, cache_dir: Path, show_progress: bool = True) -> np.ndarray:
     """Embeddings of every verbalized triple (computed at most once per model and KB)."""
-    from ...retrieval import embed_cached
-
     arr = embed_cached(embedder, kb.all_texts(), cache_dir=cache_dir, name=EMBEDDING_NAME,
                        show_progress=show_progress)
     return np.asarray(arr)  # plain ndarray view over the memory map

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...config import MAX_SEED, make_config, opt
+from ...llm import SamplingParams
 from ..base import MethodSpec, RunContext
 from .candidates import DIRECTIONS, TripleSelector
 from .decompose import DecomposedQA
@@ -47,8 +48,6 @@ class SamplingConfig:
     seed: int | None = opt(None, "LLM sampling seed (default: the run seed, as the paper seeds every call)", min=0, max=MAX_SEED)
 
     def sampling(self, ctx_seed: int, **kw: Any):
-        from ...llm import SamplingParams
-
         base = dict(max_tokens=self.max_tokens, temperature=self.temperature, min_p=self.min_p,
                     top_k=self.top_k_sampling, repeat_penalty=1.0,
                     seed=int(self.seed if self.seed is not None else ctx_seed))

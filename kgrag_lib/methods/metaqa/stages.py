@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...llm import parsing
+from ...llm.base import PromptTooLongError
+from ...records import Prediction
 from . import prompts
 
 _SUBQ_HEADER = re.compile(r"^\s*[*#]*\s*sub[\s-]?questions?\s*[*]*\s*:?\s*[*]*\s*(.*)$", re.I)
@@ -128,8 +130,6 @@ def answer_once(llm: Any, question: Any, method: str, params: Any, trace: dict[s
 
     A prompt too long for the model's context is a recorded failure of this question.
     """
-    from ...llm.base import PromptTooLongError
-
     try:
         step["answer_raw"], step["answer"] = answer(llm, question.question, params, facts)
     except PromptTooLongError as exc:
@@ -174,8 +174,6 @@ def new_trace(system: str, question: Any) -> dict[str, Any]:
 
 def make_prediction(question: Any, method: str, final: str, trace: dict[str, Any], error: str = "") -> Any:
     """A Prediction; failed when nothing usable came out (the trace says why)."""
-    from ...records import Prediction
-
     failed = not final.strip() or bool(error)
     if failed and not error:
         error = "empty answer: " + ("; ".join(trace.get("issues") or []) or "the model wrote nothing usable")

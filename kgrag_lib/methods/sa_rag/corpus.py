@@ -24,6 +24,8 @@ import numpy as np
 from ...errors import ConfigError
 from ...data.selection import CorpusSelection
 from ...kg.extraction import Chunk, chunk_passages
+from ...retrieval import embed_cached
+from .extraction import split_caps
 
 @dataclass
 class ChunkCorpus:
@@ -43,18 +45,14 @@ def selection_of(spec: str) -> CorpusSelection:
     if prefix != "text":
         raise ConfigError(f"kg={spec!r}: the dense baselines chunk the passages of a "
                           "text:<dataset>[:<split>][:n=<N>][:seed=<S>] spec; a saved KG folder lists no passages")
-    from .extraction import split_caps   # the caps change the KG, not the passages
-
     try:
-        return CorpusSelection.parse(split_caps(arg)[0])
+        return CorpusSelection.parse(split_caps(arg)[0])   # the caps change the KG, not the passages
     except ConfigError as exc:
         raise ConfigError(f"kg={spec!r}: {exc}") from exc
 
 
 def build_chunk_corpus(spec: str, embedder: Any, data_root: Path, cache_dir: Path, size: int, overlap: int,
                        show_progress: bool = True) -> ChunkCorpus:
-    from ...retrieval import embed_cached
-
     selection = selection_of(spec)
     passages, _ = selection.passages(data_root)
     chunks = chunk_passages(passages, size, overlap)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ...concurrency import fan_out
 from ...config import check_values, opt
+from ...data.selection import CorpusSelection
 from ...errors import ConfigError
 from ...kg.extraction import Chunk, chunk_passages, extract_journaled, metered, normalize
 from ...kg.sources import SourcePlan, provide, text_tables
@@ -383,8 +384,6 @@ def split_caps(arg: str) -> tuple[str, ExtractionConfig]:
 def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
     """The KG `llm` extracts from the passages `arg` selects (`CorpusSelection`) under the caps it
     sets (`split_caps`), resumable."""
-    from ...data.selection import CorpusSelection
-
     arg, config = split_caps(arg)
     selection = CorpusSelection.parse(arg)
     if llm is None:

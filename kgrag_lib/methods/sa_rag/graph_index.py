@@ -28,8 +28,9 @@ import numpy as np
 
 from ...errors import ConfigError
 from ...kg.csr import expand_ranges, sorted_unique
-from ...kg.sources import BuiltKG
+from ...kg.sources import BuiltKG, shared_kg
 from ...kg.text_kg import DESCRIBES, ChunkRef, TextKG
+from ...retrieval import embed_cached
 from .activation import csr_from_edges
 
 
@@ -110,8 +111,6 @@ def _entity_chunks(store: Any, chunk_nodes: np.ndarray) -> tuple[np.ndarray, np.
 
 def build_graph_index(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress: bool = True) -> GraphIndex:
     """Embed a text KG's descriptions, relation texts and chunks (cached) and index them."""
-    from ...retrieval import embed_cached
-
     store, tables = kg.store, text_tables(kg)
 
     def embed(texts: list[str], what: str) -> np.ndarray:
@@ -142,7 +141,5 @@ def build_graph_index(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress
 def load_graph_index(ctx: Any, spec: str) -> GraphIndex:
     """The graph index of KG `spec` for a run context, built once per context (`ctx.memo`); the
     KG itself is extracted by the context's LLM on first use (`shared_kg`)."""
-    from ...kg.sources import shared_kg
-
     key = f"sa-rag:graph:{spec}:{ctx.llm.identity}:{ctx.embedder.identity}"
     return ctx.memo(key, lambda: build_graph_index(shared_kg(ctx, spec), ctx.embedder, Path(ctx.cache_dir)))

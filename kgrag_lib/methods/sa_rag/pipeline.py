@@ -47,6 +47,7 @@ from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
+from ...retrieval import encode_queries
 from ..base import Method, MethodSpec, RunContext
 from ..common import coverage_issue, resolve_spec
 from .corpus import ChunkCorpus, load_chunk_corpus
@@ -204,8 +205,6 @@ class SARAG(Method):
 
     def embed(self, text: str) -> np.ndarray:
         """A query's vector (the retrievers embed queries only; bge's query prompt applies)."""
-        from ...retrieval import encode_queries
-
         return encode_queries(self.ctx.embedder, [text])[0]
 
     def sa_settings(self, dataset: str) -> SASettings:

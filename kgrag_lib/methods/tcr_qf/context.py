@@ -12,6 +12,7 @@ import numpy as np
 
 from ...kg.extraction import Chunk
 from ...kg.tcr_kg import TcrKG
+from ...retrieval import embed_cached
 
 _SENTENCE = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[A-Z0-9\"'(\[])")
 
@@ -33,8 +34,6 @@ class SentenceIndex:
     @classmethod
     def build(cls, chunks: Iterable[Chunk], embedder: Any, cache_dir: Path, name: str,
               show_progress: bool = False) -> "SentenceIndex":
-        from ...retrieval import embed_cached
-
         texts: list[str] = []
         rows: dict[str, tuple[int, int]] = {}
         for c in chunks:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ...concurrency import fan_out
+from ...data.selection import CorpusSelection
 from ...errors import ConfigError
 from ...kg.extraction import Chunk, extract_journaled, load_tokenizer, metered, token_chunks
 from ...kg.sources import SourcePlan, provide, tcr_tables
@@ -90,8 +91,6 @@ def build_tcr_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *, conf
 def tcr_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
     """TCR-QF's KG (`kg.tcr_kg`) of the passages `arg` selects (`CorpusSelection`), resumable;
     `BuiltKG.extra["tcr_folder"]` is the folder `TcrKG.load` reads a private copy from."""
-    from ...data.selection import CorpusSelection
-
     selection = CorpusSelection.parse(arg)
     if llm is None:
         raise ConfigError("a TCR-QF KG is extracted by an LLM: pass llm= to load_kg/shared_kg")

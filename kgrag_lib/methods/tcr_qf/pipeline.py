@@ -39,9 +39,14 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
+from ...concurrency import parallel_map
 from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
+from ...kg.extraction import load_tokenizer
+from ...kg.sources import shared_kg
 from ...kg.tcr_kg import TcrKG
+from ...llm.parsing import LLMParseError
+from ...retrieval import embed_cached, encode_queries
 from .context import SentenceIndex, restore_context, template
 from .prompts import GRAMMAR, answer_messages, feedback_messages
 from .records import parse_records
@@ -231,8 +236,6 @@ class TcrQF(Method):
 
     # -- parts ------------------------------------------------------------------------------------
     def _default_folder(self, spec: str) -> Path:
-        from ...kg.sources import shared_kg
-
         built = shared_kg(self.ctx, spec)
         folder = built.extra.get("tcr_folder")
         if folder is None:
@@ -244,14 +247,10 @@ class TcrQF(Method):
 
     def embed_query(self, text: str) -> np.ndarray:
         """A question's vector through the embedder's query side (a retriever's query prompt)."""
-        from ...retrieval import encode_queries
-
         return encode_queries(self.ctx.embedder, [text])[0]
 
     def parts(self, spec: str) -> _Parts:
         if spec not in self._parts:
-            from ...retrieval import embed_cached
-
             folder = self._kg_folder(spec)
             kg = TcrKG.load(folder, threshold=self.cfg.dedupe_threshold, quote_check=self.cfg.quote_check)
             built_quotes = kg.quote_counts()
@@ -290,8 +289,6 @@ class TcrQF(Method):
 
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is None:
-            from ...kg.extraction import load_tokenizer
-
             self._tokenizer = load_tokenizer("minilm")
         return len(self._tokenizer.offsets(text))
 
@@ -447,8 +444,6 @@ class TcrQF(Method):
         meter) as questions close, in sample order within a round, except those in `skip`
         (finished in an earlier run: their rounds are recomputed from the LLM cache, since the KG
         every later round sees depends on them)."""
-        from ...concurrency import parallel_map
-
         cfg = self.cfg
         states = [self._open(q) for q in questions]
         for it in range(cfg.max_iterations + 1):
@@ -503,8 +498,6 @@ class TcrQF(Method):
     def _step(self, st: "_Open", stage: Callable[["_Open", int], None], it: int) -> None:
         """One stage of one question, counted in its meter and time; a prompt too long or an
         unparsable output ends that question as a recorded failure, not the run."""
-        from ...llm.parsing import LLMParseError
-
         t0 = time.perf_counter()
         try:
             with self.ctx.llm.meter(st.meter):

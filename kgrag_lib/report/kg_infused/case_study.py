@@ -10,12 +10,12 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from ...eval.metrics import accuracy
+
 
 def pick_case(report: Any, questions: Sequence[Any], label: str, against: str, qid: str | None = None) -> Any:
     """The question to show: `qid` if given, else the first where `label` is right (paper's
     Acc) and `against` wrong, else the first where `label` selected triples, else the first."""
-    from ...eval.metrics import accuracy
-
     by_q = {q.qid: q for q in questions}
     mine = {p.qid: p for p in report.predictions[label]}
     other = {p.qid: p for p in report.predictions[against]}
@@ -93,8 +93,6 @@ def case_study_markdown(question: str, golds: Sequence[str], runs: Mapping[str, 
 
     `runs` maps a label (e.g. "Vanilla RAG") to a prediction row (prediction + trace).
     """
-    from ...eval.metrics import accuracy
-
     parts = [f"**Question:** {question}", ""]
     for label, row in runs.items():
         tr = row.get("trace") or {}

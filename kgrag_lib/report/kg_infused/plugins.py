@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from ...errors import ConfigError
+from ..tables import check_paired_claims, ci_cell
 from . import paper_numbers
 from .tables import (METRIC_LABELS, Setting, layout, metrics_for, paper_layout, question_values, result_row,
                      side_by_side, with_deltas)
@@ -173,8 +174,6 @@ def interval_table(rows: Iterable[Mapping[str, Any]], table: str | int, datasets
                    ) -> pd.DataFrame:
     """The layout with 'value [low, high]' cells (95% intervals from the runs' `<metric>_ci95`);
     Avg has no interval of its own, its per-question paired test is `check_plugin_claims`."""
-    from ..tables import ci_cell
-
     t = table_spec(table)
     mine = _rows_of(t, rows)
     frame = ours_table(mine, t, datasets).astype(object)
@@ -204,8 +203,6 @@ def check_plugin_claims(report: Any, table: str | int | None = None, alpha: floa
     (`paper_numbers.PLUGIN_CLAIMS`), tested on a grid's per-question scores paired on the same
     questions: confirmed, refuted, or not separable at this n; 'not run' where the grid lacks a
     side. A side is (method, rounds); rounds None matches any run of the method."""
-    from ..tables import check_paired_claims
-
     claims = paper_numbers.PLUGIN_CLAIMS
     if table is not None:
         title = table_spec(table).title

@@ -16,6 +16,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ...eval.bootstrap import bootstrap_ci
+from ...eval.metrics import accuracy, get_metric, recall_at_k
+from ...eval.paired import paired_test
+from ..tables import check_paired_claims
 from . import paper_numbers
 
 METRIC_LABELS = {"acc": "Acc", "f1": "F1", "em": "EM", "avg": "Avg"}
@@ -201,8 +205,6 @@ def avg_ci95(question_rows: Iterable[Mapping[str, Any]]) -> list[float] | None:
     in [0, 1]): Avg is the mean of Acc, F1 and EM, so it is the mean over questions of each
     question's own (acc + f1 + em) / 3, and that per-question value is resampled. None when a row
     lacks a score."""
-    from ...eval.bootstrap import bootstrap_ci
-
     vals = []
     for r in question_rows:
         parts = [r.get(k) for k in ("acc", "f1", "em")]
@@ -234,8 +236,6 @@ def grid_rows(report: Any, runs: Sequence[Any], setting: Setting | None = None,
 def answers_frame(report: Any, runs: Sequence[Any], questions: Sequence[Any], width: int = 60) -> pd.DataFrame:
     """One line per question: the gold answer and each configuration's answer, marked ✓/✗ by
     the paper's Acc (a gold is a substring of the prediction)."""
-    from ...eval.metrics import accuracy
-
     preds = {run.label: {p.qid: p for p in report.predictions[run.label]} for run in runs}
     recs = []
     for q in questions:
@@ -301,8 +301,6 @@ def retrieved_ids(trace: Mapping[str, Any]) -> list[str]:
 def recall_rows(predictions: Iterable[Mapping[str, Any]], supporting: Mapping[str, Sequence[str]],
                 k: int = 6) -> list[dict[str, Any]]:
     """Per-question Recall@k of the gold supporting passages (None: question has no gold ids)."""
-    from ...eval.metrics import recall_at_k
-
     out = []
     for r in predictions:
         gold = list(supporting.get(r["qid"], []))
@@ -442,8 +440,6 @@ def question_values(rows: Iterable[Mapping[str, Any]], metric: str, supporting: 
     """qid -> one question's value of `metric` in [0, 1]: avg (mean of Acc, F1, EM; Acc alone for
     yes/no StrategyQA, as the paper's tables), any answer metric, or recall@K from the trace
     against `supporting` (questions without gold passages are left out)."""
-    from ...eval.metrics import get_metric, recall_at_k
-
     out: dict[str, float] = {}
     for r in rows:
         if metric.startswith("recall@"):
@@ -473,8 +469,6 @@ def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting:
     With `kg_report` (the same configurations on another KG, e.g. the oracle KG that keeps the
     evaluated questions' own Wikidata facts, as the paper's Wikidata5M does), the KG sides are
     read from it and the KG-free sides from `report`, and each claim id gets `@<kg>`."""
-    from ..tables import check_paired_claims
-
     def side_values(side: tuple, dataset: str, metric: str) -> dict[str, float] | None:
         variant, rounds = side
         grid = kg_report if kg_report is not None and variant in ROUND_VARIANTS else report
@@ -493,8 +487,6 @@ def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: st
     and dataset, each KG's mean of `metric` (points), the paired difference other − base with its
     95% interval and p, and whether it is separable at this n; a `note` where `other_kg` is an
     upper bound only for other datasets (`UPPER_BOUND_FOR`)."""
-    from ...eval.paired import paired_test
-
     recs = []
     for cell in base.cells:
         twin = next((c for c in other.cells if c.run == cell.run and c.dataset == cell.dataset), None)

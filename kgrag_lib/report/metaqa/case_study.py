@@ -11,6 +11,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ...eval.metrics import hit1
+
 
 def _trace(row: Mapping[str, Any]) -> Mapping[str, Any]:
     return row.get("trace") or {}
@@ -31,8 +33,6 @@ def subquestion_counts(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 def pick_example(rows: Sequence[Mapping[str, Any]], dataset: str | None = None) -> Mapping[str, Any] | None:
     """A row worth reading as a Fig. 6 example: from `dataset` if there is one, preferring an
     answer that names a gold entity and a decomposition into several sub-questions."""
-    from ...eval.metrics import hit1
-
     pool = [r for r in rows if dataset is None or r.get("dataset") == dataset] or list(rows)
     if not pool:
         return None

@@ -20,6 +20,11 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from ...eval.metrics import score_items
+from ...eval.paired import NOT_RUN
+from .paper_numbers import CLAIMS
+from .tables import check_claims
+
 READINGS = ("hit1", "hit1_first", "hit1_sentence")
 NOTEBOOK_OF = {"exp1": "11", "exp2": "12"}   # experiment -> the notebook prefix whose runs test it
 
@@ -35,8 +40,6 @@ def _question_rows(folder: str | Path) -> list[dict[str, Any]]:
 def reading_scores(runs: pd.DataFrame, prefix: str) -> pd.DataFrame:
     """Per-question values of every reading for the MetaQA runs of the notebook `prefix`:
     dataset, method, hops, top_k, seed, qid and one column per reading."""
-    from ...eval.metrics import score_items
-
     if runs.empty or "notebook" not in runs:
         return pd.DataFrame()
     mine = runs[runs["notebook"].astype(str).str.startswith(prefix)
@@ -58,10 +61,6 @@ def reading_scores(runs: pd.DataFrame, prefix: str) -> pd.DataFrame:
 def readings_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per MetaQA claim that ran: per reading its difference (points), p and verdict,
     and `flips`, the readings whose verdict differs from the primary reading's."""
-    from ...eval.paired import NOT_RUN
-    from .paper_numbers import CLAIMS
-    from .tables import check_claims
-
     recs: dict[str, dict[str, Any]] = {}
     for exp, prefix in NOTEBOOK_OF.items():
         scores = reading_scores(runs, prefix)

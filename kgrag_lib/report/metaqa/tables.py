@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import ConfigError
+from ...eval.paired import NOT_RUN, paired_test, verdict
 from ..tables import require_columns
 from .paper_numbers import CLAIMS, NUMBERS, Claim, PaperNumber
 
@@ -176,8 +177,6 @@ def check_claims(scores: pd.DataFrame, claims: Sequence[Claim] | None = None, me
     claims compare kg-rag settings (`N=`/`K=`) with the claim's other settings held fixed. A
     claim whose two sides were not both run reads 'not run'.
     """
-    from ...eval.paired import NOT_RUN, paired_test, verdict
-
     claims = list(CLAIMS if claims is None else claims)
     require_columns(scores, ("dataset", "qid", metric), "per-question scores")
     rows = []

@@ -17,6 +17,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ...kg.extraction import normalize
+
 
 # ------------------------------------------------------------------------- golden entities
 def golden_names(question: Any) -> list[str]:
@@ -35,8 +37,6 @@ def golden_names(question: Any) -> list[str]:
 
 def entity_lookup(index: Any) -> dict[str, set[int]]:
     """Normalized entity name or alias -> the entity nodes it names (text KG entities only)."""
-    from ...kg.extraction import normalize
-
     store = index.store
     out: dict[str, set[int]] = {}
     for e in index.text.ids("entity").tolist():
@@ -50,8 +50,6 @@ def entity_lookup(index: Any) -> dict[str, set[int]]:
 def golden_entities(index: Any, question: Any,
                     lookup: Mapping[str, set[int]] | None = None) -> tuple[set[int], list[str]]:
     """The KG entities named by the question's gold chain, and the golden names no entity matches."""
-    from ...kg.extraction import normalize
-
     lookup = entity_lookup(index) if lookup is None else lookup
     found: set[int] = set()
     missing = []

@@ -17,11 +17,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ...eval.judge import judge_predictions
 from ...eval.paired import NOT_RUN
+from ...jsonl import read_jsonl
+from ...rundir import PRED_FILE
 from . import paper_numbers
 from ..claims import JUDGE_UNINFORMATIVE, question_values, with_metric
 from ..claims import claim_verdicts as _claim_verdicts
-from ..tables import ci_cell
+from ..tables import check_paired_claims, ci_cell
 
 PAPER_ROW = {"PPR (HippoRAG 2-style)": "HippoRAG 2"}   # our row -> the paper's row it stands for
 CORPUS = "pooled paragraphs of the sampled questions, titles kept"
@@ -65,9 +68,6 @@ class Judged:
 def judge_cells(report: Any, llm: Any) -> dict[str, Judged]:
     """Judge every cell of a grid (`eval.judge.judge_predictions`, written beside each run's
     predictions); keyed by the cell's folder."""
-    from ...eval.judge import judge_predictions
-    from ...rundir import PRED_FILE
-
     out = {}
     for cell in report.cells:
         path = Path(cell.out) / PRED_FILE
@@ -92,8 +92,6 @@ def judge_controls(reports: Mapping[str, Any], judged: Mapping[str, Judged]) -> 
 
 
 def read_verdicts(path: Path) -> dict[str, bool | None]:
-    from ...jsonl import read_jsonl
-
     return {r["qid"]: r["correct"] for r in read_jsonl(path).rows}
 
 
@@ -205,8 +203,6 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
 
     `reports` maps a dataset to the grid that ran it; a side (method, top_k) is the cell of that
     method whose configuration pins that top_k (None: none pinned). Correctness needs `judged`."""
-    from ..tables import check_paired_claims
-
     def side_values(side: tuple[str, int | None], dataset: str, metric: str) -> dict[str, float] | None:
         report = reports.get(dataset)
         method, top_k = side

@@ -12,7 +12,7 @@ import pandas as pd
 from ..figures import add_note, intervals_and_n
 from ..figures import plot_ours_and_paper as _plot_bars
 from . import paper_numbers
-from .tables import paper_growth
+from .tables import dataset_label, paper_growth, system_label
 
 PALETTE = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 
@@ -22,8 +22,6 @@ def plot_table(table: pd.DataFrame, metric: str = "EM", title: str = "", rows=No
     interval `<metric>_ci95` from the result `rows` where given, and n in the panel title) beside
     the paper's (hatched); the paper-only datasets of `tables.table1` are left out. `note` is a
     caption under the figure (e.g. `mechanism.tcr_parse_note`)."""
-    from .tables import dataset_label, system_label
-
     ran = [c for c in table.columns if c[2] == "ours" and c[1] == metric]
     keep = {c[0] for c in ran}
     sub = table.loc[:, [c for c in table.columns if c[0] in keep]]

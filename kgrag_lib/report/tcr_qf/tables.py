@@ -26,10 +26,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from ...eval.metrics import answer_metric_for, exact_match
+from ...jsonl import read_jsonl
+from ...kg.extraction import normalize
+from ...kg.sources import JOURNAL_FILE
+from ...methods.tcr_qf import VARIANTS
 from ..claims import claim_verdicts as _claim_verdicts
 from ..claims import question_values, with_metric
 from . import paper_numbers
-from ..tables import ci_cell
+from ..tables import check_paired_claims, ci_cell
 
 CORPUS = "pooled paragraphs of the sampled questions, chunks of 512 tokens with 64 overlap, titles kept"
 COST_LABELS = {"llm_requests_per_q": "LLM calls / q", "llm_seconds_per_q": "LLM s / q"}
@@ -40,8 +45,6 @@ OURS_ONLY_LABELS = {"acc": "Acc (gold in answer)"}
 
 def system_label(method: str) -> str:
     """The variant's label (`methods.tcr_qf.VARIANTS`), e.g. "ToG (w/o TCR & QF)"."""
-    from ...methods.tcr_qf import VARIANTS
-
     return VARIANTS[method].label if method in VARIANTS else method
 
 
@@ -219,8 +222,6 @@ def cost_note(rows: Iterable[Mapping[str, Any]]) -> str:
 
 def answers_frame(report: Any, questions: Sequence[Any], width: int = 45) -> pd.DataFrame:
     """One line per question: the gold answer and each system's answer, ✓ / ✗ by exact match."""
-    from ...eval.metrics import exact_match
-
     preds: dict[str, dict[str, str]] = {}
     for cell in report.cells:
         for r in cell.rows:
@@ -244,8 +245,6 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
 
     `reports` maps a dataset to the grid that ran it; a side is a method, the cell of that method
     on the dataset (a claim whose side was not run reads 'not run')."""
-    from ..tables import check_paired_claims
-
     def side_values(method: str, dataset: str, metric: str) -> dict[str, float] | None:
         report = reports.get(dataset)
         cells = [c for c in (report.cells if report is not None else ()) if c.dataset == dataset
@@ -289,8 +288,6 @@ def round_scores(rows: Sequence[Mapping[str, Any]], max_round: int | None = None
     """EM and F1 (percent) of the answers at each round 0..max_round (default: the last round
     any question reached), with how many questions still answered at that round and the triples
     the feedback before it added over all questions."""
-    from ...eval.metrics import answer_metric_for, exact_match
-
     rows = list(rows)
     top = last_round(rows) if max_round is None else int(max_round)
     added: dict[int, int] = {}
@@ -355,8 +352,6 @@ def stopped_counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def question_rounds(rows: Sequence[Mapping[str, Any]], width: int = 40) -> pd.DataFrame:
     """One line per question of a feedback run: answers given, how the loop stopped, triples the
     question added, the first and the final answer, each ✓ / ✗ by exact match."""
-    from ...eval.metrics import exact_match
-
     recs = []
     for row in rows:
         t = row.get("trace") or {}
@@ -384,8 +379,6 @@ def kg_growth(rows: Sequence[Mapping[str, Any]], initial_nodes: int, initial_edg
     of those triples (normalized as the KG keys them) not in `initial_entities` (the KG's keys
     before any feedback). An entity feedback extracted without a relation is not recorded in a
     trace, so it is not counted (the run's own KG, `trace["kg_size"]`, counts it)."""
-    from ...kg.extraction import normalize
-
     rows = list(rows)
     known = set(initial_entities)
     top = last_round(rows) if max_round is None else int(max_round)
@@ -539,14 +532,10 @@ def rejection_reasons(stats: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 
 def journal(built: Any) -> list[dict[str, Any]]:
     """The extraction journal of a built TCR-QF KG (one record per chunk; [] if not kept)."""
-    from ...kg.sources import JOURNAL_FILE
-
     folder = (getattr(built, "extra", None) or {}).get("tcr_folder")
     path = Path(folder) / JOURNAL_FILE if folder else None
     if path is None or not path.is_file():
         return []
-    from ...jsonl import read_jsonl
-
     return read_jsonl(path).rows
 
 
