@@ -107,8 +107,9 @@ def test_second_load_reuses_the_build(kb_file, tmp_path, monkeypatch, caplog):
         return sources.SourcePlan(p.name, p.inputs, lambda: calls.append(1) or p.build())
 
     monkeypatch.setitem(sources.SOURCES, "metaqa", sources.Source(counting, sources.SOURCES["metaqa"].forms))
-    first = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
     with caplog.at_level(logging.INFO, logger=sources.__name__):
+        first = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
+        assert not any("opened saved KG store" in r.getMessage() for r in caplog.records)   # built, not reused
         again = load_kg(f"metaqa:{kb_file}", cache_dir=tmp_path / "cache")
     assert calls == [1] and again.stats == first.stats and same_triples(again.store, first.store)
     assert any(r.getMessage().startswith("opened saved KG store ") and f"{len(again.store.heads)} triples" in r.getMessage()

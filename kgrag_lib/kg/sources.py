@@ -359,12 +359,13 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
     folder = build_folder(plan, cache)
     stats_file = folder / STATS_FILE
 
-    def load() -> tuple[KGStore, dict[str, Any], dict[str, Any]]:
+    def load(saved_before: bool = True) -> tuple[KGStore, dict[str, Any], dict[str, Any]]:
         t0 = time.perf_counter()
         store = KGStore.load(folder)
         extra = plan.load_extra(folder) if plan.load_extra else {}
-        log.info("opened saved KG store %s (%d entities, %d triples) in %.2f s", folder, store.num_entities,
-                 len(store.heads), time.perf_counter() - t0)
+        if saved_before:   # a later process reusing the build says so, as the passage store and indexes do
+            log.info("opened saved KG store %s (%d entities, %d triples) in %.2f s", folder, store.num_entities,
+                     len(store.heads), time.perf_counter() - t0)
         return store, json.loads(stats_file.read_text(encoding="utf-8")), extra
 
     if stats_file.exists():
@@ -389,7 +390,7 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
         if journal.exists():
             os.replace(journal, folder / JOURNAL_FILE)
         atomic_text(stats_file, json.dumps(stats, indent=1))  # written last: marks a complete build
-    return load()
+    return load(saved_before=False)
 
 
 def _saved_folder(spec: str, folder: Path) -> BuiltKG:
