@@ -76,19 +76,13 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         norm = self.normalize if normalize is None else normalize
         if len(texts) > batch_size and _overlap_pays(self.model, self.dim):
-            out = encode_overlapped(self.model, texts, batch_size)
-            if norm:
-                out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-            return out
-        out = self.model.encode(
-            texts,
-            batch_size=batch_size,
-            show_progress_bar=show_progress,
-            convert_to_numpy=True,
-            normalize_embeddings=norm,
-        )
-        out = np.ascontiguousarray(out, dtype=np.float32)
-        if norm and self.precision != "fp32":  # unit length to float32 accuracy, not fp16's 1e-3
+            out, normalized = encode_overlapped(self.model, texts, batch_size), False
+        else:
+            out = np.ascontiguousarray(self.model.encode(texts, batch_size=batch_size, show_progress_bar=show_progress,
+                                                         convert_to_numpy=True, normalize_embeddings=norm),
+                                       dtype=np.float32)
+            normalized = self.precision == "fp32"   # fp16 / bf16: unit length to float32 accuracy, not 1e-3
+        if norm and not normalized:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 

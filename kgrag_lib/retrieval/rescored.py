@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kgrag_lib.errors import ConfigError
+from kgrag_lib.retrieval.index import _as_matrix
 
 _SUFFIX = re.compile(r"^(?P<factory>.+?)\+rescore(?P<depth>\d+)$")
 
@@ -63,7 +64,7 @@ class RescoredIndex:
     def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
-        q = np.ascontiguousarray(np.asarray(queries, dtype=np.float32).reshape(-1, self.dim))
+        q = _as_matrix(queries, "queries", self.dim)
         k = min(int(k), len(self))
         _, cand = self.base.search(q, k * self.depth)
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
