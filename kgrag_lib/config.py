@@ -464,10 +464,13 @@ class RunConfig:
     data_root: str | None = opt(None, "dataset root (default: $KGRAG_DATA_ROOT, then ../shared/data)")
     cache_dir: str | None = opt(None, "cache folder for LLM calls, embeddings and models (default: $KGRAG_CACHE_DIR, then .cache/)")
     concurrency: int | None = opt(None, "questions answered at once (None: the backend's default, 1 for in-process "
-                                        "models, more for servers); the results do not depend on it")
-    max_in_flight: int | None = opt(None, "requests a server model is sent at once within one step: a text KG's chunk "
-                                          "extraction (SA-RAG, TCR-QF), DPO's decodings, a batch (None: the run's "
-                                          "concurrency, else the backend's, 8; server models only)", min=1)
+                                        "models, more for servers; a transformers `hf:` model computes them as "
+                                        "batches); which questions are answered does not depend on it, the batched "
+                                        "arithmetic of a server or `hf:` model rarely changes a token (docs/GPU.md)")
+    max_in_flight: int | None = opt(None, "requests a server or transformers (`hf:`) model is sent at once within one "
+                                          "step: a text KG's chunk extraction (SA-RAG, TCR-QF), DPO's decodings, a "
+                                          "batch (None: the run's concurrency, else the backend's: 8 for a server, "
+                                          "1 in-process; llama.cpp in-process: always 1)", min=1)
     request_timeout: float | None = opt(None, "seconds one server request may take before the run stops saying the "
                                               "server stalled (None: the backend's, 60; server models only)", gt=0)
     request_retries: int | None = opt(None, "retries of a server request after a connection error, HTTP 408/409/429 "

@@ -184,3 +184,51 @@ def test_real_qwen_gguf_through_transformers(monkeypatch):
                               max_tokens=8)
     assert "paris" in outs[0].lower() and "4" in outs[1]
     assert llm.usage.prompt_tokens > 20 and llm.usage.calls == 2
+
+
+def _wait_until(cond, what: str, timeout: float = 30.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def test_requests_from_threads_are_computed_as_one_batch(llm):
+    """Questions in flight on threads reach transformers as one left-padded batch (the GPU
+    user's `--concurrency N` with an `hf:` model), and each thread gets its own answer."""
+    import threading
+
+    singles = [llm.generate(m, max_tokens=8) for m in (M1, M2, M3)]
+    joiner = llm.coalescer
+    before = dict(joiner.batch_sizes)
+    out: dict[int, str] = {}
+    llm._backend_lock.acquire()   # the first request holds the model while the other two queue behind it
+    try:
+        threads = [threading.Thread(target=lambda i=i, m=m: out.__setitem__(i, llm.generate(m, max_tokens=8)))
+                   for i, m in enumerate((M1, M2, M3))]
+        threads[0].start()
+        _wait_until(lambda: joiner._busy, "the first request to take the model")
+        for t in threads[1:]:
+            t.start()
+        _wait_until(lambda: len(joiner._queue) == 2, "two requests queued")
+    finally:
+        llm._backend_lock.release()
+    for t in threads:
+        t.join(60)
+    assert [out[i] for i in range(3)] == singles
+    grown = {k: v - before.get(k, 0) for k, v in joiner.batch_sizes.items() if v != before.get(k, 0)}
+    assert grown == {1: 1, 2: 1}   # the first alone, then the two that waited, together
+
+
+def test_run_in_flight_setting_reaches_an_hf_model(model_dir):
+    """`--concurrency` / `--max-in-flight` set how many chunk or decoding requests a step sends
+    an `hf:` model at once (`concurrency.fan_out`), so they arrive together and batch."""
+    from kgrag_lib.concurrency import fan_out
+    from kgrag_lib.methods.base import RunContext
+
+    ctx = RunContext(model=f"hf:{model_dir}", server_options={"max_in_flight": 4, "timeout": 5})
+    assert fan_out(ctx.llm) == 4 and ctx.llm.coalesce_size == 8
+    assert fan_out(RunContext(model=f"hf:{model_dir}").llm) == 1

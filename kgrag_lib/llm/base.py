@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace as dc_replace
 from typing import Any, Iterator, Protocol, Sequence
 
 from ..errors import BackendUnavailableError, ConfigError, KgragError
+from .coalesce import Coalescer
 
 Messages = list[dict[str, str]]
 KEY_VERSION = 1  # bump when the key recipe changes, so old cache rows cannot be mistaken for new
@@ -356,12 +357,15 @@ class LLM:
     in flight together are computed once: the later callers wait for the first one's answer,
     so a shared cache's de-duplication holds under concurrency. A backend that computes one
     request at a time in this process (llama.cpp, transformers) leaves `concurrent_requests`
-    False and its calls are serialized; a server backend sets it True.
+    False and its calls are serialized; a server backend sets it True. One whose single call takes
+    many prompts (transformers) sets `coalesce_size`: concurrent requests with equal sampling
+    parameters are then joined into batches of up to that many prompts (`coalesce.Coalescer`).
     """
 
     backend: str = "base"
     concurrent_requests: bool = False   # may `_complete_batch` run on several threads at once?
     default_concurrency: int = 1        # questions in flight when the run does not say
+    coalesce_size: int = 0              # > 1: concurrent requests are computed together, this many at most
 
     def __init__(
         self,
@@ -383,6 +387,7 @@ class LLM:
         self._lock = threading.Lock()
         self._backend_lock = threading.Lock()
         self._inflight: dict[str, Future] = {}
+        self._coalescer: Coalescer | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, identity={self.identity!r})"
@@ -525,6 +530,18 @@ class LLM:
             results[i] = done[keys[i]].generation
         return [r if r is not None else Generation("") for r in results]
 
+    @property
+    def coalescer(self) -> Coalescer:
+        """The joiner of concurrent requests (`coalesce_size` > 1), made on first use."""
+        with self._lock:
+            if self._coalescer is None:
+                self._coalescer = Coalescer(self._serialized_batch, self.coalesce_size)
+            return self._coalescer
+
+    def _serialized_batch(self, batch: list[Messages], p: SamplingParams) -> list[Completion]:
+        with self._backend_lock:
+            return self._complete_batch(batch, p)
+
     def _compute(self, order: list[int], prepared: list[Messages], keys: list[str], p: SamplingParams,
                  want_lp: bool, meters: list[Meter]) -> dict[str, "_Served"]:
         """Send the requests at `order` to the backend, count and cache them."""
@@ -532,9 +549,10 @@ class LLM:
         batch = [prepared[i] for i in order]
         if self.concurrent_requests:
             completions = self._complete_batch(batch, p)
+        elif self.coalesce_size > 1:
+            completions = self.coalescer(batch, p)
         else:
-            with self._backend_lock:
-                completions = self._complete_batch(batch, p)
+            completions = self._serialized_batch(batch, p)
         elapsed = time.perf_counter() - start
         if len(completions) != len(order):
             raise RuntimeError(

@@ -88,7 +88,8 @@ class RunContext:
                  cache_dir: str | None = None, llm: Any = None, embedder: Any = None,
                  server_options: dict[str, Any] | None = None, server: Any = None) -> None:
         self.model = model
-        # request timeout and retries of a server model (`RunConfig.request_*`); in-process models have none
+        # a server model's request timeout, retries and requests in flight (`RunConfig`); of these an
+        # in-process transformers model takes only max_in_flight (it joins concurrent requests into batches)
         self.server_options = {k: v for k, v in (server_options or {}).items() if v is not None}
         # how a server kgrag starts for the run is started (the profile's `server` section, a ServerConfig)
         self.server = server
@@ -134,6 +135,8 @@ class RunContext:
                 options["server"] = self.server
             with _cache_dir_scope(self._cache_dir):  # the model assembly goes there too
                 self._llm = load_llm(self.model, cache_path=self.llm_cache_path, **options)
+            if self._llm.coalesce_size > 1 and self.server_options.get("max_in_flight"):
+                self._llm.max_in_flight = self.server_options["max_in_flight"]
         return self._llm
 
     @llm.setter

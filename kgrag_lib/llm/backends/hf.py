@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...concurrency import check_workers
 from ...errors import BackendUnavailableError
 from ...hub import hub_offline, snapshot  # noqa: F401  (hub_offline: the user's setting, read per call)
 from ..assets import file_sha256
@@ -57,6 +58,13 @@ def _import_torch_transformers():
 class HFLLM(LLM):
     """A causal LM through transformers with its own chat template; batches on the GPU.
 
+    Requests arrive in batches from the methods that make them together (Self-RAG's
+    candidates) and from threads: with questions in flight (`--concurrency N`) or a step's
+    requests fanned out (`max_in_flight`: a text KG's chunks, DPO's decodings), concurrent
+    requests with equal sampling parameters are joined into batches of up to `batch_size`
+    (`LLM.coalesce_size`). A prompt's greedy answer can then differ from its answer alone in
+    the last digits of a logit, and so, rarely, in a token (docs/GPU.md).
+
     `model` is a local folder, a hub repo id (resolved to the exact commit; with
     HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
     presets refuse to load without CUDA unless `allow_cpu=True`. A `json_schema` or GBNF
@@ -82,6 +90,7 @@ class HFLLM(LLM):
         allow_cpu: bool = False,
         trust_remote_code: bool = False,
         batch_size: int = 8,
+        max_in_flight: int = 1,
         chat: bool = True,
         fold_system_prompt: bool = False,
         local_files_only: bool | None = None,
@@ -102,6 +111,8 @@ class HFLLM(LLM):
         super().__init__(label, identity, cache=cache, default_params=default_params,
                          fold_system_prompt=fold_system_prompt)
         self.batch_size = max(1, int(batch_size))
+        self.coalesce_size = self.batch_size
+        self.max_in_flight = check_workers(max_in_flight, "max_in_flight")   # `concurrency.fan_out`
         load_kw: dict[str, Any] = {"trust_remote_code": trust_remote_code}
         if gguf_file:
             load_kw["gguf_file"] = gguf_file
