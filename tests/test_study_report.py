@@ -166,7 +166,10 @@ def test_publishing_one_notebook_keeps_the_claims_published_before(results, tmp_
     """A reference run finished notebook by notebook on a machine that holds only the last one:
     the published REPORT still covers every notebook published there, not only this machine's."""
     dest = tmp_path / "published"
-    PUB.publish(ST.collect(results), dest, profile="p")                     # everything, from a full machine
+    from kgrag_lib.llm.cache import LLMCache
+
+    LLMCache(tmp_path / "llm.sqlite").close()   # this test's own (empty) answer cache, never the machine's
+    PUB.publish(ST.collect(results), dest, llm_cache=tmp_path / "llm.sqlite", profile="p")   # everything, from a full machine
     later = tmp_path / "later" / "p"                                       # another machine: only 13_y
     (later / "13_y").mkdir(parents=True)
     shutil.copytree(results / "13_y", later / "13_y", dirs_exist_ok=True)
@@ -174,7 +177,7 @@ def test_publishing_one_notebook_keeps_the_claims_published_before(results, tmp_
     ST.write_report(res, later, "p")
     assert "exp2.ours_over_llm_1hop" not in (later / "REPORT.md").read_text()   # the local report lacks 12_x
     assert PUB.published_elsewhere(res, dest) == ["12_x"]
-    PUB.publish(res, dest, profile="p", findings="## Findings\n\nKept.")
+    PUB.publish(res, dest, llm_cache=tmp_path / "llm.sqlite", profile="p", findings="## Findings\n\nKept.")
     text = (dest / "REPORT.md").read_text()
     assert "exp2.ours_over_llm_1hop" in text and "Kept." in text and "### 12_x" in text and "### 13_y" in text
     assert PUB.published_elsewhere(ST.collect(dest), dest) == []

@@ -135,7 +135,7 @@ class RunContext:
                 options["server"] = self.server
             with _cache_dir_scope(self._cache_dir):  # the model assembly goes there too
                 self._llm = load_llm(self.model, cache_path=self.llm_cache_path, **options)
-            if self._llm.coalesce_size > 1 and self.server_options.get("max_in_flight"):
+            if getattr(self._llm, "coalesce_size", 0) > 1 and self.server_options.get("max_in_flight"):
                 self._llm.max_in_flight = self.server_options["max_in_flight"]
         return self._llm
 
