@@ -19,7 +19,10 @@ precision needs CUDA: off, `CPU_CHANGES`):
 
 Each study writes into `<work>/study-<engine>/` (default work folder: .cache/rehearsal); the script
 prints the wall time of each and each notebook's summary rows, and exits non-zero if a notebook
-failed. A rerun reuses the HF cache and resumes the studies from their LLM caches.
+failed. A rerun reuses the HF cache and resumes the studies from their LLM caches. The answers
+paid for are also kept in `--answers` (default results/rehearsal/llm-cache, committed): imported
+before the studies, and every `--every` minutes and at the end the new ones are written there as
+the next append-only part, so a fresh checkout resumes the rehearsal without recomputing them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -134,26 +138,55 @@ def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None) ->
     return code, time.perf_counter() - start
 
 
+def keep_answers(work: Path, answers: Path) -> None:
+    """The rehearsal cache's answers no part in `answers` holds, as its next part (if any)."""
+    cache = work / "cache" / "llm_cache.sqlite"
+    if cache.is_file():
+        subprocess.call([str(REPO / ".venv" / "bin" / "kgrag"), "cache", "export", "--parts", str(answers),
+                         "--cache", str(cache)], cwd=REPO)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, as kgrag study --only")
     ap.add_argument("--work", default=str(REPO / ".cache" / "rehearsal"), help="work folder (default .cache/rehearsal)")
     ap.add_argument("--build-cache-only", action="store_true")
+    ap.add_argument("--answers", default=str(REPO / "results" / "rehearsal" / "llm-cache"),
+                    help="folder of answer parts kept between machines (default results/rehearsal/llm-cache)")
+    ap.add_argument("--every", type=float, default=10.0, help="minutes between two parts of new answers (default 10)")
     a = ap.parse_args()
     work = Path(a.work).resolve()
+    answers = Path(a.answers).resolve()
     t0 = time.perf_counter()
     hf_home = build_cache(work)
     print(f"HF cache with {QWEN_ID} and {MINILM_ID} (stand-ins, offline): {hf_home} ({time.perf_counter() - t0:.0f} s)",
           flush=True)
     if a.build_cache_only:
         return 0
+    (work / "cache").mkdir(parents=True, exist_ok=True)
+    if any(answers.glob("part-*.jsonl.gz")):
+        subprocess.check_call([str(REPO / ".venv" / "bin" / "kgrag"), "cache", "import", str(answers),
+                               "--cache", str(work / "cache" / "llm_cache.sqlite")], cwd=REPO)
+    stop = threading.Event()
+
+    def keep_every() -> None:
+        while not stop.wait(a.every * 60):
+            keep_answers(work, answers)
+
+    keeper = threading.Thread(target=keep_every, daemon=True)
+    keeper.start()
     failed = 0
     times = {}
-    for engine in a.engines:
-        code, secs = run_study(engine, work, hf_home, a.only)
-        times[engine] = (code, secs)
-        failed += code != 0
+    try:
+        for engine in a.engines:
+            code, secs = run_study(engine, work, hf_home, a.only)
+            times[engine] = (code, secs)
+            failed += code != 0
+    finally:
+        stop.set()
+        keeper.join()
+        keep_answers(work, answers)
     print("\nrehearsal of gpu-smoke on this CPU:")
     for engine, (code, secs) in times.items():
         print(f"  {engine:5s} {'ok' if code == 0 else f'FAILED (exit {code})'}  {secs / 60:.1f} min  "

@@ -64,12 +64,14 @@ def test_rehearsal_subset_runs_through_both_engines_offline(tmp_path):
     _engine_or_skip()
     mod = _script()
     env = {**os.environ, "KGRAG_DATA_ROOT": str(_small_metaqa_root(tmp_path))}
+    answers = tmp_path / "answers"   # never the repository's results/rehearsal/llm-cache
     proc = subprocess.run([sys.executable, str(SCRIPT), "--engines", "hf", "vllm", "--work", str(tmp_path / "work"),
-                           "--only", *(nb[:2] for nb in NOTEBOOKS)],
+                           "--answers", str(answers), "--only", *(nb[:2] for nb in NOTEBOOKS)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, tail
     assert "hf    ok" in proc.stdout and "vllm  ok" in proc.stdout, tail
+    assert [p.name for p in answers.glob("part-*.jsonl.gz")] == ["part-0001.jsonl.gz"], tail   # kept for a fresh machine
     # the stand-in weights are found under the hub id at the rehearsal's own revision, never the hub's
     work = tmp_path / "work"
     hub = work / "hf" / "hub" / f"models--{mod.QWEN_ID.replace('/', '--')}"
