@@ -63,12 +63,12 @@ def _place(hub: Path, repo: str, source: Path, revision: str) -> Path:
     return snap
 
 
-def cpu_has_bf16() -> bool:
+def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Does this CPU execute bfloat16 arithmetic natively (AVX512-BF16 or AMX)? Without it torch
     emulates bf16 and a batch costs as much as its prompts one by one (docs/GPU.md), so the stand-in
     is saved in float32 there: bf16 where the CPU has it. Unknown (no /proc/cpuinfo): assume it has."""
     try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
+        flags = set(cpuinfo.read_text().split())
     except OSError:
         return True
     return bool(flags & {"avx512_bf16", "amx_bf16"})
