@@ -1,8 +1,8 @@
 """Requests from several threads computed as one batch by an in-process model.
 
 A transformers model in this process computes one call at a time, but one call may hold many
-prompts, and decoding is memory-bound: on a GPU (and on a CPU too) a batch of 8 prompts costs
-little more than one. When questions or a text KG's chunks are in flight on several threads, the
+prompts, and on a GPU decoding is memory-bound: a batch of 8 prompts costs little more than one
+(on a CPU without bf16 instructions only float32 gains, `bench/hf_batch_bench.py`). When questions or a text KG's chunks are in flight on several threads, the
 thread that finds the model idle takes the waiting requests that share its sampling parameters
 (oldest first, up to `size` prompts) and computes them together; the others wait for their share.
 Nothing waits on a timer: a single thread gets exactly the plain serialized call.
