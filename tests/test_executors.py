@@ -24,6 +24,7 @@ def test_the_study_graph_keeps_each_block_after_its_first_notebook_and_the_repor
     assert g["27_dpo_training"] == ("20_kg_preprocessing", "26_dpo_data")
     assert all(g[s] == ("40_tcr_qf_kg_construction",) for s in ("41_tcr_qf_main", "42_tcr_qf_ablation",
                                                                   "43_tcr_qf_kg_growth"))
+    assert g["50_cross_method"] == ("20_kg_preprocessing", "30_sa_rag_indexing", "40_tcr_qf_kg_construction")
     assert set(g["90_report"]) == set(stems) - {"90_report"}
     for s, before in g.items():   # the numbered order satisfies every edge (the local executor's order)
         assert all(stems.index(b) < stems.index(s) for b in before)

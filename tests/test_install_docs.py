@@ -124,3 +124,25 @@ def test_a_missing_hub_model_names_the_current_download_command(tmp_path, monkey
     assert "huggingface-cli" not in str(err.value)
     everywhere = " ".join(text for _, text in _sources())
     assert "huggingface-cli" not in everywhere
+
+
+SWEEP = re.compile(r"kgrag sweep\s+(\S+)([^\n`]*)")
+
+
+def test_every_documented_sweep_names_parameters_the_notebook_has():
+    """A `kgrag sweep NB -p NAME ...` line in the docs is refused if NAME is not in NB's parameters
+    cell (CLUSTER.md swept `seed` where notebook 11 has `seeds`)."""
+    from kgrag_lib.commands.sweep import _notebook_parameters as notebook_parameters
+
+    found = []
+    for p in TEXT_FILES:
+        for m in SWEEP.finditer(p.read_text(encoding="utf-8")):
+            book, rest = m.group(1), m.group(2)
+            if book.startswith(("NOTEBOOK", "-", "<")):
+                continue
+            path = REPO / "notebooks" / (Path(book).name if book.endswith(".ipynb") else f"{book}.ipynb")
+            names = re.findall(r"(?:-p|--param)\s+(\w+)", rest)
+            have = set(notebook_parameters(path))
+            found.append(book)
+            assert set(names) <= have, f"{p.relative_to(REPO)}: kgrag sweep {book} sweeps {names}; it has {sorted(have)}"
+    assert found, "the scan found no documented sweep"

@@ -25,7 +25,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("doctor", help="report what this machine can run (GPU, CUDA, vLLM, faiss-gpu, "
                                              "models, server, data) and what to install for the rest")
     p.add_argument("--server", default=None, metavar="URL",
-                   help=f"an OpenAI-compatible server to check (GET URL/v1/models); default ${VLLM_URL_ENV} if set")
+                   help=f"an OpenAI-compatible server to check, e.g. http://localhost:8000/v1 (GET URL/models); "
+                        f"default ${VLLM_URL_ENV} if set")
     p.add_argument("--root", default=None, help="data root (default: $KGRAG_DATA_ROOT or ../shared/data)")
     p.add_argument("--profile", default=None, metavar="PROFILE",
                    help="check what this profile loads: its hub weights (size, cached, gated + token), the disk they "

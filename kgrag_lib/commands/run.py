@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="retries of a failed server request (default 2; server models only)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once (default: the profile's run.concurrency, else 1 for an "
-                        "in-process model and 8 for a server); the results do not depend on it")
+                        "in-process model and 8 for a server); llama.cpp's answers do not "
+                        "depend on it, batched engines' (vLLM, hf:) may differ a little; the LLM cache replays a run exactly")
     p.add_argument("--max-in-flight", type=int, default=None,
                    help="requests a server model is sent at once within one step: a text KG's chunk extraction "
                         "(SA-RAG, TCR-QF), a batch (default: --concurrency, else 8; server models only)")

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, a folder or a hub id)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once in every run (default: the profile's run.concurrency, else 1 "
-                        "for an in-process model, 8 for a server); the results do not depend on it")
+                        "for an in-process model, 8 for a server); llama.cpp's answers do not "
+                        "depend on it, batched engines' (vLLM, hf:) may differ a little; the LLM cache replays a run exactly")
     add_executor_arguments(p)
     p.set_defaults(func=handle)
 

@@ -89,6 +89,9 @@ class Plan:
     hf_cache: str = ""
     disk_free_gib: float | None = None
     vllm_utilization: float | None = None   # the server section's, when the profile starts vLLM
+    # notebook 27's DPO training on the GPU, in kgrag's process (`dpo_memory`'s estimate; None: the
+    # profile trains on the CPU or not at all, or the base model's config.json is not at hand)
+    dpo_gib: float | None = None
     notes: tuple[str, ...] = field(default=())
     data: tuple[DataNeed, ...] = field(default=())   # the papers' full-size resources it names
 
@@ -207,9 +210,34 @@ def gpu_need_gib(weights: list[Weights] | tuple[Weights, ...]) -> float | None:
     return peak
 
 
-def kgrag_share_gib(weights: list[Weights] | tuple[Weights, ...]) -> float | None:
-    """What kgrag's process keeps on the GPU beside a vLLM server: embedders and the margin."""
-    return gpu_need_gib([w for w in weights if w.role == "embedder"])
+def kgrag_share_gib(weights: list[Weights] | tuple[Weights, ...], dpo_gib: float | None = None) -> float | None:
+    """What kgrag's process needs on the GPU beside a vLLM server that stays up for the whole study: the
+    largest notebook's in-process models (embedders, and a method's own LLM such as Self-RAG's that the
+    served model does not replace) and the margin, or notebook 27's DPO training where that is more."""
+    share = gpu_need_gib([w for w in weights if w.where != "vllm-serve"])
+    if share is None or dpo_gib is None:
+        return share
+    return max(share, dpo_gib + PROCESS_MARGIN_GIB)
+
+
+def dpo_training_gib(profile: dict[str, Any], base_config: Callable[[str], Any] | None = None) -> float | None:
+    """Peak GPU memory of the profile's notebook 27 training (one GPU), or None when it uses a `cpu-*`
+    set (made for a small model), leaves DPO out, or the base model's config cannot be read here."""
+    from ..train.dpo_memory import plan_for
+    from ..train.dpo_train import dpo_config
+
+    if "27_dpo_training" not in profile_section(profile, "notebooks"):
+        return None
+    try:
+        nb = notebook_settings("27_dpo_training", profile)
+        if str(nb.training).startswith("cpu"):
+            return None
+        cfg = dpo_config(nb.training, **(nb.training_overrides or {}))
+        if base_config is None:
+            from ..train.gguf_to_hf import base_model_config as base_config
+        return round(plan_for(cfg, base_config(cfg.base_model), n_gpus=1, sharded=False, cuda=False).total_gib, 1)
+    except Exception:  # noqa: BLE001 - offline without the config.json, a gated repo: the plan says unknown
+        return None
 
 
 def vllm_utilization_fit(total_gib: float, free_gib: float, kgrag_gib: float) -> float:
@@ -294,4 +322,5 @@ def probe_plan(profile: str, model: str | None = None) -> Plan:
     if util is None and any(w.where == "vllm-serve" for w in weights):
         util = 0.9   # vLLM's default
     return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util,
+                dpo_gib=dpo_training_gib(prof) if util is not None else None,
                 data=tuple(data_needs(prof, _data_present)))

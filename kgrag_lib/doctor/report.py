@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
+from .plan import PROCESS_MARGIN_GIB, gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
 from .probes import Findings
 
 # What the GPU path needs, as the fix lines print it. A fix line must never break the environment it is
@@ -34,7 +34,9 @@ def _for_env(f: Findings, conda: str, pip: str) -> str:
 
 
 def torch_index_tag(driver_cuda: str) -> str | None:
-    """PyTorch's wheel index for the newest CUDA a driver runs: e.g. 12.4 -> cu124, 12.9+ -> cu129."""
+    """PyTorch's wheel index for a driver's CUDA: any CUDA 12 driver runs any 12.x build (minor-version
+    compatibility), and PyTorch drops its older 12.x indexes (cu121, cu124) for new releases, so every
+    12.x driver gets cu129, as `scripts/install_vllm.sh` does; 13+ gets cu130."""
     try:
         major, minor = (int(x) for x in driver_cuda.split(".")[:2])
     except ValueError:
@@ -42,9 +44,7 @@ def torch_index_tag(driver_cuda: str) -> str | None:
     if major >= 13:
         return "cu130"
     if major == 12:
-        for floor, tag in ((9, "cu129"), (8, "cu128"), (6, "cu126"), (4, "cu124"), (1, "cu121")):
-            if minor >= floor:
-                return tag
+        return "cu129"
     return "cu118" if (major, minor) >= (11, 8) else None
 # A 7-8B model in bf16 is about 15-16 GiB of weights; with the KV cache of batched generation the
 # gpu-paper profile wants a 24 GiB card at least (its DPO step is planned for one 80 GB GPU).
@@ -140,7 +140,8 @@ def lines(f: Findings) -> list[Line]:
     out.append(_pkg(f, "ray", 'pip install -e ".[cluster]" (for --executor ray: notebooks and sweep cells as Ray '
                               'tasks, docs/CLUSTER.md)', needed=False))
     for mo in f.models:
-        out.append(Line("ok" if mo.present else "info", f"model {mo.name}", mo.detail, mo.fix))
+        fix = mo.gpu_fix if (f.env.gpu or f.env.conda) and mo.gpu_fix else mo.fix
+        out.append(Line("ok" if mo.present else "info", f"model {mo.name}", mo.detail, fix))
     s = f.server
     if s.url is None:
         out.append(Line("info", "server", "none named (--server URL or $KGRAG_VLLM_URL)"))
@@ -194,7 +195,8 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
     for d in p.data:
         detail = (f"{d.setting}: about {d.disk_gib:.0f} GiB of disk (files, store, embeddings, saved index), "
                   f"{d.build_ram_gib:.0f} GiB RAM while building once, {d.run_ram_gib:.0f} GiB per answering process, "
-                  f"~{d.first_run_hours:.1f} h on one H100 the first time (docs/PERFORMANCE.md)")
+                  f"~{d.first_run_hours:.1f} h on one H100 the first time with KGRAG_EMBEDDER_DTYPE=fp16 (the default "
+                  "fp32 encodes about half as fast; docs/PERFORMANCE.md)")
         if d.present:
             out.append((Line("ok", f"data {d.name}", detail), ""))
         else:
@@ -208,16 +210,22 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         return out
     free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
     if served:
-        share = kgrag_share_gib(p.weights) or 0.0
+        share = kgrag_share_gib(p.weights, p.dpo_gib) or 0.0
         util = p.vllm_utilization or 0.9
         need = util * gpu.memory_gib + share
-        detail = (f"vLLM takes gpu_memory_utilization {util} x {gpu.memory_gib:.1f} = {util * gpu.memory_gib:.1f} GiB and "
-                  f"kgrag's embedder and index about {share:.1f} GiB: {need:.1f} GiB; GPU 0 has {free:.1f} GiB free")
+        what = ("notebook 27's DPO training" if p.dpo_gib is not None and share >= p.dpo_gib
+                else "its largest notebook's in-process models and index")
+        detail = (f"vLLM takes gpu_memory_utilization {util} x {gpu.memory_gib:.1f} = {util * gpu.memory_gib:.1f} GiB for "
+                  f"the whole study and kgrag's process, {what}, about {share:.1f} GiB beside it: {need:.1f} GiB; "
+                  f"GPU 0 has {free:.1f} GiB free")
         fit = vllm_utilization_fit(gpu.memory_gib, free, share)
         if need > free:
             out.append((Line("MISSING", "GPU memory", detail,
                              f"server.gpu_memory_utilization: {fit} in the profile (or ?gpu_memory_utilization={fit} on "
-                             "the vllm-serve: spec); vLLM refuses to start when less than its share is free"),
+                             "the vllm-serve: spec); vLLM refuses to start when less than its share is free"
+                             + ("; or run notebooks 27 and 28 (in-process models) in a study of their own, without "
+                                "vllm-serve: (--only 27 28)" if p.dpo_gib is not None or share > 2 * PROCESS_MARGIN_GIB
+                                else "")),
                         f"gpu_memory_utilization <= {fit}"))
         else:
             out.append((Line("ok", "GPU memory", detail), ""))
