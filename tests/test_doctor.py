@@ -354,3 +354,13 @@ def test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu(tmp_path, m
                     "else echo 'NVIDIA H100 80GB HBM3, 81559 MiB'; echo 'WARNING: infoROM is corrupted'; fi\n")
     smi = probes.probe_nvidia_smi()
     assert smi.gpus == ("NVIDIA H100 80GB HBM3, 81559 MiB",) and smi.driver == "550.54.15" and not smi.error
+
+
+def test_the_plan_reads_vllms_share_from_the_spec_as_the_server_is_started():
+    """`?gpu_memory_utilization=` on the vllm-serve: spec wins over the profile, as when it is started."""
+    from kgrag_lib.doctor.plan import probe_plan
+
+    spec = "vllm-serve:Qwen/Qwen2.5-0.5B-Instruct"
+    assert probe_plan("gpu-smoke", model=spec + "?gpu_memory_utilization=0.65").vllm_utilization == 0.65
+    assert probe_plan("gpu-smoke", model=spec).vllm_utilization == 0.9
+    assert probe_plan("gpu-smoke").vllm_utilization is None

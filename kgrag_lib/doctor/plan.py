@@ -308,6 +308,24 @@ def _data_present(name: str) -> bool:
     return bool(entry.get("files")) and all((root / f["path"]).is_file() for f in entry["files"])
 
 
+def _served_utilization(profile: dict[str, Any], served: list[str]) -> float | None:
+    """vLLM's share of the GPU as the server will be started: a `?gpu_memory_utilization=` on the
+    spec over the profile's `server` section over vLLM's default 0.9; None when nothing is served."""
+    from ..llm import _managed_options
+
+    if not served:
+        return None
+    shares = []
+    for spec in served:
+        try:
+            cfg = _managed_options(spec, spec.partition(":")[2], profile_section(profile, "server"))[1]
+            shares.append(cfg.gpu_memory_utilization)
+        except ConfigError:   # the run itself reports a bad spec
+            shares.append(None)
+    given = [x for x in shares if x is not None]
+    return max(given) if given else 0.9
+
+
 def probe_plan(profile: str, model: str | None = None) -> Plan:
     from ..studies import load_profile
 
@@ -318,9 +336,7 @@ def probe_plan(profile: str, model: str | None = None) -> Plan:
     while not where.exists() and where != where.parent:
         where = where.parent
     free = shutil.disk_usage(where).free / 2**30
-    util = profile_section(prof, "server").get("gpu_memory_utilization")
-    if util is None and any(w.where == "vllm-serve" for w in weights):
-        util = 0.9   # vLLM's default
+    util = _served_utilization(prof, [w.spec for w in weights if w.where == "vllm-serve"])
     return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util,
                 dpo_gib=dpo_training_gib(prof) if util is not None else None,
                 data=tuple(data_needs(prof, _data_present)))
