@@ -232,3 +232,64 @@ def test_run_in_flight_setting_reaches_an_hf_model(model_dir):
     ctx = RunContext(model=f"hf:{model_dir}", server_options={"max_in_flight": 4, "timeout": 5})
     assert fan_out(ctx.llm) == 4 and ctx.llm.coalesce_size == 8
     assert fan_out(RunContext(model=f"hf:{model_dir}").llm) == 1
+
+
+# ---- a GPU's failure modes, met on the CPU with the tiny model (issue 39 review) -----------------------------
+def test_repeat_penalty_skips_the_padding_of_a_batch(llm):
+    """transformers' penalty counts every input id; a batch's left pads (often an end token) must not
+    count, or a padded row's end token is penalised and it answers unlike alone."""
+    singles = [llm.generate(m, max_tokens=8, repeat_penalty=1.3) for m in (M1, M2, M3)]
+    assert llm.generate_batch([M1, M2, M3], max_tokens=8, repeat_penalty=1.3) == singles
+    texts = [llm._render(m) for m in (M1, M3)]
+    enc = llm.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    alone = llm.tokenizer(texts[:1], return_tensors="pt", add_special_tokens=False)
+    pads = int((enc["attention_mask"][0] == 0).sum())
+    assert pads > 0 and int(enc["input_ids"][0, 0]) == llm.tokenizer.pad_token_id
+    scores = torch.randn(2, len(llm.tokenizer))
+    penalised = llm._penalty(enc, SamplingParams(repeat_penalty=1.3))[0](enc["input_ids"], scores.clone())
+    expect = transformers.RepetitionPenaltyLogitsProcessor(1.3)(alone["input_ids"], scores[:1].clone())
+    assert torch.equal(penalised[0], expect[0])   # the pad token's score untouched in the padded row
+
+
+def test_out_of_memory_splits_the_batch_and_fails_only_the_prompt_that_cannot_fit(llm, monkeypatch):
+    from kgrag_lib.llm.base import PromptTooLongError
+
+    params = SamplingParams(max_tokens=6)
+    singles = llm._complete_batch([M1, M2, M3], params)
+    real, sizes = llm._generate, []
+
+    def small_gpu(texts, *a):
+        sizes.append(len(texts))
+        if len(texts) > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+        return real(texts, *a)
+    monkeypatch.setattr(llm, "_generate", small_gpu)
+    assert [c.text for c in llm._complete_batch([M1, M2, M3], params)] == [c.text for c in singles]
+    assert sizes == [3, 1, 2, 1, 1]
+    monkeypatch.setattr(llm, "_generate", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))
+    with pytest.raises(PromptTooLongError, match="GPU's free memory"):
+        llm._complete_batch([M1], params)
+
+
+def test_a_prompt_past_the_context_window_fails_alone_before_joining(llm):
+    from kgrag_lib.llm.base import PromptTooLongError
+
+    long = [{"role": "user", "content": "x" * (llm.n_ctx + 10)}]
+    with pytest.raises(PromptTooLongError, match="context window 512"):
+        llm.generate(long, max_tokens=4)
+    near = [{"role": "user", "content": "y" * (llm.n_ctx - 40)}]   # room for fewer tokens than asked
+    c = llm._complete_batch([near], SamplingParams(max_tokens=100))[0]
+    assert c.prompt_tokens + c.completion_tokens <= llm.n_ctx
+
+
+def test_the_rows_of_a_long_sampled_request_draw_their_own_numbers(llm):
+    """One request of 8 prompts runs as chunks of batch_size 4; each chunk has its own seed, so the
+    same prompt in rows 0 and 4 is two samples, not one repeated."""
+    out = [c.text for c in llm._complete_batch([M2] * 8, SamplingParams(max_tokens=12, temperature=1.5, seed=3))]
+    assert out[0] != out[4] and out[:4] == [c.text for c in llm._complete_batch(
+        [M2] * 4, SamplingParams(max_tokens=12, temperature=1.5, seed=3))]
+
+
+def test_a_chosen_precision_is_part_of_the_identity(llm, model_dir):
+    """float32 and bfloat16 runs of the same weights answer differently: never one cache entry."""
+    assert load_llm(f"hf:{model_dir}", cache=False, dtype="float32").identity == llm.identity + "#dtype=float32"

@@ -538,6 +538,10 @@ class LLM:
                 self._coalescer = Coalescer(self._serialized_batch, self.coalesce_size)
             return self._coalescer
 
+    def check_fits(self, messages: Messages, params: SamplingParams) -> None:
+        """Raise `PromptTooLongError` for a prompt the model cannot take; a backend that batches
+        requests together checks here, before they are joined (the others check as they compute)."""
+
     def _serialized_batch(self, batch: list[Messages], p: SamplingParams) -> list[Completion]:
         with self._backend_lock:
             return self._complete_batch(batch, p)
@@ -547,6 +551,8 @@ class LLM:
         """Send the requests at `order` to the backend, count and cache them."""
         start = time.perf_counter()
         batch = [prepared[i] for i in order]
+        for m in batch:   # before any joining: a prompt that cannot fit fails its own request only
+            self.check_fits(m, p)
         if self.concurrent_requests:
             completions = self._complete_batch(batch, p)
         elif self.coalesce_size > 1:

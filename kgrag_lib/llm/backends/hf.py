@@ -3,6 +3,7 @@ or a GGUF file that transformers dequantizes. torch/transformers are imported on
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from ...concurrency import check_workers
 from ...errors import BackendUnavailableError
 from ...hub import hub_offline, snapshot  # noqa: F401  (hub_offline: the user's setting, read per call)
 from ..assets import file_sha256
-from ..base import LLM, Completion, Messages, SamplingParams, TokenLogprob, flatten_messages
+from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
 
 # Files whose bytes decide what a local model folder generates. Weights are pinned through
 # their index when sharded (the index lists every tensor's file) and by content otherwise.
@@ -22,6 +23,9 @@ _FINGERPRINT_FILES = (
     "model.safetensors.index.json", "pytorch_model.bin.index.json",
 )
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+# Older repos ship only PyTorch pickles (selfrag/selfrag_llama2_7b); fetched only where no safetensors
+# came, since many repos carry both (Mistral-7B-Instruct-v0.2: 14 GB each).
+_HUB_BIN = ["pytorch_model*.bin"]
 
 
 def dir_fingerprint(folder: Path) -> str:
@@ -63,7 +67,10 @@ class HFLLM(LLM):
     requests fanned out (`max_in_flight`: a text KG's chunks, DPO's decodings), concurrent
     requests with equal sampling parameters are joined into batches of up to `batch_size`
     (`LLM.coalesce_size`). A prompt's greedy answer can then differ from its answer alone in
-    the last digits of a logit, and so, rarely, in a token (docs/GPU.md).
+    the last digits of a logit, and so, rarely, in a token (docs/GPU.md). A batch the GPU has no
+    memory for is computed in halves, down to one prompt, which then fails alone (recorded as
+    `PromptTooLongError`, as is a prompt longer than the context window, refused before it joins a
+    batch); `repeat_penalty` counts each row's own tokens, never the batch's left padding.
 
     `model` is a local folder, a hub repo id (resolved to the exact commit; with
     HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
@@ -108,6 +115,8 @@ class HFLLM(LLM):
                 "allow_cpu=True to force a (very slow) CPU load."
             )
         folder, gguf_file, identity = self._resolve_model(model, revision, local_files_only)
+        if dtype != "auto":   # the same weights in another precision answer differently (as vllm-serve: keys it)
+            identity += f"#dtype={dtype}"
         super().__init__(label, identity, cache=cache, default_params=default_params,
                          fold_system_prompt=fold_system_prompt)
         self.batch_size = max(1, int(batch_size))
@@ -153,6 +162,9 @@ class HFLLM(LLM):
         if model.startswith((".", "/", "~")):
             raise BackendUnavailableError(f"model folder {model!r} does not exist")
         folder = snapshot(model, _HUB_PATTERNS, revision=revision, local_only=local_only, what="model")
+        if not any(folder.glob("*.safetensors")):
+            folder = snapshot(model, _HUB_PATTERNS + _HUB_BIN, revision=folder.name, local_only=local_only,
+                              what="model")
         # snapshot folders are named by the resolved commit hash
         return folder, None, f"hf:{model}@{folder.name}"
 
@@ -183,7 +195,7 @@ class HFLLM(LLM):
         kw: dict[str, Any] = dict(
             max_new_tokens=params.max_tokens,
             do_sample=not params.greedy,
-            repetition_penalty=params.repeat_penalty,
+            repetition_penalty=1.0,   # applied by `_penalty` (it must skip each row's left padding)
             eos_token_id=sorted(self._eos_ids) or None,
             pad_token_id=self.tokenizer.pad_token_id,
         )
@@ -193,49 +205,104 @@ class HFLLM(LLM):
                 kw["min_p"] = params.min_p
         if params.stop:
             kw["stop_strings"] = list(params.stop)
-        if params.logprobs > 0:   # in the config: transformers 5 deprecates them as generate() keywords beside it
-            kw.update(output_logits=True, return_dict_in_generate=True)
+        # in the config (transformers 5 deprecates them as generate() keywords beside it), and always said:
+        # a model whose generation_config sets return_dict_in_generate would otherwise change what returns
+        kw.update(output_logits=params.logprobs > 0, return_dict_in_generate=params.logprobs > 0)
         # A fresh config, so the model's shipped sampling defaults (Qwen ships
         # temperature 0.7, repetition_penalty 1.05) never leak into our requests.
         return GenerationConfig(**kw)
+
+    def check_fits(self, messages: Messages, params: SamplingParams) -> None:
+        """Refuse a prompt the context window cannot hold before it joins a batch (it alone fails,
+        as a recorded `PromptTooLongError`, not the requests batched with it)."""
+        if not self.n_ctx:
+            return
+        n = len(self.tokenizer(self._render(messages), add_special_tokens=not self.chat)["input_ids"])
+        if n >= self.n_ctx:
+            raise PromptTooLongError(f"{self.name}: the prompt has {n} tokens, the context window {self.n_ctx}; "
+                                     "shorten the prompt")
 
     def _complete(self, messages: Messages, params: SamplingParams) -> Completion:
         return self._complete_batch([messages], params)[0]
 
     def _complete_batch(self, batch: list[Messages], params: SamplingParams) -> list[Completion]:
+        gen_config = self._generation_config(params)
+        out: list[Completion] = []
+        for lo in range(0, len(batch), self.batch_size):
+            # each chunk its own seed: rows i and i + batch_size of one request never draw alike
+            out += self._generate_or_split([self._render(m) for m in batch[lo: lo + self.batch_size]],
+                                           params, gen_config, params.seed + lo)
+        return out
+
+    def _generate_or_split(self, texts: list[str], params: SamplingParams, gen_config: Any,
+                           seed: int) -> list[Completion]:
+        """One batch; on a GPU out of memory, the two halves one after the other, down to one prompt
+        (then `PromptTooLongError`, a recorded failure of that question, never the run's end)."""
+        torch = self._torch
+        oom = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+        try:
+            return self._generate(texts, params, gen_config, seed)
+        except oom:
+            pass   # leave the except block first: its traceback holds the batch's GPU tensors
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        if len(texts) == 1:
+            raise PromptTooLongError(f"{self.name}: one prompt with max_tokens={params.max_tokens} does not fit "
+                                     "in the GPU's free memory; lower max_tokens or free the GPU")
+        half = len(texts) // 2
+        return (self._generate_or_split(texts[:half], params, gen_config, seed)
+                + self._generate_or_split(texts[half:], params, gen_config, seed + half))
+
+    def _penalty(self, enc: Any, params: SamplingParams) -> Any:
+        """transformers' repetition penalty over each row's prompt and output tokens, without the left
+        padding a batch adds (counted, a pad that is also an end token would be penalised in the
+        shorter rows only, so they would stop later than alone)."""
+        from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+        if params.repeat_penalty == 1.0:
+            return None
+        pads = (enc["attention_mask"] == 0).sum(dim=1)
+        return LogitsProcessorList([RepetitionPenaltyLogitsProcessor(
+            params.repeat_penalty, prompt_ignore_length=pads if int(pads.max()) > 0 else None)])
+
+    def _generate(self, texts: list[str], params: SamplingParams, gen_config: Any, seed: int) -> list[Completion]:
         torch = self._torch
         out: list[Completion] = []
-        gen_config = self._generation_config(params)
-        for lo in range(0, len(batch), self.batch_size):
-            chunk = batch[lo: lo + self.batch_size]
-            texts = [self._render(m) for m in chunk]
-            enc = self.tokenizer(texts, return_tensors="pt", padding=True,
-                                 add_special_tokens=not self.chat).to(self.model.device)
-            torch.manual_seed(params.seed)
-            start = time.perf_counter()
-            want_lp = params.logprobs > 0
-            with torch.inference_mode():
-                gen = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer)
-                seqs = gen.sequences if want_lp else gen
-                if want_lp:  # one (batch, vocab) row of log-probabilities per generated position
-                    steps = [torch.log_softmax(s.float(), dim=-1) for s in gen.logits]
-            secs = (time.perf_counter() - start) / len(chunk)
-            new = seqs[:, enc["input_ids"].shape[1]:].tolist()
-            prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-            # Finished rows are padded (pad is often eos): cut each at its first end token.
-            ends = self._eos_ids | {self.tokenizer.pad_token_id}
-            for row, (ids, plen) in enumerate(zip(new, prompt_lens)):
-                n = next((k for k, t in enumerate(ids) if t in ends), len(ids))
-                stopped = n < len(ids) or n < params.max_tokens
-                ids = ids[:n]
-                logprobs = None
-                if want_lp:
-                    logprobs = [self._token_logprob(steps[j][row], t, params.logprobs) for j, t in enumerate(ids)]
-                out.append(Completion(
-                    text=self.tokenizer.decode(ids, skip_special_tokens=not want_lp),
-                    prompt_tokens=int(plen), completion_tokens=len(ids), seconds=secs,
-                    finish_reason="stop" if stopped else "length", logprobs=logprobs,
-                ))
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True,
+                             add_special_tokens=not self.chat).to(self.model.device)
+        limit = params.max_tokens
+        if self.n_ctx and self.n_ctx - enc["input_ids"].shape[1] < limit:
+            # never past the context window (llama.cpp caps max_tokens at the room left the same way)
+            limit = max(1, self.n_ctx - enc["input_ids"].shape[1])
+            gen_config = copy.copy(gen_config)
+            gen_config.max_new_tokens = limit
+        torch.manual_seed(seed)
+        start = time.perf_counter()
+        want_lp = params.logprobs > 0
+        with torch.inference_mode():
+            gen = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer,
+                                      logits_processor=self._penalty(enc, params))
+            seqs = gen.sequences if want_lp else gen
+            if want_lp:  # one (batch, vocab) row of log-probabilities per generated position
+                steps = [torch.log_softmax(s.float(), dim=-1) for s in gen.logits]
+            del gen   # with logprobs it carries the KV cache: not alive into the next batch
+        secs = (time.perf_counter() - start) / len(texts)
+        new = seqs[:, enc["input_ids"].shape[1]:].tolist()
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        # Finished rows are padded (pad is often eos): cut each at its first end token.
+        ends = self._eos_ids | {self.tokenizer.pad_token_id}
+        for row, (ids, plen) in enumerate(zip(new, prompt_lens)):
+            n = next((k for k, t in enumerate(ids) if t in ends), len(ids))
+            stopped = n < len(ids) or n < limit
+            ids = ids[:n]
+            logprobs = None
+            if want_lp:
+                logprobs = [self._token_logprob(steps[j][row], t, params.logprobs) for j, t in enumerate(ids)]
+            out.append(Completion(
+                text=self.tokenizer.decode(ids, skip_special_tokens=not want_lp),
+                prompt_tokens=int(plen), completion_tokens=len(ids), seconds=secs,
+                finish_reason="stop" if stopped else "length", logprobs=logprobs,
+            ))
         return out
 
     def _token_logprob(self, logp, token: int, k: int) -> TokenLogprob:
