@@ -293,3 +293,24 @@ def test_the_rows_of_a_long_sampled_request_draw_their_own_numbers(llm):
 def test_a_chosen_precision_is_part_of_the_identity(llm, model_dir):
     """float32 and bfloat16 runs of the same weights answer differently: never one cache entry."""
     assert load_llm(f"hf:{model_dir}", cache=False, dtype="float32").identity == llm.identity + "#dtype=float32"
+
+
+def test_a_repo_without_safetensors_fetches_its_pytorch_weights_only_then(tmp_path, monkeypatch):
+    """selfrag/selfrag_llama2_7b ships pytorch_model-*.bin only; a repo with both fetches safetensors only."""
+    from kgrag_lib.llm.backends import hf
+
+    calls = []
+
+    def fake_snapshot(repo, patterns, revision=None, local_only=None, what=""):
+        calls.append((tuple(patterns), revision))
+        d = tmp_path / repo.replace("/", "--") / "0123abcd"
+        d.mkdir(parents=True, exist_ok=True)
+        if repo.endswith("new"):
+            (d / "model.safetensors").write_bytes(b"")
+        return d
+    monkeypatch.setattr(hf, "snapshot", fake_snapshot)
+    assert hf.HFLLM._resolve_model("org/new", None, None)[2] == "hf:org/new@0123abcd"
+    assert calls == [(tuple(hf._HUB_PATTERNS), None)]
+    calls.clear()
+    hf.HFLLM._resolve_model("selfrag/old", None, None)
+    assert calls == [(tuple(hf._HUB_PATTERNS), None), (tuple(hf._HUB_PATTERNS + hf._HUB_BIN), "0123abcd")]
