@@ -314,3 +314,16 @@ def test_a_repo_without_safetensors_fetches_its_pytorch_weights_only_then(tmp_pa
     calls.clear()
     hf.HFLLM._resolve_model("selfrag/old", None, None)
     assert calls == [(tuple(hf._HUB_PATTERNS), None), (tuple(hf._HUB_PATTERNS + hf._HUB_BIN), "0123abcd")]
+
+
+def test_a_transformers_without_a_per_row_penalty_prefix_runs_penalised_prompts_one_at_a_time(llm, monkeypatch):
+    from kgrag_lib.llm.backends import hf
+
+    assert hf._penalty_skips_padding()   # transformers 5.x: batches keep their size
+    singles = [llm.generate(m, max_tokens=6, repeat_penalty=1.3) for m in (M1, M2, M3)]
+    monkeypatch.setattr(hf, "_penalty_skips_padding", lambda: False)
+    sizes = []
+    real = llm._generate
+    monkeypatch.setattr(llm, "_generate", lambda texts, *a: sizes.append(len(texts)) or real(texts, *a))
+    out = llm._complete_batch([M1, M2, M3], SamplingParams(max_tokens=6, repeat_penalty=1.3))
+    assert sizes == [1, 1, 1] and [c.text for c in out] == singles

@@ -227,10 +227,11 @@ class HFLLM(LLM):
 
     def _complete_batch(self, batch: list[Messages], params: SamplingParams) -> list[Completion]:
         gen_config = self._generation_config(params)
+        size = self.batch_size if params.repeat_penalty == 1.0 or _penalty_skips_padding() else 1
         out: list[Completion] = []
-        for lo in range(0, len(batch), self.batch_size):
+        for lo in range(0, len(batch), size):
             # each chunk its own seed: rows i and i + batch_size of one request never draw alike
-            out += self._generate_or_split([self._render(m) for m in batch[lo: lo + self.batch_size]],
+            out += self._generate_or_split([self._render(m) for m in batch[lo: lo + size]],
                                            params, gen_config, params.seed + lo)
         return out
 
@@ -315,6 +316,16 @@ class HFLLM(LLM):
         self.model = None
         if self._torch.cuda.is_available():
             self._torch.cuda.empty_cache()
+
+
+def _penalty_skips_padding() -> bool:
+    """Whether this transformers' repetition penalty can skip a per-row prefix (`prompt_ignore_length`);
+    without it a penalised batch runs one prompt at a time (the same answers, slower)."""
+    import inspect
+
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    return "prompt_ignore_length" in inspect.signature(RepetitionPenaltyLogitsProcessor.__init__).parameters
 
 
 def _dtype_kwarg(transformers) -> str:
