@@ -68,9 +68,10 @@ class HFLLM(LLM):
     requests with equal sampling parameters are joined into batches of up to `batch_size`
     (`LLM.coalesce_size`). A prompt's greedy answer can then differ from its answer alone in
     the last digits of a logit, and so, rarely, in a token (docs/GPU.md). A batch the GPU has no
-    memory for is computed in halves, down to one prompt, which then fails alone (recorded as
-    `PromptTooLongError`, as is a prompt longer than the context window, refused before it joins a
-    batch); `repeat_penalty` counts each row's own tokens, never the batch's left padding.
+    memory for is computed in halves, down to one prompt, which then fails alone with
+    `PromptTooLongError`, as does a prompt longer than the context window, refused before it joins a
+    batch (SA-RAG and TCR-QF record it per question; elsewhere the run stops there, resumable);
+    `repeat_penalty` counts each row's own tokens, never the batch's left padding.
 
     `model` is a local folder, a hub repo id (resolved to the exact commit; with
     HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
