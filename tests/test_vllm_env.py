@@ -156,6 +156,9 @@ def started(monkeypatch, tmp_path):
     monkeypatch.setattr(ms, "start_vllm", fake_start)
     monkeypatch.setattr(vllm_env, "find_vllm", lambda python=None: GPU)
     monkeypatch.setattr(hub, "hub_revision", lambda repo_id, **kw: "c0ffee" * 6 + "c0ff")
+    from kgrag_lib.llm.backends import hf
+
+    monkeypatch.setattr(hf, "fetch_weights", lambda repo, revision=None, local_only=None: seen.update(fetched=revision))
     return seen
 
 
@@ -175,10 +178,16 @@ def test_a_hub_id_is_keyed_and_served_at_its_commit(monkeypatch, tmp_path):
     from kgrag_lib.llm import _vllm_weights
     from kgrag_lib.config import ServerConfig
 
+    from kgrag_lib.llm.backends import hf
+
     monkeypatch.setattr(hub, "hub_revision", lambda repo_id, **kw: "ab" * 20)
+    fetched = []
+    monkeypatch.setattr(hf, "fetch_weights", lambda repo, revision=None, local_only=None: fetched.append((repo, revision)))
     model, weights, dtype, _, commit = _vllm_weights("vllm-serve:Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct",
                                                      ServerConfig(), {}, GPU)
     assert (model, weights, commit) == ("Qwen/Qwen2.5-7B-Instruct", "root=Qwen/Qwen2.5-7B-Instruct@" + "ab" * 20, "ab" * 20)
+    # the weights come down before vLLM starts (its start-up timeout is for the engine, not the download)
+    assert fetched == [("Qwen/Qwen2.5-7B-Instruct", "ab" * 20)]
     monkeypatch.setattr(ms.ManagedServer, "start", lambda self: self)
     monkeypatch.setattr(ms, "free_port", lambda: 8123)
     server = ms.start_vllm(model, config=ServerConfig(), dtype=dtype, engine=GPU, revision=commit, log_dir=tmp_path)
@@ -410,3 +419,92 @@ def test_a_local_study_starts_its_managed_specs_once_with_the_profile_server_sec
         assert set(got) == {"vllm-serve:a"}
     assert [s for s, _ in started] == ["vllm-serve:a"]
     assert started[0][1]["server"]["max_model_len"] == 2048 and started[0][1]["cache"] is False
+
+
+def _group_server(tmp_path):
+    """A stand-in server whose engine runs in a child of the same process group (as vLLM's does)."""
+    script = tmp_path / "grouped.py"
+    script.write_text(textwrap.dedent("""\
+        import http.server, json, subprocess, sys
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        open(sys.argv[2], "w").write(str(worker.pid))
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+            def do_GET(self):
+                body = json.dumps({"data": [{"id": "m", "owned_by": "vllm", "root": "/m"}]}).encode()
+                self.send_response(200); self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body))); self.end_headers()
+                self.wfile.write(body)
+        http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+        """))
+    port = ms.free_port()
+    return ms.ManagedServer([sys.executable, str(script), str(port), str(tmp_path / "worker.pid")], flavor="vllm",
+                            alias="m", port=port, log_path=tmp_path / "server.log", startup_timeout=30)
+
+
+def test_stop_ends_the_servers_whole_group_even_after_its_leader_died(tmp_path):
+    """An API server that crashed (or was OOM-killed) leaves vLLM's engine processes holding the GPU:
+    stopping the server must end them too, or the next start finds the GPU memory taken."""
+    import os
+    import signal
+    import time
+
+    server = _group_server(tmp_path).start()
+    worker = int((tmp_path / "worker.pid").read_text())
+    os.kill(server.proc.pid, signal.SIGKILL)   # the leader dies; its worker lives on in the group
+    server.proc.wait(timeout=10)
+    os.kill(worker, 0)
+    server.stop(grace=5)
+    time.sleep(0.2)
+    try:
+        os.kill(worker, 0)
+    except ProcessLookupError:
+        return
+    with open(f"/proc/{worker}/stat") as f:
+        state = f.read().split(")")[-1].split()[0]
+    if state != "Z":   # a zombie waiting for its reaper holds nothing
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the server's worker outlived stop()")
+
+
+def test_a_started_server_is_reached_directly_whatever_http_proxy_says(tmp_path, monkeypatch):
+    """A cluster's http_proxy (without 127.0.0.1 in no_proxy) must not stand between kgrag and the
+    server it started on loopback: readiness and requests go direct."""
+    from kgrag_lib.llm.backends.openai_compat import OpenAICompatLLM
+
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")   # nothing listens there
+    for var in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    server = _group_server(tmp_path)
+    server.startup_timeout = 15
+    server.start()
+    try:
+        llm = OpenAICompatLLM(server.base_url, "m", managed=server, max_retries=0, weights="w")
+        assert llm.served["id"] == "m"
+    finally:
+        server.stop(grace=5)
+
+
+def test_server_args_join_the_identity_and_may_not_override_what_kgrag_sets(monkeypatch):
+    """`server.args` change the answers (--quantization, --kv-cache-dtype, --chat-template): they join
+    the weights' identity; a flag kgrag sets itself (--dtype, --served-model-name, ...) is refused,
+    since argparse's last value would win silently or the alias would never be listed."""
+    from kgrag_lib.config import ServerConfig
+    from kgrag_lib.llm import _vllm_weights
+
+    from kgrag_lib.llm.backends import hf
+
+    monkeypatch.setattr(hub, "hub_revision", lambda repo_id, **kw: "ab" * 20)
+    monkeypatch.setattr(hf, "fetch_weights", lambda *a, **k: None)
+
+    def weights(**server):
+        return _vllm_weights("vllm-serve:m/x", "m/x", ServerConfig(**server), {}, GPU)[1]
+    plain = weights()
+    assert plain == "root=m/x@" + "ab" * 20   # no args: the identity as before (caches stay valid)
+    fp8 = weights(args=["--kv-cache-dtype", "fp8"])
+    assert fp8.startswith(plain + ";args=") and fp8 != weights(args=["--kv-cache-dtype", "auto"])
+    for flag in ("--dtype", "--served-model-name=x", "--revision", "--port"):
+        with pytest.raises(ConfigError, match=r"server\.args: --[a-z-]+ is set by"):
+            server_args(GPU, ServerConfig(args=[flag, "v"]), dtype="auto")

@@ -152,6 +152,7 @@ def _load_running(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
 # 0.5B model decodes about 8 tokens/s per request there, and a 768-token extraction with 8 in flight
 # takes minutes.
 CPU_SERVER_REQUEST_TIMEOUT = 900.0
+GPU_SERVER_REQUEST_TIMEOUT = 600.0   # a started vLLM on a GPU (the client's own default is 60 s)
 # load_llm keywords that configure a started server rather than the client: `server` is a
 # `config.ServerConfig` (or a dict of its fields), `log_dir` where its log goes, `alias` its served name.
 _SERVER_OPTIONS = ("server", "log_dir", "alias")
@@ -244,10 +245,10 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any],
     folder lies. A folder's identity is its fingerprint; a hub id's is the id at the commit it
     resolves to now (`hub.hub_revision`), and vLLM is pinned to that commit, so a model updated on
     the hub is a new identity, not old answers replayed. The dtype (`vllm_env.serve_dtype`) joins the identity
-    unless it is vLLM's own choice: it changes the answers."""
+    unless it is vLLM's own choice, and so do `server.args` (hashed): they change the answers."""
     from pathlib import Path
 
-    from .vllm_env import serve_dtype
+    from .vllm_env import args_identity, serve_dtype
 
     gguf = sha = None
     prompt: dict[str, Any] = {}
@@ -264,7 +265,7 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any],
     else:
         prompt = prompt_options(target)
     dtype = serve_dtype(engine, cfg.dtype, gguf=gguf is not None)
-    suffix = "" if dtype == "auto" else f";dtype={dtype}"
+    suffix = ("" if dtype == "auto" else f";dtype={dtype}") + args_identity(cfg.args)
     if gguf is not None:
         from .hf_from_gguf import hf_folder_from_gguf
 
@@ -279,8 +280,12 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any],
         raise ConfigError(f"llm spec {spec!r}: model folder {target!r} does not exist; expected "
                           "vllm-serve:<hf id | model folder | preset | .gguf>")
     from ..hub import hub_revision
+    from .backends.hf import fetch_weights
 
     commit = hub_revision(target)
+    # downloaded here, with progress, before vLLM starts: its start-up timeout then counts the engine's
+    # start only, not 15 GB of weights on a slow link (vLLM finds them in the same HF cache)
+    fetch_weights(target, commit)
     return target, f"root={target}@{commit}{suffix}", dtype, prompt, commit
 
 
@@ -307,8 +312,9 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
         model, weights, dtype, prompt, commit = _vllm_weights(spec, target, cfg, kw, engine)
         for option, value in prompt.items():
             kw.setdefault(option, value)
-        if engine.is_cpu_build:   # a CPU decodes a few tokens/s per request: 60 s is too short with 8 in flight
-            kw.setdefault("timeout", CPU_SERVER_REQUEST_TIMEOUT)
+        # a CPU decodes a few tokens/s per request: 60 s is too short with 8 in flight; so is a 24 GB
+        # card's ~10-15 tokens/s per sequence for gpu-paper's 1,000-token answers under load
+        kw.setdefault("timeout", CPU_SERVER_REQUEST_TIMEOUT if engine.is_cpu_build else GPU_SERVER_REQUEST_TIMEOUT)
         server = ms.start_vllm(model, alias=alias or target, config=cfg, dtype=dtype, engine=engine, log_dir=log_dir,
                                revision=commit)
     else:

@@ -42,14 +42,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child gets SIGTERM when the parent dies, even by SIGKILL."""
+def _prctl() -> Any:
+    """libc's prctl, looked up here in the parent: loading a library between fork and exec in a
+    threaded parent can deadlock the child."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except Exception:  # noqa: BLE001 - best effort; atexit and close() still stop it
-        pass
+        return None
+
+
+def _die_with_parent(prctl: Any) -> Any:
+    """Linux: the child gets SIGTERM when the parent dies, even by SIGKILL (the function runs in the
+    child between fork and exec, and only calls what the parent looked up)."""
+    def set_pdeathsig() -> None:  # pragma: no cover - runs in the child
+        try:
+            prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001
+            pass
+    return set_pdeathsig if prctl is not None else None
+
+
+# Loopback requests never go through a proxy (a cluster's http_proxy without 127.0.0.1 in no_proxy
+# would keep a started server from ever looking ready).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ManagedServer:
@@ -82,7 +99,8 @@ class ManagedServer:
         try:
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, env={**os.environ, **self.env} if self.env else None,
-                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                         preexec_fn=_die_with_parent(_prctl()) if sys.platform.startswith("linux")
+                                         else None)
         except OSError as e:
             raise BackendUnavailableError(f"cannot start {self.cmd[0]!r}: {e}") from None
         finally:
@@ -109,7 +127,7 @@ class ManagedServer:
                     f"the {self.flavor} server exited with code {self.proc.returncode} while starting: "
                     f"{log_reason(tail)}; its log ({self.log_path}) ends with:\n{tail}")
             try:
-                with urllib.request.urlopen(self.base_url + "/models", timeout=5) as resp:
+                with _DIRECT.open(self.base_url + "/models", timeout=5) as resp:
                     ids = [m.get("id") for m in json.loads(resp.read()).get("data") or []]
                 if self.alias in ids:
                     return
@@ -150,22 +168,28 @@ class ManagedServer:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, grace: float = 15.0) -> None:
-        """SIGTERM to the server's process group, SIGKILL after `grace` seconds; idempotent."""
+        """SIGTERM to the server's whole process group, SIGKILL after `grace` seconds to what is left;
+        idempotent. The group, not the leader: vLLM's engine and worker processes hold the GPU and may
+        outlive an API server that crashed or was killed."""
         with _LIVE_LOCK:
             _LIVE.discard(self)
         proc = self.proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(proc.pid, sig)
             except (ProcessLookupError, PermissionError):
+                proc.poll()
                 return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                proc.poll()   # reap the leader, so an exited one does not count as the group's member
+                try:
+                    os.killpg(proc.pid, 0)
+                except (ProcessLookupError, PermissionError):
+                    return
+                time.sleep(0.1)
 
 
 # Lines that say why a server stopped, best first: a Python exception's headline (or pydantic's

@@ -178,4 +178,31 @@ def server_args(engine: VllmEngine, cfg: Any, *, dtype: str) -> tuple[list[str],
                               "(vLLM has one on NVIDIA GPUs of compute capability >= 8.0, AMD Instinct and Intel "
                               "XPU); leave it false: the LLM cache makes any rerun exact")
         env["VLLM_BATCH_INVARIANT"] = "1"
-    return [*args, *map(str, cfg.args)], env
+    return [*args, *extra_args(cfg.args)], env
+
+
+# What kgrag itself sets on the command line: given again in `server.args`, argparse's last value would
+# win silently, the identity would name the other one, or the alias kgrag waits for would never be listed.
+OWNED_FLAGS = {"--dtype": "server.dtype", "--revision": "the spec (a hub id is pinned to the commit it resolves to)",
+               "--served-model-name": "kgrag's alias", "--host": "kgrag (loopback)", "--port": "kgrag (a free port)",
+               "--model": "the spec"}
+
+
+def extra_args(args: Any) -> list[str]:
+    """`server.args` as strings, refusing a flag kgrag sets itself (`OWNED_FLAGS`)."""
+    out = [str(a) for a in (args or [])]
+    for a in out:
+        flag = a.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            raise ConfigError(f"server.args: {flag} is set by {OWNED_FLAGS[flag]}; remove it from args"
+                              + (" and set server.dtype" if flag == "--dtype" else ""))
+    return out
+
+
+def args_identity(args: Any) -> str:
+    """The identity part of `server.args` (they may change the answers: --quantization, --kv-cache-dtype,
+    --chat-template, ...): '' without any, else ';args=' and a short hash of them in order."""
+    import hashlib
+
+    out = extra_args(args)
+    return f";args={hashlib.sha256(chr(0).join(out).encode()).hexdigest()[:12]}" if out else ""

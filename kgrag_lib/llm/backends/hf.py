@@ -28,6 +28,15 @@ _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.ti
 _HUB_BIN = ["pytorch_model*.bin"]
 
 
+def fetch_weights(repo: str, revision: str | None = None, local_only: bool | None = None) -> Path:
+    """The snapshot folder of a hub model with what generation needs (downloaded unless offline):
+    its safetensors, or where the repo has none its PyTorch pickles."""
+    folder = snapshot(repo, _HUB_PATTERNS, revision=revision, local_only=local_only, what="model")
+    if not any(folder.glob("*.safetensors")):
+        folder = snapshot(repo, _HUB_PATTERNS + _HUB_BIN, revision=folder.name, local_only=local_only, what="model")
+    return folder
+
+
 def dir_fingerprint(folder: Path) -> str:
     """sha256 over the config, tokenizer and weight-index files of a model folder (plus the
     full content hash of unsharded weight files, remembered per path/size/mtime)."""
@@ -162,10 +171,7 @@ class HFLLM(LLM):
             return p.resolve(), None, f"hf-dir:{dir_fingerprint(p)}"
         if model.startswith((".", "/", "~")):
             raise BackendUnavailableError(f"model folder {model!r} does not exist")
-        folder = snapshot(model, _HUB_PATTERNS, revision=revision, local_only=local_only, what="model")
-        if not any(folder.glob("*.safetensors")):
-            folder = snapshot(model, _HUB_PATTERNS + _HUB_BIN, revision=folder.name, local_only=local_only,
-                              what="model")
+        folder = fetch_weights(model, revision, local_only)
         # snapshot folders are named by the resolved commit hash
         return folder, None, f"hf:{model}@{folder.name}"
 

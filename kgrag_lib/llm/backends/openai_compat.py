@@ -155,10 +155,12 @@ class OpenAICompatLLM(LLM):
         self.managed = managed
         # Retries are ours (see `_call`): the SDK would also retry a timed-out request, multiplying
         # the wait on a stalled server.
+        # a server kgrag started listens on loopback: never through the environment's http_proxy
+        direct = {"http_client": openai.DefaultHttpxClient(trust_env=False)} if managed is not None else {}
         self._client = openai.OpenAI(
             base_url=self.base_url, api_key=self.api_key or "not-needed", max_retries=0,
             default_headers=auth_headers or None, default_query=query or None,
-            timeout=openai.Timeout(self.timeout, connect=connect_timeout))
+            timeout=openai.Timeout(self.timeout, connect=connect_timeout), **direct)
         self.served: dict[str, Any] = {}
         facts = None
         if probe:
