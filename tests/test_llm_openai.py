@@ -125,6 +125,19 @@ def test_identity_is_the_weights_the_server_reports(server):
     assert load_llm(f"openai:{server.url}#qwen-test", cache=False).identity != llm.identity
 
 
+def test_a_vllm_serving_a_hub_id_is_said_to_be_keyed_without_its_commit(server):
+    """vLLM's root is the model as it was started: for a hub id no commit, so a hub update would replay
+    old answers; the user is told once (a local folder or vllm-serve: is keyed exactly)."""
+    import warnings
+
+    server.models[0]["root"] = "Qwen/Qwen2.5-7B-Instruct"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        llm = load_llm(f"openai:{server.url}#qwen-test", cache=False)
+    assert llm.identity == "openai-compat:vllm|weights=root=Qwen/Qwen2.5-7B-Instruct"
+    assert any("does not say at which commit" in str(w.message) for w in seen)
+
+
 def test_unreported_weights_say_so_once_and_keep_secrets_out(server):
     server.models[0] = {"id": "qwen-test", "object": "model", "owned_by": "someone"}
     url = server.url.replace("http://", "http://user:s3cret@")

@@ -66,6 +66,8 @@ _KNOBS: dict[str, tuple[str | None, int, str | None, str | None]] = {
     "openai": (None, 0, None, None),
 }
 VLLM_STRUCTURED_OUTPUTS_SINCE = (0, 10, 2)
+# vLLM's "top_k off": 0 in its own SamplingParams (0.32's source; -1 only "quietly accepted"), -1 before
+VLLM_TOP_K_ZERO_SINCE = (0, 32, 0)
 
 
 def normalize_flavor(name: str | None) -> str | None:
@@ -137,7 +139,10 @@ def build_body(flavor: str, params: SamplingParams, *, chat: bool, version: str 
                 raise _refuse(knob, value, flavor, f"has no such parameter; leave it at {_NEUTRAL[knob]!r} "
                                                    f"or use a server that has it (vLLM, SGLang, llama.cpp)")
             continue
-        body[field] = top_k_off if knob == "top_k" and value == 0 else value
+        if knob == "top_k" and value == 0:
+            v = parse_version(version) if flavor == "vllm" else None
+            value = 0 if v is not None and v >= VLLM_TOP_K_ZERO_SINCE else top_k_off
+        body[field] = value
     if flavor == "llama-server":
         body["repeat_last_n"] = REPEAT_LAST_N
     return body

@@ -186,6 +186,14 @@ class OpenAICompatLLM(LLM):
             self.identity_source = facts.weights_source if facts is not None else "not probed (probe=False)"
         if reported:
             identity = f"openai-compat:{self.flavor}|weights={reported}"
+            root = reported.removeprefix("root=")
+            if (not weights and self.flavor == "vllm" and reported.startswith("root=") and "@" not in root
+                    and not root.startswith(("/", ".", "~")) and root.count("/") == 1 and identity not in _WARNED):
+                _WARNED.add(identity)   # a hub id as the server was started: which commit it loaded, it does not say
+                warnings.warn(f"{self.base_url} (vLLM) serves the hub id {root!r} and does not say at which commit; "
+                              "cached answers are keyed by the id only, so a model updated on the hub replays old "
+                              "answers. Serve a local folder, or let kgrag start vLLM (vllm-serve:, pinned to the "
+                              "commit it resolves)", stacklevel=2)
         else:
             identity = f"openai-compat:{self.flavor}|{self.base_url}#{model}|weights=unreported"
             if identity not in _WARNED:
