@@ -365,22 +365,11 @@ def test_a_started_server_that_dies_mid_run_is_reported_with_its_reason(tmp_path
     0.32's engine did; the run's error names the server, its exit code and its last error line."""
     from kgrag_lib.llm.backends.openai_compat import OpenAICompatLLM
 
-    script = tmp_path / "dies.py"
-    script.write_text(textwrap.dedent("""\
-        import http.server, json, os, sys
-        class H(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-            def do_GET(self):
-                body = json.dumps({"data": [{"id": "m", "owned_by": "vllm", "root": "/m"}]}).encode()
-                self.send_response(200); self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body))); self.end_headers()
-                self.wfile.write(body)
+    script = _stand_in_script(tmp_path / "dies.py", post="""\
             def do_POST(self):
                 print("RuntimeError: Worker failed with error 'CPU Generator does not use offset'", flush=True)
                 os._exit(3)
-        http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-        """))
+        """)
     port = ms.free_port()
     server = ms.ManagedServer([sys.executable, str(script), str(port)], flavor="vllm", alias="m", port=port,
                               log_path=tmp_path / "server.log", startup_timeout=30).start()
@@ -421,13 +410,11 @@ def test_a_local_study_starts_its_managed_specs_once_with_the_profile_server_sec
     assert started[0][1]["server"]["max_model_len"] == 2048 and started[0][1]["cache"] is False
 
 
-def _group_server(tmp_path):
-    """A stand-in server whose engine runs in a child of the same process group (as vLLM's does)."""
-    script = tmp_path / "grouped.py"
-    script.write_text(textwrap.dedent("""\
-        import http.server, json, subprocess, sys
-        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-        open(sys.argv[2], "w").write(str(worker.pid))
+def _stand_in_script(path, pre="", post=""):
+    """A stand-in vLLM (fault injection only) listing model "m" on the port of argv[1]: `pre` runs first,
+    `post` adds handler methods (at the class body's indentation after dedent)."""
+    head = "import http.server, json, os, subprocess, sys\n"
+    handler = textwrap.dedent("""\
         class H(http.server.BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
@@ -436,8 +423,18 @@ def _group_server(tmp_path):
                 self.send_response(200); self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body))); self.end_headers()
                 self.wfile.write(body)
-        http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-        """))
+        """)
+    tail = 'http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()\n'
+    path.write_text(head + textwrap.dedent(pre) + handler + textwrap.indent(textwrap.dedent(post), "    ") + tail)
+    return path
+
+
+def _group_server(tmp_path):
+    """A stand-in server whose engine runs in a child of the same process group (as vLLM's does)."""
+    script = _stand_in_script(tmp_path / "grouped.py", pre="""\
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        open(sys.argv[2], "w").write(str(worker.pid))
+        """)
     port = ms.free_port()
     return ms.ManagedServer([sys.executable, str(script), str(port), str(tmp_path / "worker.pid")], flavor="vllm",
                             alias="m", port=port, log_path=tmp_path / "server.log", startup_timeout=30)
