@@ -94,6 +94,7 @@ def test_shipped_embedder_does_not_switch_the_process_offline(tmp_path):
     HF_HUB_OFFLINE once, at import): the hub id must be fetched, not looked up offline."""
     snap = tmp_path / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots" / "0123abcd"
     snap.mkdir(parents=True)
+    (snap / "model.safetensors").write_bytes(b"")   # safetensors came: no second (pickle) fetch
     script = textwrap.dedent(f"""
         import json, os
         from kgrag_lib.retrieval import load_embedder
