@@ -84,6 +84,7 @@ class ManagedServer:
         self.log_path = log_path
         self.startup_timeout = startup_timeout
         self.proc: subprocess.Popen | None = None
+        self._stopped = False
         self.startup_seconds: float | None = None   # from the start to the model being listed
 
     def __repr__(self) -> str:
@@ -174,22 +175,26 @@ class ManagedServer:
         with _LIVE_LOCK:
             _LIVE.discard(self)
         proc = self.proc
-        if proc is None:
+        if proc is None or self._stopped:   # once stopped, never signal that group id again (it may be reused)
             return
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(proc.pid, sig)
             except (ProcessLookupError, PermissionError):
-                proc.poll()
-                return
+                break
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline:
                 proc.poll()   # reap the leader, so an exited one does not count as the group's member
                 try:
                     os.killpg(proc.pid, 0)
                 except (ProcessLookupError, PermissionError):
-                    return
+                    break
                 time.sleep(0.1)
+            else:
+                continue
+            break
+        proc.poll()
+        self._stopped = True
 
 
 # Lines that say why a server stopped, best first: a Python exception's headline (or pydantic's
