@@ -130,7 +130,30 @@ def _study_servers(executor: Any, profile: str, tasks: list[Any]) -> Any:
 
     server = profile_section(load_profile(profile), "server")
     specs = [s for s in (_notebook_model(t.key, profile) for t in tasks) if s and is_managed_spec(s)]
+    _warn_in_process_beside_vllm(specs, [t.key for t in tasks], profile)
     return shared(specs, lambda spec: load_llm(spec, cache=False, server=server))
+
+
+# Notebooks that load a model into kgrag's own process whatever --model says: DPO training (27) and
+# Self-RAG's own model (28, Table 2).
+IN_PROCESS_GPU_NOTEBOOKS = ("27_dpo_training", "28_plugins")
+
+
+def _warn_in_process_beside_vllm(specs: list[str], stems: list[str], profile: str) -> None:
+    """On a GPU machine, a vLLM started once for the study holds its share of the GPU while 27 and 28
+    load their own models beside it: say so before the study starts, with the check that sizes it."""
+    import shutil
+    import warnings
+
+    served = [s for s in specs if s.startswith("vllm-serve:")]
+    beside = [s for s in stems if s in IN_PROCESS_GPU_NOTEBOOKS]
+    if not served or not beside or shutil.which("nvidia-smi") is None:
+        return
+    warnings.warn(f"{served[0]} stays up for the whole study and takes its gpu_memory_utilization of the GPU "
+                  f"(vLLM's default 0.9), while {' and '.join(beside)} load their own model into this process "
+                  f"(DPO training; Self-RAG's generator). `kgrag doctor --profile {profile} --model {served[0]}` "
+                  "says which share fits; or run them in a study of their own without vllm-serve: "
+                  f"(--only {' '.join(b[:2] for b in beside)})", stacklevel=3)
 
 
 def _notebook_model(stem: str, profile: str) -> str | None:

@@ -505,3 +505,31 @@ def test_server_args_join_the_identity_and_may_not_override_what_kgrag_sets(monk
     for flag in ("--dtype", "--served-model-name=x", "--revision", "--port"):
         with pytest.raises(ConfigError, match=r"server\.args: --[a-z-]+ is set by"):
             server_args(GPU, ServerConfig(args=[flag, "v"]), dtype="auto")
+
+
+def test_a_gpu_study_is_told_before_it_starts_that_27_and_28_load_models_beside_vllm(monkeypatch):
+    """vLLM keeps its share of the GPU for the whole study; DPO training (27) and Self-RAG's model (28)
+    load in kgrag's process beside it: the study says so, with the doctor command, before it starts."""
+    import shutil
+    import types
+    import warnings
+
+    from kgrag_lib import notebooks
+
+    tasks = [types.SimpleNamespace(key=k) for k in ("21_kg_infused_main", "27_dpo_training", "28_plugins")]
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        notebooks._warn_in_process_beside_vllm(["vllm-serve:Qwen/Qwen2.5-7B-Instruct"], [t.key for t in tasks],
+                                               "gpu-paper")
+    (w,) = seen
+    assert "27_dpo_training and 28_plugins" in str(w.message) and "--only 27 28" in str(w.message)
+    assert "kgrag doctor --profile gpu-paper --model vllm-serve:Qwen/Qwen2.5-7B-Instruct" in str(w.message)
+    for specs, stems, smi in ((["openai:http://h:1/v1#m"], ["27_dpo_training"], "/x"),   # not started by kgrag
+                              (["vllm-serve:m"], ["21_kg_infused_main"], "/x"),          # nothing beside it
+                              (["vllm-serve:m"], ["27_dpo_training"], None)):            # no GPU: the CPU build
+        monkeypatch.setattr(shutil, "which", lambda name, smi=smi: smi)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            notebooks._warn_in_process_beside_vllm(specs, stems, "p")
+        assert not seen
