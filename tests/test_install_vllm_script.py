@@ -1,0 +1,68 @@
+"""scripts/install_vllm.sh on a GPU machine, with stand-ins for nvidia-smi, pip and vllm (no network,
+no GPU): which vLLM build it installs for the driver's CUDA, and that it fetches FlashInfer's kernels."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "install_vllm.sh"
+
+
+def _exe(path: Path, body: str) -> None:
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(0o755)
+
+
+def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "") -> tuple[subprocess.CompletedProcess, str, str]:
+    venv, bin_dir = tmp_path / "venv", tmp_path / "bin"
+    (venv / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    _exe(bin_dir / "nvidia-smi", f'if [ "$1" = -L ]; then echo "GPU 0: NVIDIA A100-SXM4-40GB"; '
+                                 f'else echo "| NVIDIA-SMI 550.54.15  Driver Version: 550.54.15  CUDA Version: {cuda} |"; fi\n')
+    _exe(venv / "bin" / "pip", f'echo "pip $*" >> {log}\n'
+                               + (f'case "$*" in *{pip_fails_on}*) exit 1;; esac\n' if pip_fails_on else ""))
+    _exe(venv / "bin" / "vllm", f'echo "vllm $*" >> {log}\n')
+    # the import check reads its program from stdin ("-"); `-c "import vllm"` (an earlier install?) says no
+    _exe(venv / "bin" / "python", 'if [ "$1" = - ]; then cat > /dev/null; echo "install_vllm.sh: vllm (stand-in)"; '
+                                  'exit 0; fi\nexit 1\n')
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "KGRAG_VLLM_VENV": str(venv)}
+    for var in ("KGRAG_VLLM_DIST", "KGRAG_SKIP_VLLM", "KGRAG_VLLM_TORCH_INDEX", "KGRAG_VLLM_CUDA12_WHEEL"):
+        env.pop(var, None)
+    out = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    return out, log.read_text() if log.exists() else "", (venv / "kgrag-vllm.txt").read_text() if (
+        venv / "kgrag-vllm.txt").exists() else ""
+
+
+def test_a_cuda_12_driver_gets_vllms_cuda_12_9_build_with_cu129_torch(tmp_path):
+    out, calls, stamp = _run(tmp_path, "12.4")
+    assert out.returncode == 0, out.stderr
+    wheel = (f"https://github.com/vllm-project/vllm/releases/download/v0.33.0/vllm-0.33.0+cu129-cp38-abi3-"
+             f"manylinux_2_28_{platform.machine()}.whl")
+    assert f"pip install {wheel} --extra-index-url https://download.pytorch.org/whl/cu129" in calls
+    assert "vllm==0.33.0" not in calls.replace("vllm-0.33.0", "")   # not PyPI's CUDA 13 build
+    assert "vllm download-kernels" in calls and stamp.strip() == "vllm==0.33.0"
+
+
+def test_a_cuda_13_driver_gets_pypis_build(tmp_path):
+    out, calls, _ = _run(tmp_path, "13.0")
+    assert out.returncode == 0, out.stderr
+    assert "pip install vllm==0.33.0\n" in calls and "cu129" not in calls and "vllm download-kernels" in calls
+
+
+def test_a_cuda_12_wheel_that_cannot_be_installed_stops_with_what_to_do(tmp_path):
+    out, calls, stamp = _run(tmp_path, "12.2", pip_fails_on="+cu129")
+    assert out.returncode == 1 and not stamp
+    assert "upgrade the NVIDIA driver to >= 580" in out.stderr and "KGRAG_VLLM_CUDA12_WHEEL" in out.stderr
+
+
+@pytest.fixture(autouse=True)
+def _bash_only():
+    if os.name != "posix":
+        pytest.skip("install_vllm.sh is a bash script")
