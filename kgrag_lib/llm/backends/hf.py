@@ -4,6 +4,7 @@ or a GGUF file that transformers dequantizes. torch/transformers are imported on
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import time
 from pathlib import Path
@@ -325,6 +326,7 @@ class HFLLM(LLM):
             self._torch.cuda.empty_cache()
 
 
+@functools.cache
 def _penalty_skips_padding() -> bool:
     """Whether this transformers' repetition penalty can skip a per-row prefix (`prompt_ignore_length`);
     without it a penalised batch runs one prompt at a time (the same answers, slower)."""
