@@ -89,7 +89,7 @@ def test_conda_env_installs_every_gpu_extra_package_and_pip_adds_no_second_faiss
 def test_gpu_extra_holds_what_the_gpu_path_imports():
     names = {_name(r) for r in EXTRAS["gpu"]}
     need = {"torch", "transformers", "accelerate", "trl", "peft", "sentence-transformers", "ipywidgets", "numba",
-            "datasets", "huggingface-hub"}
+            "datasets", "huggingface-hub", "llguidance"}
     assert need <= names, f"gpu extra lacks {need - names}"
     assert "faiss-gpu-cu12" in names and "faiss-cpu" in names  # by platform marker
     gpu_faiss = next(r for r in EXTRAS["gpu"] if _name(r) == "faiss-gpu-cu12")
@@ -99,7 +99,7 @@ def test_gpu_extra_holds_what_the_gpu_path_imports():
 
 def test_every_third_party_import_of_the_gpu_backends_is_in_the_gpu_extra():
     """Parse the modules the GPU path runs; each top-level import must come from core or gpu."""
-    modules = ["kgrag_lib/llm/backends/hf.py", "kgrag_lib/retrieval/embedder.py", "kgrag_lib/retrieval/index.py",
+    modules = ["kgrag_lib/llm/backends/hf.py", "kgrag_lib/llm/backends/hf_grammar.py", "kgrag_lib/retrieval/embedder.py", "kgrag_lib/retrieval/index.py",
                "kgrag_lib/retrieval/gpu_placement.py", "kgrag_lib/retrieval/index_store.py",
                "kgrag_lib/retrieval/index_recall.py",
                "kgrag_lib/methods/sa_rag/activation.py", *map(str, Path(REPO_ROOT, "kgrag_lib/train").glob("*.py"))]

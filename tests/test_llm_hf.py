@@ -246,7 +246,7 @@ def test_repeat_penalty_skips_the_padding_of_a_batch(llm):
     pads = int((enc["attention_mask"][0] == 0).sum())
     assert pads > 0 and int(enc["input_ids"][0, 0]) == llm.tokenizer.pad_token_id
     scores = torch.randn(2, len(llm.tokenizer))
-    penalised = llm._penalty(enc, SamplingParams(repeat_penalty=1.3))[0](enc["input_ids"], scores.clone())
+    penalised = llm._processors(enc, SamplingParams(repeat_penalty=1.3))[0](enc["input_ids"], scores.clone())
     expect = transformers.RepetitionPenaltyLogitsProcessor(1.3)(alone["input_ids"], scores[:1].clone())
     assert torch.equal(penalised[0], expect[0])   # the pad token's score untouched in the padded row
 
@@ -327,3 +327,96 @@ def test_a_transformers_without_a_per_row_penalty_prefix_runs_penalised_prompts_
     monkeypatch.setattr(llm, "_generate", lambda texts, *a: sizes.append(len(texts)) or real(texts, *a))
     out = llm._complete_batch([M1, M2, M3], SamplingParams(max_tokens=6, repeat_penalty=1.3))
     assert sizes == [1, 1, 1] and [c.text for c in out] == singles
+
+
+# ---- grammars and JSON schemas (llguidance) ------------------------------------------------------
+RECORD_GRAMMAR = r'''
+root ::= item{1,3}
+item ::= "[e | E" [1-9] " | " [a-z]{1,6} "]\n"
+'''
+ANSWER_SCHEMA = json.dumps({"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}},
+                            "required": ["answer"], "additionalProperties": False})
+
+
+def test_a_grammar_constrains_every_row_of_a_batch(llm):
+    """Random weights write nonsense; under the grammar each row of a left-padded batch is records."""
+    import re
+
+    pytest.importorskip("llguidance")
+    free = llm.generate(M1, max_tokens=40)
+    assert not re.fullmatch(r"(\[e \| E[1-9] \| [a-z]{1,6}\]\n){1,3}", free)   # the constraint is what shows
+    outs = llm.generate_batch([M1, M2, M3], max_tokens=60, grammar=RECORD_GRAMMAR)
+    for out in outs:
+        assert re.fullmatch(r"(\[e \| E[1-9] \| [a-z]{1,6}\]\n){1,3}", out), out
+    assert [llm.generate(m, max_tokens=60, grammar=RECORD_GRAMMAR) for m in (M1, M2, M3)] == outs
+
+
+def test_a_json_schema_holds_for_sampled_rows_too(llm):
+    """Sampling: the mask runs before temperature and top-k/top-p (a filter first could leave only
+    forbidden tokens), so every seed's answer is the schema's JSON."""
+    pytest.importorskip("llguidance")
+    p = SamplingParams(max_tokens=40, temperature=1.5, top_p=0.9, top_k=20, json_schema=ANSWER_SCHEMA)
+    outs = {llm.generate(M2, p, seed=s) for s in range(4)}
+    for out in outs:
+        value = json.loads(out)
+        assert set(value) == {"answer"} and len(value["answer"]) <= 8
+    assert len(outs) > 1 and llm.generate(M2, p, seed=0) == llm.generate(M2, p, seed=0)
+
+
+def test_constrained_requests_are_keyed_apart_from_the_unconstrained_answers_of_before(llm):
+    """Until the hf backend enforced grammars it answered them unconstrained; those cached answers must
+    never be replayed as constrained ones, while every other request keeps its key."""
+    from kgrag_lib.llm.base import cache_key
+
+    plain, gram = SamplingParams(max_tokens=8), SamplingParams(max_tokens=8, grammar=RECORD_GRAMMAR)
+    assert llm.key_identity(plain) == llm.identity
+    assert llm.key_identity(gram) == llm.identity + "#constrained=llguidance"
+    assert llm.key_identity(SamplingParams(json_schema=ANSWER_SCHEMA)).endswith("#constrained=llguidance")
+    assert cache_key("hf", llm.key_identity(gram), M1, gram) != cache_key("hf", llm.identity, M1, gram)
+
+
+def test_a_grammar_llguidance_cannot_read_is_refused_naming_the_parameter(llm):
+    pytest.importorskip("llguidance")
+    from kgrag_lib.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SamplingParams.grammar: llguidance"):
+        llm.generate(M1, max_tokens=4, grammar='root ::= "a" undefined_rule')
+
+
+def test_without_llguidance_a_constrained_request_says_what_to_install(llm, monkeypatch):
+    import builtins
+
+    from kgrag_lib.errors import BackendUnavailableError
+    from kgrag_lib.llm.backends import hf_grammar
+
+    real = builtins.__import__
+
+    def no_llguidance(name, *a, **kw):
+        if name.startswith("llguidance"):
+            raise ImportError("No module named 'llguidance'")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_llguidance)
+    with pytest.raises(BackendUnavailableError, match=r"pip install \"llguidance>=1.0,<2\""):
+        hf_grammar.Grammars(llm.tokenizer, 10, {0})
+
+
+def test_every_grammar_and_schema_the_methods_send_compiles_in_llguidance(llm):
+    """A constraint llguidance refused would stop a run on `hf:` mid-way (a ConfigError): each one
+    the methods, the judge and DPO's judge send must compile."""
+    pytest.importorskip("llguidance")
+    from kgrag_lib.eval.judge import SCHEMA as JUDGE_SCHEMA
+    from kgrag_lib.llm.backends import hf_grammar
+    from kgrag_lib.methods.sa_rag import prompts as sa
+    from kgrag_lib.methods.tcr_qf import prompts as tcr
+    from kgrag_lib.train.judge_prompts import verdict_schema
+
+    g = hf_grammar.Grammars(llm.tokenizer, len(llm.tokenizer), {llm.tokenizer.eos_token_id})
+    schemas = {"sa-rag entities": sa.ENTITY_SCHEMA, "sa-rag relations": sa.RELATION_SCHEMA,
+               "sa-rag reasoning": sa.REASONING_SCHEMA, "sa-rag decomposition": sa.DECOMPOSE_SCHEMA,
+               "tcr enough": tcr.ENOUGH_SCHEMA, "tcr choice": tcr.choice_schema("relations", "relation",
+                                                                                ["born in", "spouse"], 2),
+               "judge": JUDGE_SCHEMA, "dpo judge": verdict_schema([1, 2, 3])}
+    for what, schema in schemas.items():
+        assert g.grammar("", schema), what
+    assert g.grammar(tcr.GRAMMAR, "")

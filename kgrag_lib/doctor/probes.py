@@ -149,7 +149,7 @@ class Findings:
 
 
 # Distributions the GPU and notebook paths import, looked up by metadata (no import, so fast).
-PACKAGES = ("transformers", "accelerate", "peft", "trl", "datasets", "huggingface-hub", "sentence-transformers",
+PACKAGES = ("transformers", "llguidance", "accelerate", "peft", "trl", "datasets", "huggingface-hub", "sentence-transformers",
             "numba", "papermill", "ipywidgets", "jupyterlab", "bitsandbytes", "ray")
 
 

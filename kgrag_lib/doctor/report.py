@@ -56,7 +56,7 @@ def torch_index_tag(driver_cuda: str) -> str | None:
 # A 7-8B model in bf16 is about 15-16 GiB of weights; with the KV cache of batched generation the
 # gpu-paper profile wants a 24 GiB card at least (its DPO step is planned for one 80 GB GPU).
 PAPER_MIN_GIB = 24.0
-GPU_SMOKE_NEEDS = ("transformers", "accelerate", "peft", "trl", "datasets", "sentence-transformers", "papermill")
+GPU_SMOKE_NEEDS = ("transformers", "llguidance", "accelerate", "peft", "trl", "datasets", "sentence-transformers", "papermill")
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def lines(f: Findings) -> list[Line]:
                                                           f"binary {v.binary}" if v.binary else "") if x)))
     else:
         out.append(Line("info", "vLLM", "not installed (optional: a faster server for the GPU profiles)", VLLM_ENV))
-    for name, fix in (("transformers", PIP_GPU), ("accelerate", PIP_GPU), ("peft", PIP_GPU), ("trl", PIP_GPU),
+    for name, fix in (("transformers", PIP_GPU), ("llguidance", PIP_GPU), ("accelerate", PIP_GPU), ("peft", PIP_GPU), ("trl", PIP_GPU),
                       ("datasets", PIP_GPU), ("sentence-transformers", PIP_GPU), ("numba", PIP_GPU),
                       ("papermill", 'pip install -e ".[notebooks]"'), ("ipywidgets", PIP_GPU),
                       ("jupyterlab", 'pip install -e ".[lab]"')):

@@ -465,6 +465,11 @@ class LLM:
                               f"token (1..{MAX_LOGPROBS}), got {p.logprobs}")
         return self._serve(list_of_messages, p)
 
+    def key_identity(self, params: SamplingParams) -> str:
+        """The identity in the cache key of a request with `params`: the model's, unless this backend's
+        answers to such requests changed meaning (hf's grammars, once ignored, now enforced)."""
+        return self.identity
+
     def missing_tokens(self, tokens: Sequence[str]) -> list[str] | None:
         """Which of `tokens` are not single entries of the model's vocabulary, or None when
         this backend cannot inspect its vocabulary (a remote server). Methods that read the
@@ -475,7 +480,7 @@ class LLM:
         want_lp = p.logprobs > 0
         meters = self._meters()
         prepared = [self._prepare(m) for m in list_of_messages]
-        keys = [cache_key(self.backend, self.identity, msgs, p) for msgs in prepared]
+        keys = [cache_key(self.backend, self.key_identity(p), msgs, p) for msgs in prepared]
         if meters:
             with self._lock:
                 for m in meters:
@@ -585,7 +590,7 @@ class LLM:
                     completion_tokens=c.completion_tokens,
                     seconds=secs,
                     backend=self.backend,
-                    identity=self.identity,
+                    identity=self.key_identity(p),
                     messages=prepared[i],
                     params=p,
                     logprobs=list(tokens) if want_lp else None,

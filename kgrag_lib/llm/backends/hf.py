@@ -14,6 +14,7 @@ from ...concurrency import check_workers
 from ...errors import BackendUnavailableError
 from ...hub import hub_offline, snapshot  # noqa: F401  (hub_offline: the user's setting, read per call)
 from ..assets import file_sha256
+from . import hf_grammar
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
 
 # Files whose bytes decide what a local model folder generates. Weights are pinned through
@@ -86,8 +87,9 @@ class HFLLM(LLM):
     `model` is a local folder, a hub repo id (resolved to the exact commit; with
     HF_HUB_OFFLINE=1 only the local HF cache is used) or a `.gguf` file. `needs_gpu`
     presets refuse to load without CUDA unless `allow_cpu=True`. A `json_schema` or GBNF
-    `grammar` in the sampling parameters is not enforced here (callers validate and repair the
-    output; the extraction parsers count every record they reject, so the cost shows in the stats).
+    `grammar` in the sampling parameters constrains decoding through llguidance (`hf_grammar`),
+    as llama.cpp's and vLLM's engines do; such requests are keyed apart from the answers this
+    backend gave them before it enforced them (`key_identity`).
     Token log-probabilities (`SamplingParams.logprobs`) are the log-softmax of the raw logits
     of each generation step; with them the text keeps special tokens (Self-RAG's reflection
     tokens are special tokens), cut at the first end token as always.
@@ -161,6 +163,12 @@ class HFLLM(LLM):
         eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
         self._eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self.n_ctx = getattr(lm.config, "max_position_embeddings", None)
+        self._vocab = int(getattr(lm.config, "vocab_size", 0) or len(tok))
+        self._grammars: Any = None   # hf_grammar.Grammars, built at the first constrained request
+
+    def key_identity(self, params: SamplingParams) -> str:
+        # until this backend enforced grammars, their requests were answered unconstrained: never reuse those
+        return f"{self.identity}#constrained={hf_grammar.ENGINE}" if hf_grammar.constrained(params) else self.identity
 
     # ---- model resolution -------------------------------------------------------------
     @staticmethod
@@ -207,7 +215,9 @@ class HFLLM(LLM):
             eos_token_id=sorted(self._eos_ids) or None,
             pad_token_id=self.tokenizer.pad_token_id,
         )
-        if not params.greedy:
+        if not params.greedy and hf_grammar.constrained(params):
+            kw.update(do_sample=True, **hf_grammar.neutral_sampling())   # the real warpers run after the mask
+        elif not params.greedy:
             kw.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
             if params.min_p > 0:
                 kw["min_p"] = params.min_p
@@ -262,17 +272,22 @@ class HFLLM(LLM):
         return (self._generate_or_split(texts[:half], params, gen_config, seed)
                 + self._generate_or_split(texts[half:], params, gen_config, seed + half))
 
-    def _penalty(self, enc: Any, params: SamplingParams) -> Any:
+    def _processors(self, enc: Any, params: SamplingParams) -> Any:
         """transformers' repetition penalty over each row's prompt and output tokens, without the left
         padding a batch adds (counted, a pad that is also an end token would be penalised in the
-        shorter rows only, so they would stop later than alone)."""
+        shorter rows only, so they would stop later than alone); then the request's grammar."""
         from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
-        if params.repeat_penalty == 1.0:
-            return None
-        pads = (enc["attention_mask"] == 0).sum(dim=1)
-        return LogitsProcessorList([RepetitionPenaltyLogitsProcessor(
-            params.repeat_penalty, prompt_ignore_length=pads if int(pads.max()) > 0 else None)])
+        procs: list[Any] = []
+        if params.repeat_penalty != 1.0:
+            pads = (enc["attention_mask"] == 0).sum(dim=1)
+            procs.append(RepetitionPenaltyLogitsProcessor(
+                params.repeat_penalty, prompt_ignore_length=pads if int(pads.max()) > 0 else None))
+        if hf_grammar.constrained(params):
+            if self._grammars is None:
+                self._grammars = hf_grammar.Grammars(self.tokenizer, self._vocab, self._eos_ids)
+            procs += self._grammars.processors(params)
+        return LogitsProcessorList(procs) if procs else None
 
     def _generate(self, texts: list[str], params: SamplingParams, gen_config: Any, seed: int) -> list[Completion]:
         torch = self._torch
@@ -290,7 +305,7 @@ class HFLLM(LLM):
         want_lp = params.logprobs > 0
         with torch.inference_mode():
             gen = self.model.generate(**enc, generation_config=gen_config, tokenizer=self.tokenizer,
-                                      logits_processor=self._penalty(enc, params))
+                                      logits_processor=self._processors(enc, params))
             seqs = gen.sequences if want_lp else gen
             if want_lp:  # one (batch, vocab) row of log-probabilities per generated position
                 steps = [torch.log_softmax(s.float(), dim=-1) for s in gen.logits]

@@ -390,7 +390,9 @@ def text_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
         raise ConfigError("a text KG is extracted by an LLM: pass llm= to load_kg/shared_kg "
                           "(or run `kgrag kg build --from-corpus`)")
     base = llm.default_params.to_dict()
-    identity = "\0".join([EXTRACTION_PROMPT_VERSION, llm.backend, llm.identity, config.key(),
+    # the identity its schema-constrained requests are keyed by (hf's changed when it began enforcing schemas)
+    model = llm.key_identity(llm.default_params.replace(json_schema=config.entity_schema()))
+    identity = "\0".join([EXTRACTION_PROMPT_VERSION, llm.backend, model, config.key(),
                           json.dumps(base, sort_keys=True), str(selection)])
 
     def build(journal: Path) -> tuple[KGStore, dict[str, Any], Any]:

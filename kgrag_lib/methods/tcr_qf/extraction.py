@@ -96,7 +96,8 @@ def tcr_source(arg: str, data_root: Path, llm: "LLM | None") -> SourcePlan:
         raise ConfigError("a TCR-QF KG is extracted by an LLM: pass llm= to load_kg/shared_kg")
     config = BuildConfig()
     base = llm.default_params.to_dict()
-    identity = "\0".join([RECORDS_PROMPT_VERSION, llm.backend, llm.identity, config.key(), json.dumps(base, sort_keys=True),
+    model = llm.key_identity(llm.default_params.replace(grammar=GRAMMAR))   # as its grammar requests are keyed
+    identity = "\0".join([RECORDS_PROMPT_VERSION, llm.backend, model, config.key(), json.dumps(base, sort_keys=True),
                           str(selection)])
 
     def build(journal: Path) -> tuple[KGStore, dict[str, Any], Any]:
