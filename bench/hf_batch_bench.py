@@ -28,23 +28,33 @@ def _messages(i: int) -> list[dict[str, str]]:
             {"role": "user", "content": f"Write three facts about {TOPICS[i % len(TOPICS)]}, one per line."}]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_model_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--spec", default=None, help="an hf: spec (default: the embedded 0.5B GGUF through transformers)")
-    ap.add_argument("--requests", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16, float16")
-    args = ap.parse_args()
+
+
+def load_model(args: argparse.Namespace, **kw):
+    """The `hf:` model `add_model_args` names, uncached; says what it loaded and how long it took."""
     spec = args.spec
     if spec is None:
         from kgrag_lib.llm.presets import embedded_path
 
         spec = f"hf:{embedded_path()}"
     t = time.perf_counter()
-    llm = load_llm(spec, cache=False, batch_size=args.batch_size, dtype=args.dtype)
+    llm = load_llm(spec, cache=False, dtype=args.dtype, **kw)
     print(f"model {llm.name} ({llm.identity[:48]}...), dtype {llm.model.dtype}, device {llm.model.device}, "
           f"loaded in {time.perf_counter() - t:.1f} s")
+    return llm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_args(ap)
+    ap.add_argument("--requests", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=8)
+    args = ap.parse_args()
+    llm = load_model(args, batch_size=args.batch_size)
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     prompts = [_messages(i) for i in range(args.requests)]
 

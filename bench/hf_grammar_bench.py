@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from kgrag_lib.llm import load_llm
+from hf_batch_bench import add_model_args, load_model   # bench/ is the script's folder
 from kgrag_lib.methods.tcr_qf.prompts import GRAMMAR, extraction_messages
 from kgrag_lib.methods.tcr_qf.records import parse_records
 
@@ -42,19 +42,10 @@ def _run(llm, params) -> tuple[float, int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", default=None, help="an hf: spec (default: the embedded 0.5B GGUF through transformers)")
+    add_model_args(ap)
     ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--dtype", default="auto", help="auto (the checkpoint's), float32, bfloat16, float16")
     args = ap.parse_args()
-    spec = args.spec
-    if spec is None:
-        from kgrag_lib.llm.presets import embedded_path
-
-        spec = f"hf:{embedded_path()}"
-    t = time.perf_counter()
-    llm = load_llm(spec, cache=False, dtype=args.dtype)
-    print(f"model {llm.name} ({llm.identity[:48]}...), dtype {llm.model.dtype}, loaded in "
-          f"{time.perf_counter() - t:.1f} s")
+    llm = load_model(args)
     free = llm.default_params.replace(max_tokens=args.max_tokens, temperature=0.0)
     t = time.perf_counter()
     llm.generate(extraction_messages(PASSAGES[0]), free.replace(grammar=GRAMMAR, max_tokens=1))
