@@ -311,14 +311,14 @@ def _data_present(name: str) -> bool:
 def _served_utilization(profile: dict[str, Any], served: list[str]) -> float | None:
     """vLLM's share of the GPU as the server will be started: a `?gpu_memory_utilization=` on the
     spec over the profile's `server` section over vLLM's default 0.9; None when nothing is served."""
-    from ..llm import _managed_options
+    from ..llm import managed_server_options
 
     if not served:
         return None
     shares = []
     for spec in served:
         try:
-            cfg = _managed_options(spec, spec.partition(":")[2], profile_section(profile, "server"))[1]
+            cfg = managed_server_options(spec, spec.partition(":")[2], profile_section(profile, "server"))[1]
             shares.append(cfg.gpu_memory_utilization)
         except ConfigError:   # the run itself reports a bad spec
             shares.append(None)

@@ -205,7 +205,7 @@ def _flavor_from_query(spec: str, query: dict[str, str], kw: dict[str, Any]) -> 
     return kw
 
 
-def _managed_options(spec: str, rest: str, server: Any) -> tuple[str, Any]:
+def managed_server_options(spec: str, rest: str, server: Any) -> tuple[str, Any]:
     """`<model>?max_model_len=4096&dtype=bfloat16` -> (model, ServerConfig): the spec's options over
     `server` (the profile's `server` section); each value is read as YAML, as `--set` reads it."""
     import dataclasses
@@ -303,7 +303,7 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
             kw.setdefault(key, entry[key])
         return _construct(OpenAICompatLLM, spec, entry["base_url"], entry["alias"], name=redact(spec), cache=c,
                           weights=entry["weights"], **kw)
-    target, cfg = _managed_options(spec, rest, kw.pop("server", None))
+    target, cfg = managed_server_options(spec, rest, kw.pop("server", None))
     log_dir, alias = kw.pop("log_dir", None), kw.pop("alias", None)
     if prefix == "vllm-serve":
         from .vllm_env import find_vllm
