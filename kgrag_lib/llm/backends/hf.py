@@ -163,7 +163,7 @@ class HFLLM(LLM):
         eos = gc.eos_token_id if gc.eos_token_id is not None else tok.eos_token_id
         self._eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self.n_ctx = getattr(lm.config, "max_position_embeddings", None)
-        self._vocab = int(getattr(lm.config, "vocab_size", 0) or len(tok))
+        self._vocab = max(int(getattr(lm.config, "vocab_size", 0) or 0), len(tok))   # llguidance: every token id
         self._grammars: Any = None   # hf_grammar.Grammars, built at the first constrained request
 
     def key_identity(self, params: SamplingParams) -> str:
