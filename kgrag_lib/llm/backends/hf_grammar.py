@@ -46,21 +46,19 @@ class Grammars:
     def __init__(self, tokenizer: Any, vocab_size: int, eos_ids: set[int]) -> None:
         llg = _llguidance()
         self._llg = llg
-        self.vocab_size = vocab_size
         self.tokenizer = llg.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_ids))
         self._eos = sorted(eos_ids)
         self.grammar = functools.lru_cache(maxsize=32)(self._grammar)
 
     def _grammar(self, gbnf: str, schema: str) -> str:
-        llg = self._llg
+        llg, field = self._llg, "grammar" if gbnf else "json_schema"
         try:
             text = llg.grammar_from("gbnf", gbnf) if gbnf else llg.grammar_from("json_schema", schema)
         except ValueError as exc:
-            raise ConfigError(f"SamplingParams.{'grammar' if gbnf else 'json_schema'}: llguidance cannot read it: "
-                              f"{exc}") from None
+            raise ConfigError(f"SamplingParams.{field}: llguidance cannot read it: {exc}") from None
         error = llg.LLMatcher.validate_grammar(text, self.tokenizer)
         if error:
-            raise ConfigError(f"SamplingParams.{'grammar' if gbnf else 'json_schema'}: llguidance refuses it: {error}")
+            raise ConfigError(f"SamplingParams.{field}: llguidance refuses it: {error}")
         return text
 
     def processors(self, params: SamplingParams) -> list[Any]:
@@ -94,9 +92,7 @@ class GrammarMask:
 
     def __init__(self, grammars: Grammars, grammar: str) -> None:
         self._g = grammars
-        self._proto = grammars._llg.LLMatcher(grammars.tokenizer, grammar)
-        if self._proto.is_error():
-            raise ConfigError(f"the grammar does not compile in llguidance: {self._proto.get_error()}")
+        self._proto = grammars._llg.LLMatcher(grammars.tokenizer, grammar)   # validated by `Grammars.grammar`
         self._rows: list[Any] | None = None
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
