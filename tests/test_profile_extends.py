@@ -16,8 +16,9 @@ def test_shipped_variant_merges_over_its_parent():
     assert set(p["models"].values()) == {"qwen2.5-coder-1.5b-q4"}
     assert p["methods"] == base["methods"]                       # untouched sections come whole
     nb = p["notebooks"]["21_kg_infused_main"]                   # mappings merge key by key ...
-    # (n: null is cpu-reference's own: the run's n, not the n of cpu-smoke it extends)
-    assert nb == {"upper_bound_kg": "2wiki-evidence-oracle", "datasets": ["2wiki"], "n": None}
+    # (cpu-reference's n: null, the run's n, is replaced by the child's n: 100; issue 41)
+    assert nb == {"upper_bound_kg": "2wiki-evidence-oracle", "datasets": ["2wiki"], "n": 100}
+    assert base["notebooks"]["21_kg_infused_main"]["n"] is None
     assert p["notebooks"]["23_activation_rounds"]["rounds"] == [1, 2]
     assert p["notebooks"]["90_report"]["publish_dir"] == "results/reference-1.5b"
     assert "extends" not in p
