@@ -47,8 +47,12 @@ class Grammars:
         llg = _llguidance()
         self._llg = llg
         self.tokenizer = llg.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=sorted(eos_ids))
-        self._eos = sorted(eos_ids)
+        self.eos = sorted(eos_ids)
         self.grammar = functools.lru_cache(maxsize=32)(self._grammar)
+
+    def matcher(self, grammar: str) -> Any:
+        """A fresh matcher for compiled `grammar` (text from `Grammars.grammar`, so already validated)."""
+        return self._llg.LLMatcher(self.tokenizer, grammar)
 
     def _grammar(self, gbnf: str, schema: str) -> str:
         llg, field = self._llg, "grammar" if gbnf else "json_schema"
@@ -91,8 +95,8 @@ class GrammarMask:
     judges the text."""
 
     def __init__(self, grammars: Grammars, grammar: str) -> None:
-        self._g = grammars
-        self._proto = grammars._llg.LLMatcher(grammars.tokenizer, grammar)   # validated by `Grammars.grammar`
+        self._eos = grammars.eos
+        self._proto = grammars.matcher(grammar)
         self._rows: list[Any] | None = None
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
@@ -109,7 +113,7 @@ class GrammarMask:
         allowed = np.zeros((n, width), dtype=bool)
         for i, m in enumerate(self._rows):
             if m.is_stopped() or m.is_error():
-                allowed[i, self._g._eos] = True
+                allowed[i, self._eos] = True
             else:   # one bit per token, lowest bit first; llguidance may count a few tokens past the logits
                 mask = np.unpackbits(np.frombuffer(m.compute_bitmask(), dtype=np.uint8), bitorder="little")
                 allowed[i, :min(width, mask.size)] = mask[:width].astype(bool)
