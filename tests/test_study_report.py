@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -181,6 +182,27 @@ def test_publishing_one_notebook_keeps_the_claims_published_before(results, tmp_
     text = (dest / "REPORT.md").read_text()
     assert "exp2.ours_over_llm_1hop" in text and "Kept." in text and "### 12_x" in text and "### 13_y" in text
     assert PUB.published_elsewhere(ST.collect(dest), dest) == []
+
+
+def test_a_notebook_published_again_replaces_its_earlier_runs(results, tmp_path, capsys):
+    """A notebook re-run at another n publishes new run folders: the earlier ones (which the report
+    would count beside the new) go, and so do the folders they leave empty; other notebooks' stay."""
+    from kgrag_lib.llm.cache import LLMCache
+
+    LLMCache(tmp_path / "llm.sqlite").close()
+    dest = PUB.publish(ST.collect(results), tmp_path / "published", llm_cache=tmp_path / "llm.sqlite")
+    later = tmp_path / "later" / "p"                     # 12_x again, its kg-rag run now in another folder
+    shutil.copytree(results / "12_x", later / "12_x")
+    shutil.rmtree(later / "12_x/runs/metaqa-1hop/llm")
+    (later / "12_x/runs/metaqa-1hop/kg-rag").rename(later / "12_x/runs/metaqa-1hop-n4")
+    res = ST.collect(later)
+    assert PUB.stale_runs(res, dest) == [dest / "12_x/runs/metaqa-1hop/kg-rag", dest / "12_x/runs/metaqa-1hop/llm"]
+    PUB.publish(res, dest, llm_cache=tmp_path / "llm.sqlite", profile="p")
+    assert not (dest / "12_x/runs/metaqa-1hop").exists() and "publish: removed 12_x" in capsys.readouterr().out
+    runs = ST.collect(dest).runs
+    assert sorted(Path(r["folder"]).relative_to(dest).as_posix() for r in runs) == [
+        "12_x/runs/metaqa-1hop-n4", "13_y/runs/metaqa-1hop/kg-rag"]
+    assert PUB.stale_runs(ST.collect(dest), dest) == []
 
 
 @pytest.mark.parametrize("given, shown", [

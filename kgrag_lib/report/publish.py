@@ -38,12 +38,24 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
     A reference run is often finished one notebook at a time, on a machine whose results folder
     holds only that notebook: the REPORT copied from there would drop every claim published
     before. So when `dest` holds notebooks `res` lacks and `profile` is given, REPORT.md/html in
-    `dest` are rebuilt from everything `dest` holds (`collect(dest)`)."""
+    `dest` are rebuilt from everything `dest` holds (`collect(dest)`).
+
+    A notebook `res` holds replaces its published self: runs published there earlier that `res`
+    no longer has (another n, another grid) are removed (`stale_runs`), or the report would count
+    both the old run and the new one."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("REPORT.md", "REPORT.html"):
         if (res.root / name).exists():
             shutil.copy2(res.root / name, dest / name)
+    for stale in stale_runs(res, dest):
+        shutil.rmtree(stale)
+        for parent in stale.parents:   # and the folders (`runs/2wiki/n30_seed0`) it leaves empty
+            if parent == dest or any(parent.iterdir()):
+                break
+            parent.rmdir()
+        print(f"publish: removed {stale.relative_to(dest)}: an earlier run of a notebook this study re-ran, "
+              "which it no longer holds (its answers stay in llm-cache/)")
     for nb in res.summaries:
         (dest / nb).mkdir(exist_ok=True)
         shutil.copy2(res.root / nb / "summary.json", dest / nb / "summary.json")
@@ -67,6 +79,17 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
         findings = read_findings(dest) if templated else findings
         write_report(collect(dest), dest, profile, extra=extra, findings=findings)
     return dest
+
+
+def stale_runs(res: StudyResults, dest: str | Path) -> list[Path]:
+    """Run folders published in `dest` (as `collect` finds them) for a notebook `res` holds, that
+    are not among `res`'s runs."""
+    dest = Path(dest)
+    if not dest.is_dir():
+        return []
+    keep = {dest / Path(r["folder"]).relative_to(res.root) for r in res.runs}
+    return sorted(Path(r["folder"]) for r in collect(dest).runs
+                  if r["notebook"] in res.summaries and Path(r["folder"]) not in keep)
 
 
 def published_elsewhere(res: StudyResults, dest: str | Path) -> list[str]:
