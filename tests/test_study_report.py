@@ -197,7 +197,13 @@ def test_a_notebook_published_again_replaces_its_earlier_runs(results, tmp_path,
     (later / "12_x/runs/metaqa-1hop/kg-rag").rename(later / "12_x/runs/metaqa-1hop-n4")
     res = ST.collect(later)
     assert PUB.stale_runs(res, dest) == [dest / "12_x/runs/metaqa-1hop/kg-rag", dest / "12_x/runs/metaqa-1hop/llm"]
-    PUB.publish(res, dest, llm_cache=tmp_path / "llm.sqlite", profile="p")
+    (dest / "FINDINGS.template.md").write_text("x ran {{ cost('12').runs }} runs\n", encoding="utf-8")
+    assert PUB.read_findings(dest) == "x ran 2 runs"
+    # notebook 90's order: the results first, so the findings render from the new runs only
+    PUB.publish_results(res, dest, llm_cache=tmp_path / "llm.sqlite")
+    assert PUB.read_findings(dest) == "x ran 1 runs"
+    PUB.publish_report(res, dest, profile="p")
+    assert "x ran 1 runs" in (dest / "REPORT.md").read_text()
     assert not (dest / "12_x/runs/metaqa-1hop").exists() and "publish: removed 12_x" in capsys.readouterr().out
     runs = ST.collect(dest).runs
     assert sorted(Path(r["folder"]).relative_to(dest).as_posix() for r in runs) == [

@@ -29,25 +29,24 @@ def read_findings(folder: str | Path | None) -> str:
 def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = None,
             llm_cache: str | Path | None = None, *, profile: str | None = None, extra: str = "",
             findings: str = "") -> Path:
-    """Copy what a reader needs into `dest` (meant to be committed): REPORT.md/html, every
-    notebook's summary.json, and per run its manifest.json, metrics.json and a compact
+    """Copy what a reader needs into `dest` (meant to be committed): the results
+    (`publish_results`), then the report (`publish_report`)."""
+    dest = publish_results(res, dest, figures=figures, llm_cache=llm_cache)
+    return publish_report(res, dest, profile=profile, extra=extra, findings=findings)
+
+
+def publish_results(res: StudyResults, dest: str | Path, figures: str | Path | None = None,
+                    llm_cache: str | Path | None = None) -> Path:
+    """Every notebook's summary.json, and per run its manifest.json, metrics.json and a compact
     questions.jsonl (no traces), plus the figures; and the cached answers of the runs' models
     as append-only parts (`llm-cache/part-NNNN.jsonl.gz`, only answers no earlier part holds), so
     `kgrag cache import DEST/llm-cache` then a rerun of the study costs no LLM call.
 
-    A reference run is often finished one notebook at a time, on a machine whose results folder
-    holds only that notebook: the REPORT copied from there would drop every claim published
-    before. So when `dest` holds notebooks `res` lacks and `profile` is given, REPORT.md/html in
-    `dest` are rebuilt from everything `dest` holds (`collect(dest)`).
-
     A notebook `res` holds replaces its published self: runs published there earlier that `res`
     no longer has (another n, another grid) are removed (`stale_runs`), or the report would count
-    both the old run and the new one."""
+    both the old run and the new one. Findings kept in `dest` render from what it holds after this."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("REPORT.md", "REPORT.html"):
-        if (res.root / name).exists():
-            shutil.copy2(res.root / name, dest / name)
     for stale in stale_runs(res, dest):
         shutil.rmtree(stale)
         for parent in stale.parents:   # and the folders (`runs/2wiki/n30_seed0`) it leaves empty
@@ -73,6 +72,21 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
     identities = sorted({r["llm_identity"] for r in res.runs if r.get("llm_identity")})
     if identities:
         export_cache_part(dest / "llm-cache", llm_cache, identities=identities)
+    return dest
+
+
+def publish_report(res: StudyResults, dest: str | Path, *, profile: str | None = None, extra: str = "",
+                   findings: str = "") -> Path:
+    """REPORT.md/html into `dest`, after `publish_results`: the study's own, copied from `res.root`.
+
+    A reference run is often finished one notebook at a time, on a machine whose results folder
+    holds only that notebook: the REPORT copied from there would drop every claim published
+    before. So when `dest` holds notebooks `res` lacks, or keeps a findings template, and `profile`
+    is given, REPORT.md/html in `dest` are rebuilt from everything `dest` holds (`collect(dest)`)."""
+    dest = Path(dest)
+    for name in ("REPORT.md", "REPORT.html"):
+        if (res.root / name).exists():
+            shutil.copy2(res.root / name, dest / name)
     templated = (dest / TEMPLATE_FILE).is_file()
     if profile is not None and (published_elsewhere(res, dest) or templated):
         # the findings are rendered from what `dest` now holds, and the REPORT rebuilt with them
