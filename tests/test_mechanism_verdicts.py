@@ -47,13 +47,14 @@ def test_off_domain_dead_and_healthy(tmp_path):
     assert v["t1.kg_infused_over_vanilla_rag.hotpotqa"] == NOT_TESTABLE_DATA
     assert "holds facts of 2wiki only" in out["mechanism"][0]
     assert v["t1.retrieval_over_nor.hotpotqa"] == "confirmed"
-    assert v["t1.kg_infused_over_vanilla_rag.2wiki"] == "not separable at this n"
+    # on 2Wiki the held-out KG lacks the questions' own facts by construction, recorded health or not
+    assert v["t1.kg_infused_over_vanilla_rag.2wiki"] == NOT_TESTABLE_DATA
     assert "not recorded in the compact results" in out["mechanism"][2]
     assert v["c1.tcr_qf_over_baselines.2wiki.tog"] == "not testable at this model (mechanism ran for 1 of 10)"
     assert v["c1.tcr_qf_over_baselines.musique.tog"] == "confirmed"          # 7 of 10 parsed: healthy
     assert "7 of 10" in out["mechanism"][4]
     changed = changed_verdicts(out)
-    assert [c["old"] for c in changed] == ["refuted", "confirmed"]
+    assert [c["old"] for c in changed] == ["refuted", "not separable at this n", "confirmed"]
 
 
 def test_mechanism_record_from_a_trace():
@@ -190,6 +191,21 @@ def test_a_kg_that_never_names_an_answer_cannot_test_the_claim_its_oracle_twin_c
     assert list(out["verdict"]) == [NOT_TESTABLE_DATA, "confirmed"]
     assert "gold answer in subgraph 0 of 4" in out["mechanism"][0] and "2wiki-evidence-heldout" in out["mechanism"][0]
     assert out["mechanism"][1] == "kg-infused: subgraph non-empty 4 of 4, gold answer in subgraph 2 of 4"   # its own KG's
+
+
+def test_a_held_out_kg_cannot_test_the_claim_even_when_a_subgraph_names_an_answer(tmp_path):
+    """The held-out KG lacks the questions' own facts by construction; one answer met in another
+    question's fact must not turn its claims into a test of the paper (as 1 of 87 did at n = 100)."""
+    one_gold = [{"qe_changed": True, "subgraph_triples": 3, "gold_in_subgraph": g} for g in (True, False, False, False)]
+    runs = pd.DataFrame([_gold_run(tmp_path, "held", "2wiki-evidence-heldout", one_gold),
+                         _gold_run(tmp_path, "other", "my-own-kg", one_gold, notebook="21_w")])
+    claims = pd.DataFrame([_claim("t1.kg_infused_over_vanilla_rag.2wiki", "2wiki", "21_z", "confirmed"),
+                           _claim("t1.kg_infused_over_vanilla_rag.2wiki", "2wiki", "21_w", "confirmed")])
+    out = apply_testability(claims, runs, health_table(runs))
+    assert list(out["verdict"]) == [NOT_TESTABLE_DATA, "confirmed"]   # a KG not known as held out keeps its verdict
+    assert "gold answer in subgraph 1 of 4" in out["mechanism"][0]
+    assert "2wiki-evidence-heldout is built without the evaluated questions' evidence rows" in out["mechanism"][0]
+    assert list(out["statistical verdict"]) == ["confirmed", "confirmed"]
 
 
 def test_claims_on_a_second_kg_read_its_kg_sides_only(tmp_path):

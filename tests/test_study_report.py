@@ -211,6 +211,21 @@ def test_a_notebook_published_again_replaces_its_earlier_runs(results, tmp_path,
     assert PUB.stale_runs(ST.collect(dest), dest) == []
 
 
+def test_rebuild_makes_a_published_report_again_from_what_the_folder_holds(results, tmp_path, capsys):
+    from kgrag_lib.llm.cache import LLMCache
+
+    LLMCache(tmp_path / "llm.sqlite").close()
+    dest = PUB.publish(ST.collect(results), tmp_path / "published", llm_cache=tmp_path / "llm.sqlite", profile="p")
+    (dest / "FINDINGS.template.md").write_text("x holds {{ cost('12').runs }} runs\n", encoding="utf-8")
+    (dest / "REPORT.md").write_text("stale", encoding="utf-8")
+    assert PUB.main([str(dest), "--profile", "p"]) == 0
+    text = (dest / "REPORT.md").read_text()
+    assert text.startswith("# kgrag study report (p)") and "x holds 2 runs" in text and "### 13_y" in text
+    assert (dest / "FINDINGS.md").read_text().strip() == "x holds 2 runs"
+    assert PUB.main([str(tmp_path), "--profile", "p"]) == 2
+    assert "no REPORT.md, so not a published results folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("given, shown", [
     ("hf:/work/ref/.cache/hf_from_gguf/1d9614638d18024d", "hf:.cache/hf_from_gguf/1d9614638d18024d"),
     ("hf:/home/me/kgrag/results/cpu-reference/27_dpo_training/dpo/model",

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..llm.cache import export_cache_part
 from .findings import OUT_FILE as FINDINGS_FILE, TEMPLATE_FILE, render_folder
 from .study import StudyResults, collect, compact_rows, write_report
@@ -110,3 +112,41 @@ def published_elsewhere(res: StudyResults, dest: str | Path) -> list[str]:
     """Notebooks whose summaries `dest` holds from an earlier publish but `res` does not."""
     held = sorted(p.parent.name for p in Path(dest).glob("*/summary.json") if p.parent.name != "90_report")
     return [nb for nb in held if nb not in res.summaries]
+
+
+def rebuild(dest: str | Path, profile: str) -> Path:
+    """A published folder's findings and REPORT made again from what it holds, with no notebook run:
+    after a change to the report's code (a verdict rule), or a sibling folder's re-run that its
+    findings quote. README's findings block too, when the folder keeps its template."""
+    from . import findings as F
+
+    dest = Path(dest)
+    if not (dest / "REPORT.md").is_file():
+        raise ConfigError(f"{dest}: no REPORT.md, so not a published results folder (notebook 90 writes one "
+                          "with publish_dir set)")
+    if (dest / TEMPLATE_FILE).is_file():
+        F.main([str(dest)])
+    write_report(collect(dest), dest, profile, findings=read_findings(dest))
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m kgrag_lib.report.publish",
+                                 description="Rebuild a published folder's FINDINGS.md, README findings block and "
+                                             "REPORT.md/html from the results it holds (no notebook runs).")
+    ap.add_argument("folder", help="a published results folder, e.g. results/reference")
+    ap.add_argument("--profile", required=True, help="the profile named in its REPORT, e.g. cpu-reference")
+    args = ap.parse_args(argv)
+    try:
+        out = rebuild(args.folder, args.profile)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"rebuilt {out / 'REPORT.md'} and {out / 'REPORT.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -289,7 +289,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               f"**Multiplicity**: the verdict is read from `p_holm`, the Holm-adjusted p over one family, {multiplicity.FAMILY_TEXT} "
               f"(m = {multiplicity.family_size(claims)}); `unadjusted verdict` is what the claim's own p said, as the "
               "notebooks print it. The claims on a second metric are exploratory: unadjusted, they confirm nothing. "
-              "A claim whose KG holds no fact of its dataset reads **not testable with the data here**; one whose "
+              "A claim whose KG holds no fact of its dataset, or none of its questions' own (a held-out KG), reads "
+              "**not testable with the data here**; one whose "
               "mechanism ran for fewer than half its questions **not testable at this model (mechanism ran for x "
               "of n)**; `statistical verdict` keeps what the paired test alone said, `mechanism` the health of the "
               "mechanism the claim is about (`kgrag_lib.report.mechanism`).", "",
