@@ -10,6 +10,10 @@
 #
 # --profile P runs another reference profile (e.g. cpu-reference-1.5b: the 1.5B re-runs); its
 # results, LLM-cache parts and commits go to that profile's notebooks.90_report.publish_dir.
+# A re-run notebook replaces its published runs (another n leaves no stale run beside).
+# After a change to the report's code, or a re-run of a folder another one's findings quote,
+# `.venv/bin/python -m kgrag_lib.report.publish results/reference --profile cpu-reference`
+# rebuilds FINDINGS.md, README's findings block and REPORT.md from the committed results alone.
 #
 #   bash scripts/reference_run.sh [--profile P] [--commit] [--every MINUTES] [NOTEBOOK_PREFIX ...]   (default: every notebook)
 set -euo pipefail
