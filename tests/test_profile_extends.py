@@ -20,6 +20,9 @@ def test_shipped_variant_merges_over_its_parent():
     assert nb == {"upper_bound_kg": "2wiki-evidence-oracle", "datasets": ["2wiki"], "n": 100}
     assert base["notebooks"]["21_kg_infused_main"]["n"] is None
     assert p["notebooks"]["23_activation_rounds"]["rounds"] == [1, 2]
+    grid = p["notebooks"]["11_metaqa_parameter_grid"]              # null drops the parent's per-dataset grids
+    assert (grid["datasets"], grid["per_dataset"], grid["n"]) == (["metaqa-2hop"], None, 50)
+    assert base["notebooks"]["11_metaqa_parameter_grid"]["per_dataset"]["metaqa-3hop"] == {"n": 30, "hops_grid": [3]}
     assert p["notebooks"]["90_report"]["publish_dir"] == "results/reference-1.5b"
     assert "extends" not in p
 
