@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from . import multiplicity
+from .cross_method import paper_of
 from .mechanism import health_table
 from .study import SECONDARY_METRICS, assessed_claims, collect, cost_by_notebook, format_p, unique_runs
 
@@ -158,11 +159,14 @@ class Facts:
 
     def select(self, verdict: str | None = None, table: str | None = None, prefix: str | None = None,
                unadjusted: bool = False, notebook: str | None = None, dataset: str | None = None,
-               ran: bool = False) -> list[Claim]:
+               ran: bool = False, paper: str | None = None) -> list[Claim]:
         """The primary claims of a table (whose name starts with `table`), whose id starts with `prefix`,
-        made by notebooks whose name starts with `notebook`, on `dataset`, with a verdict starting with
-        `verdict` (the Holm-adjusted one, or the claim's own p's); `ran`: leave out those not run."""
+        made by notebooks whose name starts with `notebook`, of `paper` (its name or study family), on
+        `dataset`, with a verdict starting with `verdict` (the Holm-adjusted one, or the claim's own
+        p's); `ran`: leave out those not run."""
         c = self.claims[~self.claims["metric"].isin(SECONDARY_METRICS)]
+        if paper is not None:
+            c = c[c["paper"] == paper_of(paper)]
         if notebook is not None:
             made = self.res.claims
             ids = set(made.loc[made["notebook"].astype(str).str.startswith(str(notebook)), "claim"])
@@ -184,9 +188,15 @@ class Facts:
         """How many primary claims `select` finds."""
         return len(self.select(verdict, **where))
 
-    @cached_property
-    def family_size(self) -> int:
-        return int(multiplicity.family_size(self.claims))
+    def family_size(self, paper: str) -> int:
+        """m of `paper`'s Holm family (the paper's name, e.g. "KG-RAG on MetaQA", or its study family,
+        e.g. "metaqa"); an error for a paper the report tested no claim of."""
+        name = paper_of(paper)
+        sizes = multiplicity.family_sizes(self.claims)
+        if name not in sizes:
+            raise ConfigError(f"findings template: family_size({paper!r}): the report holds no tested claim of "
+                              f"that paper (its families: {', '.join(sizes) or 'none'})")
+        return sizes[name]
 
     def cost(self, nb: str) -> dict[str, float]:
         """Answering wall hours and core-hours of a notebook's runs, as REPORT's cost table counts them

@@ -1,9 +1,12 @@
 """Multiplicity: the report tests dozens of the papers' claims at once, so its verdicts are read
 from Holm-adjusted p-values over one stated family, not from each test's own p.
 
-The family is every *primary* claim of the report (its first metric: MetaQA Hit@1, KG-Infused
-RAG Avg, SA-RAG judged correctness, TCR-QF EM) that a valid paired test decided: claims not run
-and claims whose LLM judge failed its controls carry no test and stay outside. Holm's step-down
+There is one family per paper: every *primary* claim of that paper (its first metric: MetaQA
+Hit@1, KG-Infused RAG Avg, SA-RAG judged correctness, TCR-QF EM) that a valid paired test decided.
+Claims not run, and claims whose LLM judge failed its controls, carry no test and stay outside.
+Each paper states its own hypotheses, so a report that tests two papers, or all four, judges each
+paper's claims as that paper's family would be judged alone. A claims table without a `paper`
+column is one family. Holm's step-down
 procedure keeps the family-wise error at `alpha` under any dependence between the tests (the
 claims share runs, so they are dependent). The same claims on a second metric are *exploratory*:
 their p is shown unadjusted and they confirm nothing on their own.
@@ -23,8 +26,9 @@ from ..eval.paired import CONFIRMED, NOT_RUN, NOT_SEPARABLE, REFUTED
 from .claims import JUDGE_UNINFORMATIVE
 
 PRIMARY, EXPLORATORY = "primary", "exploratory"
-FAMILY_TEXT = ("every primary claim of this report decided by a paired test (claims not run and claims whose "
-               "judge failed its controls are outside)")
+PAPER = "paper"   # the claims column that names a claim's family
+FAMILY_TEXT = ("one family per paper, every primary claim of that paper decided by a paired test (claims not run "
+               "and claims whose judge failed its controls are outside)")
 
 
 def holm(p: Sequence[float]) -> np.ndarray:
@@ -68,8 +72,9 @@ def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float 
     metric = out["metric"] if "metric" in out else pd.Series([None] * len(out), index=out.index)
     out["family"] = np.where(metric.isin(secondary_metrics), EXPLORATORY, PRIMARY)
     out["p_holm"] = np.nan
-    if fam.any():
-        out.loc[fam, "p_holm"] = holm(pd.to_numeric(out.loc[fam, "p_value"]).to_numpy())
+    papers = out[PAPER] if PAPER in out else pd.Series("", index=out.index)
+    for _, members in out[fam].groupby(papers[fam].fillna(""), sort=False):
+        out.loc[members.index, "p_holm"] = holm(pd.to_numeric(members["p_value"]).to_numpy())
     out["unadjusted verdict"] = out["verdict"]
     verdicts = []
     for rec, member in zip(out.to_dict("records"), fam):
@@ -84,9 +89,33 @@ def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float 
     return out
 
 
-def family_size(claims: pd.DataFrame) -> int:
-    """m, the number of claims in the Holm family of an adjusted claims table."""
-    return int(pd.to_numeric(claims.get("p_holm"), errors="coerce").notna().sum()) if not claims.empty else 0
+def family_sizes(claims: pd.DataFrame) -> dict[str, int]:
+    """m of each paper's Holm family in an adjusted claims table, in the table's order ('' for a
+    table without a `paper` column)."""
+    if claims.empty or "p_holm" not in claims:
+        return {}
+    tested = claims[pd.to_numeric(claims["p_holm"], errors="coerce").notna()]
+    papers = tested[PAPER].fillna("") if PAPER in tested else pd.Series("", index=tested.index)
+    return {str(k): int(v) for k, v in papers.value_counts(sort=False).items()}
+
+
+def family_size(claims: pd.DataFrame, paper: str | None = None) -> int:
+    """m of `paper`'s Holm family; without `paper`, of the only family (an error when the table
+    holds several: their sizes are not one number)."""
+    sizes = family_sizes(claims)
+    if paper is not None:
+        return sizes.get(paper, 0)
+    if len(sizes) > 1:
+        raise ValueError(f"the claims hold {len(sizes)} Holm families ({', '.join(sizes)}): name the paper")
+    return next(iter(sizes.values()), 0)
+
+
+def family_text(claims: pd.DataFrame) -> str:
+    """"m = 19" for one family, "m = 19 for KG-RAG on MetaQA, 15 for KG-Infused RAG" for several."""
+    sizes = family_sizes(claims)
+    if len(sizes) <= 1:
+        return f"m = {next(iter(sizes.values()), 0)}"
+    return "m = " + ", ".join(f"{m} for {paper or 'claims of no paper'}" for paper, m in sizes.items())
 
 
 def changed_by_adjustment(claims: pd.DataFrame) -> pd.DataFrame:
@@ -97,5 +126,5 @@ def changed_by_adjustment(claims: pd.DataFrame) -> pd.DataFrame:
     after = claims["statistical verdict"] if "statistical verdict" in claims else claims["verdict"]
     shown = (after != claims["unadjusted verdict"]) & ~claims["verdict"].astype(str).str.startswith("not testable")
     ch = claims[shown].assign(**{"adjusted verdict": after[shown]})
-    return ch[[c for c in ("claim", "dataset", "metric", "p_value", "p_holm", "unadjusted verdict", "adjusted verdict")
+    return ch[[c for c in (PAPER, "claim", "dataset", "metric", "p_value", "p_holm", "unadjusted verdict", "adjusted verdict")
                if c in ch]]

@@ -204,7 +204,7 @@ def format_p(v: Any) -> str | None:
 def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
     if claims.empty:
         return claims
-    cols = ["table", "claim", "dataset", "statement", "metric", "n_pairs", "ours_a", "ours_b", "diff", "ci95",
+    cols = ["paper", "table", "claim", "dataset", "statement", "metric", "n_pairs", "ours_a", "ours_b", "diff", "ci95",
             "p_value", "p_holm", "verdict", "statistical verdict", "unadjusted verdict", "mechanism"]
     df = claims[[c for c in cols if c in claims.columns]].copy()
     for c in ("ours_a", "ours_b", "diff"):
@@ -236,11 +236,28 @@ def _md(df: pd.DataFrame, digits: int = 1) -> str:
 
 
 
+def claim_papers(claims: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
+    """The paper each claim belongs to (its Holm family), read from the methods its notebook ran
+    (`MethodSpec.family` -> the paper's name); a notebook whose runs span papers, or that has none,
+    is a family of its own, named after it."""
+    specs = available_methods()
+    papers: dict[str, set[str]] = {}
+    if not runs.empty and {"notebook", "method"} <= set(runs.columns):
+        for nb, method in zip(runs["notebook"], runs["method"]):
+            spec = specs.get(str(method))
+            papers.setdefault(str(nb), set()).add(cross_method.paper_of(spec.family) if spec else str(method))
+    return claims["notebook"].map(lambda nb: next(iter(papers[nb])) if len(papers.get(nb, ())) == 1 else str(nb))
+
+
 def assessed_claims(res: StudyResults) -> pd.DataFrame:
-    """The claims table as REPORT prints it: Holm-adjusted p and verdicts, testability from each claim's
-    own sides and mechanism health, and MetaQA's reading flips beside the verdict (findings read it too)."""
+    """The claims table as REPORT prints it: Holm-adjusted p (one family per paper) and verdicts,
+    testability from each claim's own sides and mechanism health, and MetaQA's reading flips beside
+    the verdict (findings read it too)."""
     every_run = pd.DataFrame(res.runs)
-    claims = claims_table(apply_testability(multiplicity.adjust(res.claims, SECONDARY_METRICS), every_run,
+    claims = res.claims
+    if not claims.empty and "notebook" in claims:
+        claims = claims.assign(paper=claim_papers(claims, every_run))
+    claims = claims_table(apply_testability(multiplicity.adjust(claims, SECONDARY_METRICS), every_run,
                                             health_table(every_run)))
     notes = flip_notes(readings_table(every_run))
     if notes and not claims.empty:
@@ -287,7 +304,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
               "claims need the difference bounded within ±5 points. `diff` and `ci95` are A − B in points. "
               f"**Multiplicity**: the verdict is read from `p_holm`, the Holm-adjusted p over one family, {multiplicity.FAMILY_TEXT} "
-              f"(m = {multiplicity.family_size(claims)}); `unadjusted verdict` is what the claim's own p said, as the "
+              f"({multiplicity.family_text(claims)}); `unadjusted verdict` is what the claim's own p said, as the "
               "notebooks print it. The claims on a second metric are exploratory: unadjusted, they confirm nothing. "
               "A claim whose KG holds no fact of its dataset, or none of its questions' own (a held-out KG), reads "
               "**not testable with the data here**; one whose "
