@@ -91,6 +91,19 @@ def test_a_template_that_reads_nothing_real_is_refused_with_its_line(folder, tem
     assert not (folder / F.OUT_FILE).exists()
 
 
+def test_a_section_can_wait_for_a_notebook_a_resumable_run_has_not_reached(folder):
+    (folder / F.TEMPLATE_FILE).write_text(
+        "## Findings\n\n{% if has('21') %}- NoR {{ row('21', variant='nor').avg|n1 }}.{% endif %}\n"
+        "{% if has('12') %}- {{ row('12').hit1 }}{% else %}- Figure 5: not run yet.{% endif %}\n")
+    assert read_findings(folder) == "## Findings\n\n- NoR 15.2.\n- Figure 5: not run yet."
+
+
+def test_a_family_size_of_a_paper_the_report_did_not_test_is_refused(folder):
+    (folder / F.TEMPLATE_FILE).write_text("m = {{ facts.family_size('metaqa') }}\n")
+    with pytest.raises(ConfigError, match=r"family_size\('metaqa'\): the report holds no tested claim of that paper"):
+        F.render_folder(folder)
+
+
 def test_a_folder_without_a_template_keeps_its_findings_file(folder):
     (folder / F.OUT_FILE).write_text("## Findings\n\nwritten\n")
     assert read_findings(folder) == "## Findings\n\nwritten"

@@ -29,6 +29,7 @@ from ..errors import ConfigError
 from . import multiplicity
 from .cross_method import paper_of
 from .mechanism import health_table
+from .metaqa.readings import readings_table
 from .study import SECONDARY_METRICS, assessed_claims, collect, cost_by_notebook, format_p, unique_runs
 
 TEMPLATE_FILE = "FINDINGS.template.md"
@@ -97,6 +98,23 @@ class Claim:
         return _p_phrase("Holm", self.row["p_holm"]).replace(" = ", " ")
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One claim under one of MetaQA's readings: its difference, p and verdict, ready to print."""
+
+    diff: float
+    p_value: float
+    v: str
+
+    @property
+    def d(self) -> str:
+        return signed(self.diff)
+
+    @property
+    def p(self) -> str:
+        return _p_phrase("p", self.p_value)
+
+
 def _p_phrase(name: str, value: Any) -> str:
     text = str(format_p(value))
     return f"{name} < {text[1:]}" if text.startswith("<") else f"{name} = {text}"
@@ -120,6 +138,11 @@ class Facts:
             raise ConfigError(f"findings template: notebook {nb!r} is not among {sorted(self.res.summaries)}")
         return names[0]
 
+    def has(self, nb: str) -> bool:
+        """Whether the folder holds notebook `nb`'s results: for a section written before a resumable
+        run has reached that notebook (an unconditional lookup of a missing one is an error)."""
+        return sum(n.split("_", 1)[0] == str(nb) or n == nb for n in self.res.summaries) == 1
+
     def rows(self, nb: str, **match: Any) -> list[dict[str, Any]]:
         name = self._notebook(nb)
         return [r for r in self.res.summaries[name] if all(r.get(k) == v for k, v in match.items())]
@@ -142,6 +165,20 @@ class Facts:
     @cached_property
     def claims(self) -> pd.DataFrame:
         return assessed_claims(self.res)
+
+    @cached_property
+    def _readings(self) -> pd.DataFrame:
+        return readings_table(self.every_run)
+
+    def reading(self, claim_id: str, name: str) -> Reading:
+        """A MetaQA claim under one reading of Hit@1 (`hit1`, `hit1_first`, `hit1_sentence`), as
+        REPORT's readings table gives it."""
+        r = self._readings
+        sel = r[r["claim"] == claim_id] if not r.empty else r
+        if len(sel) != 1 or f"{name} verdict" not in sel:
+            raise ConfigError(f"findings template: no reading {name!r} of claim {claim_id!r} in the readings table")
+        rec = sel.iloc[0]
+        return Reading(rec[f"{name} diff"], rec[f"{name} p"], str(rec[f"{name} verdict"]))
 
     def claim(self, claim_id: str, metric: str | None = None, dataset: str | None = None) -> Claim:
         c = self.claims
@@ -252,7 +289,7 @@ def _environment(facts: Facts):
     env.filters.update(n0=lambda v: num(v, 0), n1=lambda v: num(v, 1), n2=lambda v: num(v, 2),
                        n3=lambda v: num(v, 3), s1=lambda v: signed(v, 1), s0=lambda v: signed(v, 0),
                        nx=lambda v: num(v, 0 if float(v).is_integer() else 1))
-    env.globals.update(row=facts.row, rows=facts.rows, claim=facts.claim, count=facts.count, select=facts.select,
+    env.globals.update(row=facts.row, rows=facts.rows, has=facts.has, reading=facts.reading, claim=facts.claim, count=facts.count, select=facts.select,
                        cost=facts.cost, scale=facts.scale,
                        health=facts.health, sibling=facts.sibling, facts=facts, num=num, signed=signed)
     return env

@@ -335,8 +335,10 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
                   "KG-RAG answers in sentences two to three times as long as KAPING's, which that reading favours. So each "
                   "MetaQA claim is re-tested on the same questions under the first-entity reading (`hit1_first`, the usual "
                   "KGQA Hit@1) and a length-matched one (`hit1_sentence`: a gold in the answer's first sentence). Each "
-                  "reading is judged at its own p (a sensitivity analysis); `flips` names the readings whose verdict "
-                  "differs from `hit1`'s, and the claims table says so beside the verdict.", "",
+                  "reading is judged at its own p (a sensitivity analysis); one under which neither side scores a "
+                  "question (sentence answers never start with the entity) reads \"not testable under this reading\". "
+                  "`flips` names the readings whose verdict differs from `hit1`'s, and the claims table says so beside "
+                  "the verdict.", "",
                   _md(shown), ""]
     parts += ["## Mechanism health", "",
               "Did the part of each method a claim is about run? Per run: the signal and for how many of its "

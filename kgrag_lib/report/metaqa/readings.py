@@ -6,7 +6,10 @@ KAPING's, so the lenient reading favours the longer answer. Every MetaQA claim i
 re-tested, on the same paired questions, under the first-entity reading (`hit1_first`, the usual
 KGQA Hit@1) and a length-matched one (`hit1_sentence`: a gold in the answer's first sentence). A
 claim whose verdict differs between readings says so beside its verdict. The readings are a
-sensitivity analysis: each is judged at its own p, like the exploratory second metric.
+sensitivity analysis: each is judged at its own p, like the exploratory second metric. A reading
+under which neither side scores a single question (answers in sentences never start with the
+entity, so `hit1_first` is 0 for both) cannot tell the sides apart: it reads "not testable under
+this reading", not "not separable", which would suggest a tie it never measured.
 
 It reads only the committed per-question files (prediction and golds), so it runs on a
 published results folder.
@@ -27,6 +30,7 @@ from .tables import check_claims
 
 READINGS = ("hit1", "hit1_first", "hit1_sentence")
 NOTEBOOK_OF = {"exp1": "11", "exp2": "12"}   # experiment -> the notebook prefix whose runs test it
+SILENT = "not testable under this reading (no question scores on either side)"
 
 
 def _question_rows(folder: str | Path) -> list[dict[str, Any]]:
@@ -75,7 +79,8 @@ def readings_table(runs: pd.DataFrame) -> pd.DataFrame:
                                                    "statement": r["statement"], "n_pairs": r["n_pairs"]})
                 rec[f"{m} diff"] = round(float(r["diff"]), 1)
                 rec[f"{m} p"] = r["p_value"]
-                rec[f"{m} verdict"] = r["verdict"]
+                silent = r["n_pairs"] > 0 and r["ours_a"] == 0 and r["ours_b"] == 0
+                rec[f"{m} verdict"] = SILENT if silent else r["verdict"]
     out = pd.DataFrame(list(recs.values()))
     if out.empty:
         return out
