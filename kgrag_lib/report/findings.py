@@ -431,6 +431,16 @@ def replace_readme_block(readme: str, block: str, name: str = "README.md") -> st
     return readme[:head_end] + block + readme[end:]
 
 
+def update_readme(folder: str | Path) -> Path | None:
+    """Rewrite README.md's findings block from `<folder>`'s README template; the README, or None
+    when the folder keeps no such template."""
+    if not (Path(folder) / README_TEMPLATE_FILE).is_file():
+        return None
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    _write(readme, replace_readme_block(readme.read_text(encoding="utf-8"), readme_block(folder)))
+    return readme
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -439,9 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args[0])
     render_folder(folder)
     print(f"wrote {folder / OUT_FILE}")
-    if (folder / README_TEMPLATE_FILE).is_file():
-        readme = Path(__file__).resolve().parents[2] / "README.md"
-        _write(readme, replace_readme_block(readme.read_text(encoding="utf-8"), readme_block(folder)))
+    readme = update_readme(folder)
+    if readme:
         print(f"rewrote the findings block of {readme}")
     return 0
 

@@ -124,9 +124,13 @@ def rebuild(dest: str | Path, profile: str) -> Path:
     if not (dest / "REPORT.md").is_file():
         raise ConfigError(f"{dest}: no REPORT.md, so not a published results folder (notebook 90 writes one "
                           "with publish_dir set)")
+    findings = read_findings(dest)   # renders FINDINGS.md afresh where the folder keeps a template
     if (dest / TEMPLATE_FILE).is_file():
-        F.main([str(dest)])
-    write_report(collect(dest), dest, profile, findings=read_findings(dest))
+        print(f"wrote {dest / FINDINGS_FILE}")
+    readme = F.update_readme(dest)
+    if readme:
+        print(f"rewrote the findings block of {readme}")
+    write_report(collect(dest), dest, profile, findings=findings)
     return dest
 
 
