@@ -11,6 +11,7 @@ import pytest
 
 from kgrag_lib.eval.summary import summarize
 from kgrag_lib.report import study as ST
+from kgrag_lib.errors import ConfigError
 from kgrag_lib.report import publish as PUB
 from kgrag_lib.runner import run_identity
 
@@ -224,6 +225,27 @@ def test_rebuild_makes_a_published_report_again_from_what_the_folder_holds(resul
     assert (dest / "FINDINGS.md").read_text().strip() == "x holds 2 runs"
     assert PUB.main([str(tmp_path), "--profile", "p"]) == 2
     assert "no REPORT.md, so not a published results folder" in capsys.readouterr().err
+
+
+def test_publishing_a_folder_rebuilds_the_folders_whose_findings_quote_it(results, tmp_path):
+    from kgrag_lib.llm.cache import LLMCache
+
+    LLMCache(tmp_path / "llm.sqlite").close()
+    ST.write_report(ST.collect(results), results, "p")   # the study's own REPORT, which publishing copies
+    pub = tmp_path / "published"
+    small = PUB.publish(ST.collect(results), pub / "small", llm_cache=tmp_path / "llm.sqlite", profile="p")
+    big = PUB.publish(ST.collect(results), pub / "big", llm_cache=tmp_path / "llm.sqlite", profile="p-big")
+    (small / "FINDINGS.template.md").write_text("big holds {{ sibling('big').cost('12').runs }} runs\n", encoding="utf-8")
+    (small / "FINDINGS.md").write_text("stale\n", encoding="utf-8")
+    (pub / "other").mkdir()   # a folder that quotes nothing is left alone
+    assert PUB.quoting_folders(big) == [small]
+    assert PUB.rebuild_quoting(big) == [small]
+    assert (small / "FINDINGS.md").read_text().strip() == "big holds 2 runs"
+    assert (small / "REPORT.md").read_text().startswith("# kgrag study report (p)\n")
+    assert PUB.rebuild_quoting(small) == []
+    (small / "REPORT.md").write_text("not a report\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"REPORT.md: its first line should read"):
+        PUB.rebuild_quoting(big)
 
 
 @pytest.mark.parametrize("given, shown", [

@@ -5,13 +5,14 @@ then holds (`findings`). Above both `study` (the report) and `findings` (the ren
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..llm.cache import export_cache_part
-from .findings import OUT_FILE as FINDINGS_FILE, TEMPLATE_FILE, render_folder
+from .findings import OUT_FILE as FINDINGS_FILE, README_TEMPLATE_FILE, TEMPLATE_FILE, render_folder
 from .study import StudyResults, collect, compact_rows, write_report
 
 
@@ -132,6 +133,44 @@ def rebuild(dest: str | Path, profile: str) -> Path:
         print(f"rewrote the findings block of {readme}")
     write_report(collect(dest), dest, profile, findings=findings)
     return dest
+
+
+_REPORT_HEAD = re.compile(r"^# kgrag study report \((?P<profile>[^)]+)\)")
+
+
+def report_profile(folder: str | Path) -> str:
+    """The profile a published folder's REPORT.md names in its first line."""
+    path = Path(folder) / "REPORT.md"
+    head = path.read_text(encoding="utf-8").split("\n", 1)[0] if path.is_file() else ""
+    m = _REPORT_HEAD.match(head)
+    if not m:
+        raise ConfigError(f"{path}: its first line should read '# kgrag study report (<profile>)', as notebook 90 "
+                          f"writes it; found {head[:80]!r}")
+    return m.group("profile")
+
+
+def quoting_folders(dest: str | Path) -> list[Path]:
+    """Published folders beside `dest` whose findings templates quote it (`sibling("<name of dest>")`)."""
+    dest = Path(dest).resolve()
+    quote = re.compile(r"""sibling\(\s*["']%s["']\s*\)""" % re.escape(dest.name))
+    found = []
+    for folder in sorted(p for p in dest.parent.iterdir() if p.is_dir() and p != dest):
+        templates = [folder / TEMPLATE_FILE, folder / README_TEMPLATE_FILE]
+        if any(t.is_file() and quote.search(t.read_text(encoding="utf-8")) for t in templates):
+            found.append(folder)
+    return found
+
+
+def rebuild_quoting(dest: str | Path) -> list[Path]:
+    """Rebuild (`rebuild`) every published folder whose findings quote `dest`, after `dest` was
+    published again: their figures (a sibling's Holm p, its Hit@1) would otherwise go stale, and
+    their committed findings would no longer be what their results render."""
+    done = []
+    for folder in quoting_folders(dest):
+        rebuild(folder, report_profile(folder))
+        print(f"rebuilt {folder / 'REPORT.md'}: its findings quote {Path(dest).name}")
+        done.append(folder)
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
