@@ -37,7 +37,7 @@ def test_adjusted_verdicts_keep_the_family_and_leave_exploratory_and_untested_cl
         _claim("second", 0.01, "confirmed", metric=SECONDARY_METRICS[0]),
     ])
     out = mu.adjust(claims, SECONDARY_METRICS).set_index("claim")
-    assert mu.family_size(out) == 4                                   # strong, weak, against, equal
+    assert mu.family_sizes(out) == {"": 4}                            # strong, weak, against, equal
     assert out.loc["strong", "p_holm"] == pytest.approx(0.004)
     assert out.loc["strong", "verdict"] == "confirmed"
     assert out.loc["against", "verdict"] == "refuted"                 # 0.002 x 3 = 0.006
@@ -62,11 +62,9 @@ def test_each_paper_is_its_own_family():
     assert mu.family_sizes(out) == {"A": 2, "B": 2}
     assert out.loc["weak", "p_holm"] == pytest.approx(0.03) and out.loc["weak", "verdict"] == "confirmed"
     assert out.loc["other-weak", "p_holm"] == pytest.approx(0.04) and out.loc["other-weak", "verdict"] == "confirmed"
-    assert mu.family_size(out, "B") == 2 and mu.family_text(out) == "m = 2 for A, 2 for B"
-    with pytest.raises(ValueError, match="name the paper"):
-        mu.family_size(out)
+    assert mu.family_text(out) == "m = 2 for A, 2 for B"
     one = mu.adjust(claims.drop(columns="paper"), SECONDARY_METRICS).set_index("claim")   # no paper: one family
-    assert mu.family_size(one) == 4 and one.loc["weak", "p_holm"] == pytest.approx(0.06)
+    assert mu.family_sizes(one) == {"": 4} and one.loc["weak", "p_holm"] == pytest.approx(0.06)
     assert one.loc["weak", "verdict"] == one.loc["other-weak", "verdict"] == "not separable at this n"
 
 

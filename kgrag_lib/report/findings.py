@@ -132,8 +132,12 @@ class Facts:
             raise ConfigError(f"{self.folder}: no notebook summaries to render the findings from")
 
     # ---- notebook summary rows --------------------------------------------------------------------
+    def _named(self, nb: str) -> list[str]:
+        """The notebooks `nb` names: by number ("11") or by full name."""
+        return [n for n in self.res.summaries if n.split("_", 1)[0] == str(nb) or n == nb]
+
     def _notebook(self, nb: str) -> str:
-        names = [n for n in self.res.summaries if n.split("_", 1)[0] == str(nb) or n == nb]
+        names = self._named(nb)
         if len(names) != 1:
             raise ConfigError(f"findings template: notebook {nb!r} is not among {sorted(self.res.summaries)}")
         return names[0]
@@ -141,7 +145,7 @@ class Facts:
     def has(self, nb: str) -> bool:
         """Whether the folder holds notebook `nb`'s results: for a section written before a resumable
         run has reached that notebook (an unconditional lookup of a missing one is an error)."""
-        return sum(n.split("_", 1)[0] == str(nb) or n == nb for n in self.res.summaries) == 1
+        return len(self._named(nb)) == 1
 
     def rows(self, nb: str, **match: Any) -> list[dict[str, Any]]:
         name = self._notebook(nb)
@@ -163,12 +167,12 @@ class Facts:
         return unique_runs(self.res.runs)
 
     @cached_property
-    def claims(self) -> pd.DataFrame:
-        return assessed_claims(self.res)
-
-    @cached_property
     def _readings(self) -> pd.DataFrame:
         return readings_table(self.every_run)
+
+    @cached_property
+    def claims(self) -> pd.DataFrame:
+        return assessed_claims(self.res, self._readings)
 
     def reading(self, claim_id: str, name: str) -> Reading:
         """A MetaQA claim under one reading of Hit@1 (`hit1`, `hit1_first`, `hit1_sentence`), as
@@ -289,8 +293,8 @@ def _environment(facts: Facts):
     env.filters.update(n0=lambda v: num(v, 0), n1=lambda v: num(v, 1), n2=lambda v: num(v, 2),
                        n3=lambda v: num(v, 3), s1=lambda v: signed(v, 1), s0=lambda v: signed(v, 0),
                        nx=lambda v: num(v, 0 if float(v).is_integer() else 1))
-    env.globals.update(row=facts.row, rows=facts.rows, has=facts.has, reading=facts.reading, claim=facts.claim, count=facts.count, select=facts.select,
-                       cost=facts.cost, scale=facts.scale,
+    env.globals.update(row=facts.row, rows=facts.rows, has=facts.has, reading=facts.reading, claim=facts.claim,
+                       count=facts.count, select=facts.select, cost=facts.cost, scale=facts.scale,
                        health=facts.health, sibling=facts.sibling, facts=facts, num=num, signed=signed)
     return env
 

@@ -99,17 +99,6 @@ def family_sizes(claims: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in papers.value_counts(sort=False).items()}
 
 
-def family_size(claims: pd.DataFrame, paper: str | None = None) -> int:
-    """m of `paper`'s Holm family; without `paper`, of the only family (an error when the table
-    holds several: their sizes are not one number)."""
-    sizes = family_sizes(claims)
-    if paper is not None:
-        return sizes.get(paper, 0)
-    if len(sizes) > 1:
-        raise ValueError(f"the claims hold {len(sizes)} Holm families ({', '.join(sizes)}): name the paper")
-    return next(iter(sizes.values()), 0)
-
-
 def family_text(claims: pd.DataFrame) -> str:
     """"m = 19" for one family, "m = 19 for KG-RAG on MetaQA, 15 for KG-Infused RAG" for several."""
     sizes = family_sizes(claims)

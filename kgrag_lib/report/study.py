@@ -249,17 +249,18 @@ def claim_papers(claims: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
     return claims["notebook"].map(lambda nb: next(iter(papers[nb])) if len(papers.get(nb, ())) == 1 else str(nb))
 
 
-def assessed_claims(res: StudyResults) -> pd.DataFrame:
+def assessed_claims(res: StudyResults, readings: pd.DataFrame | None = None) -> pd.DataFrame:
     """The claims table as REPORT prints it: Holm-adjusted p (one family per paper) and verdicts,
     testability from each claim's own sides and mechanism health, and MetaQA's reading flips beside
-    the verdict (findings read it too)."""
+    the verdict (findings read it too). `readings`: `readings_table` of the study's runs, when the
+    caller has it already (it reads every MetaQA question file)."""
     every_run = pd.DataFrame(res.runs)
     claims = res.claims
     if not claims.empty and "notebook" in claims:
         claims = claims.assign(paper=claim_papers(claims, every_run))
     claims = claims_table(apply_testability(multiplicity.adjust(claims, SECONDARY_METRICS), every_run,
                                             health_table(every_run)))
-    notes = flip_notes(readings_table(every_run))
+    notes = flip_notes(readings_table(every_run) if readings is None else readings)
     if notes and not claims.empty:
         claims["verdict"] = [f"{v}; {notes[c]}" if c in notes and m == "hit1" else v
                              for c, m, v in zip(claims["claim"], claims["metric"], claims["verdict"])]
@@ -275,8 +276,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     runs = unique_runs(res.runs)
     every_run = pd.DataFrame(res.runs)
     health = health_table(runs)
-    claims = assessed_claims(res)
     readings = readings_table(every_run)
+    claims = assessed_claims(res, readings)
     commit = git_commit()
     models = sorted({str(m) for m in runs.get("model", pd.Series(dtype=str)).dropna()})
     hours = float(runs["answer_seconds_total"].sum()) / 3600 if not runs.empty else 0.0
