@@ -34,6 +34,7 @@ def test_adjusted_verdicts_keep_the_family_and_leave_exploratory_and_untested_cl
         _claim("equal", 0.8, "confirmed", statement="a ~ b"),        # confirmed by its bound, not its p
         _claim("judge", 1.0, "not testable: the judge failed its controls"),
         _claim("missing", float("nan"), "not run"),
+        _claim("silent", 1.0, "not testable on this metric (no question scores on either side)"),
         _claim("second", 0.01, "confirmed", metric=SECONDARY_METRICS[0]),
     ])
     out = mu.adjust(claims, SECONDARY_METRICS).set_index("claim")
@@ -45,6 +46,7 @@ def test_adjusted_verdicts_keep_the_family_and_leave_exploratory_and_untested_cl
     assert out.loc["weak", "unadjusted verdict"] == "confirmed"
     assert out.loc["equal", "verdict"] == "confirmed"
     assert out.loc["judge", "verdict"].startswith("not testable") and np.isnan(out.loc["judge", "p_holm"])
+    assert out.loc["silent", "verdict"].startswith("not testable") and np.isnan(out.loc["silent", "p_holm"])
     assert out.loc["second", "family"] == mu.EXPLORATORY and out.loc["second", "verdict"] == "confirmed"
 
 
@@ -103,3 +105,12 @@ def test_the_claims_accounting_counts_every_registered_claim_and_says_why_one_di
     assert "not run in this study" not in set(idle["reason"])   # the reference states each reason
     _, elsewhere = account(claims, "gpu-paper")
     assert set(elsewhere["reason"]) == {"not run in this study"}
+
+
+def test_the_reference_report_confirms_nothing_on_a_metric_no_question_scores_on():
+    """Exact match against MetaQA's sentence answers scores 0 for both systems on most claims; the
+    committed notebook summaries predate the rule, and the report applies it when it reads them."""
+    claims = assessed_claims(collect(REFERENCE))
+    silent = claims[(claims["n_pairs"] > 0) & (claims["ours_a"] == 0) & (claims["ours_b"] == 0)]
+    assert len(silent) >= 3 and set(silent["metric"]) == {"hit1_exact"}
+    assert (silent["verdict"] == "not testable on this metric (no question scores on either side)").all()

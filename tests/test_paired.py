@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kgrag_lib.eval.paired import CONFIRMED, NOT_SEPARABLE, REFUTED, paired_test, verdict
+from kgrag_lib.eval.paired import CONFIRMED, NO_SIGNAL, NOT_SEPARABLE, REFUTED, paired_test, verdict
 
 
 def test_mcnemar_on_binary_scores_matches_the_exact_binomial():
@@ -105,3 +105,15 @@ def test_sign_flip_p_is_exact_over_the_differing_questions():
     d += 1.96 * d.std() / np.sqrt(200) - d.mean()           # z ≈ 1.96: p ≈ 0.05
     assert sign_flip_p(d, seed=1) == sign_flip_p(d, seed=1)
     assert sign_flip_p(d, seed=1) == pytest.approx(0.05, abs=0.006)
+
+
+def test_a_metric_no_question_scores_on_tests_no_claim():
+    """0 vs 0 (exact match against sentence answers) says nothing about either side: an equivalence
+    claim is not "confirmed" by it, nor is an ordering claim merely short of questions. One scoring
+    question on either side is a test again."""
+    r = paired_test([0] * 100, [0] * 100)
+    assert r.p_value == 1.0 and r.disagree_upper < 5
+    assert {verdict(rel, r) for rel in ("~", ">", "<")} == {NO_SIGNAL}
+    assert NO_SIGNAL.startswith("not testable")
+    one = paired_test([0] * 200, [1] + [0] * 199)
+    assert verdict("~", one) == CONFIRMED and verdict(">", one) == NOT_SEPARABLE

@@ -171,7 +171,8 @@ def test_check_claims_pairs_questions_and_gives_verdicts():
     kg = out.loc["exp2.kg_helps_1hop"]
     assert kg["verdict"] == "confirmed" and kg["n_pairs"] == n and kg["diff"] == pytest.approx(37.5)
     assert kg["test"] == "mcnemar (exact)" and kg["p_value"] < 1e-6
-    assert out.loc["exp2.qd_alone_1hop", "verdict"] == "confirmed"   # ~ : 0 of 80 disagree, bound 4.5 points
+    # ~ : 0 of 80 disagree (bound 4.5 points), but neither side scores once: the metric tests nothing
+    assert out.loc["exp2.qd_alone_1hop", "verdict"] == "not testable on this metric (no question scores on either side)"
     assert out.loc["exp2.ours_below_kaping_1hop", "verdict"] == "not separable at this n"   # 29 vs 30 of 80
     assert out.loc["exp2.kg_flat_3hop", "verdict"] == "not separable at this n"            # 10 questions
     assert out.loc["exp2.kg_helps_2hop", "verdict"] == "not run"

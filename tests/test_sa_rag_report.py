@@ -249,12 +249,12 @@ def test_claims_on_paired_questions_and_their_family_verdicts(tmp_path):
     assert families.loc[("c1.sa_rag_over_iterative", "musique", "correct"), "verdict"] == "confirmed"
     assert families.loc[("c2.sa_rag_cot_best", "2wiki", "correct"), "verdict"] == "not run"
     assert families.loc[("c1.sa_rag_over_iterative", "musique", "correct"), "comparisons"] == "3 confirmed"
-    # one comparison the other way refutes the family; a tie makes it not separable
+    # one comparison the other way refutes the family; a tie at 0 vs 0 (no question right) tests nothing
     worse = hand_grid(tmp_path / "w", right={**RIGHT, "sa-rag": 0, "cot-rag[top_k=10]": 30, "qd-rag": 0})
     out = sa_rag_report.check_claims({"musique": worse}, paper_numbers.CLAIMS, sa_rag_report.judge_cells(worse, verdict_judge()))
     fam = sa_rag_report.claim_verdicts(out).set_index(["family", "dataset"])
     assert fam.loc[("c1.sa_rag_over_iterative", "musique"), "verdict"] == "refuted"
-    assert "not separable at this n" in fam.loc[("c1.sa_rag_over_iterative", "musique"), "comparisons"]
+    assert "1 not testable on this metric" in fam.loc[("c1.sa_rag_over_iterative", "musique"), "comparisons"]
     assert sa_rag_report.claim_verdicts(pd.DataFrame()).empty
 
 

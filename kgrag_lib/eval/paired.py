@@ -17,6 +17,9 @@ interval collapses to [0, 0] when two systems agree on a handful of questions, s
 scores the bound used is the exact (Clopper-Pearson, 97.5%) upper bound of the share of
 questions on which they disagree, which |A - B| can never exceed; for other scores the
 interval must come from at least `MIN_EQUIVALENCE_N` questions.
+When no question scores on either side (0 vs 0, e.g. exact match against sentence answers) the
+metric carries no signal about the claim, so it is *not testable on this metric* rather than an
+equivalence "confirmed" or a "not separable" that invites a larger n.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .bootstrap import bootstrap_ci
 
 CONFIRMED, REFUTED, NOT_SEPARABLE = "confirmed", "refuted", "not separable at this n"
 NOT_RUN = "not run"   # a claim whose two sides have no run on that dataset
+NO_SIGNAL = "not testable on this metric (no question scores on either side)"
 MIN_EQUIVALENCE_N = 30
 EXACT_FLIP_N = 40    # differing questions up to which the sign-flip p is exact (2 x 2^20 sums)
 MC_FLIPS = 200_000   # Monte Carlo sign patterns beyond that: p's standard error <= 0.0005 at p = 0.05
@@ -121,10 +125,22 @@ def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,
                         upper)
 
 
+def re_decide_silent(claims: Any) -> Any:
+    """A claims table (pandas) with `NO_SIGNAL` where no question scored on either side: the rule
+    applied to claims a notebook decided before it existed, as the report reads them."""
+    if claims.empty or not {"ours_a", "ours_b", "n_pairs", "verdict"} <= set(claims.columns):
+        return claims
+    silent = ((claims["n_pairs"].fillna(0) > 0) & (claims["ours_a"] == 0) & (claims["ours_b"] == 0)
+              & (claims["verdict"] != NOT_RUN))
+    return claims.assign(verdict=claims["verdict"].where(~silent, NO_SIGNAL)) if silent.any() else claims
+
+
 def verdict(relation: str, result: PairedResult, *, alpha: float = 0.05, margin: float = 5.0) -> str:
     """The claim `A <relation> B` ('>', '<' or '~') judged by a paired result (see module doc)."""
     if result.n == 0:
         return NOT_SEPARABLE
+    if result.mean_a == 0 and result.mean_b == 0:
+        return NO_SIGNAL
     if relation == "~":
         if result.p_value < alpha:
             return REFUTED

@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from ..eval.metrics import get_metric
-from ..eval.paired import CONFIRMED, NOT_RUN, NOT_SEPARABLE, REFUTED
+from ..eval.paired import CONFIRMED, NO_SIGNAL, NOT_RUN, NOT_SEPARABLE, REFUTED
 
 JUDGE_UNINFORMATIVE = "not testable: the judge failed its controls"
 
@@ -37,7 +37,8 @@ def with_metric(claims: Iterable[tuple], metric: str) -> list[tuple]:
 
 def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str]) -> pd.DataFrame:
     """One verdict per claim family, dataset and metric from its pairwise comparisons: confirmed
-    when every comparison is, refuted when any is, 'not run' when none ran, else not separable.
+    when every comparison is, refuted when any is, 'not run' when none ran, not testable on the
+    metric when no question scores in any, else not separable.
     `families` names each family (a paper's `CLAIM_FAMILIES`)."""
     if claims.empty:
         return pd.DataFrame(columns=["family", "claim", "dataset", "metric", "comparisons", "verdict"])
@@ -45,10 +46,11 @@ def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str]) -> pd.Data
     recs = []
     for (family, dataset, metric), g in df.groupby(["family", "dataset", "metric"], sort=False):
         v = list(g["verdict"])
-        counts = {k: v.count(k) for k in (CONFIRMED, REFUTED, NOT_SEPARABLE, NOT_RUN, JUDGE_UNINFORMATIVE)
+        counts = {k: v.count(k) for k in (CONFIRMED, REFUTED, NOT_SEPARABLE, NOT_RUN, JUDGE_UNINFORMATIVE, NO_SIGNAL)
                   if v.count(k)}
         verdict = (CONFIRMED if counts.get(CONFIRMED) == len(v) else REFUTED if REFUTED in counts
                    else NOT_RUN if counts.get(NOT_RUN) == len(v)
+                   else NO_SIGNAL if counts.get(NO_SIGNAL) == len(v)
                    else JUDGE_UNINFORMATIVE if JUDGE_UNINFORMATIVE in counts else NOT_SEPARABLE)
         recs.append({"family": family, "claim": families.get(family, family), "dataset": dataset,
                      "metric": metric, "comparisons": ", ".join(f"{n} {k}" for k, n in counts.items()),

@@ -10,6 +10,7 @@ compares. A template may hold no digit outside `{{ }}` except in the words `ALLO
 notebook's number, a table's, a model's size).
 
     .venv/bin/python -m kgrag_lib.report.findings results/reference   # re-render FINDINGS.md and README's block
+    .venv/bin/python -m kgrag_lib.report.publish results/reference --profile cpu-reference   # ... and REPORT.md/html
 """
 
 from __future__ import annotations

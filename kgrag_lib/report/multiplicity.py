@@ -3,7 +3,8 @@ from Holm-adjusted p-values over one stated family, not from each test's own p.
 
 There is one family per paper: every *primary* claim of that paper (its first metric: MetaQA
 Hit@1, KG-Infused RAG Avg, SA-RAG judged correctness, TCR-QF EM) that a valid paired test decided.
-Claims not run, and claims whose LLM judge failed its controls, carry no test and stay outside.
+Claims not run, claims whose LLM judge failed its controls, and claims on which no question scores
+on either side carry no test and stay outside.
 Each paper states its own hypotheses, so a report that tests two papers, or all four, judges each
 paper's claims as that paper's family would be judged alone. A claims table without a `paper`
 column is one family. Holm's step-down
@@ -22,13 +23,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..eval.paired import CONFIRMED, NOT_RUN, NOT_SEPARABLE, REFUTED
+from ..eval.paired import CONFIRMED, NO_SIGNAL, NOT_RUN, NOT_SEPARABLE, REFUTED
 from .claims import JUDGE_UNINFORMATIVE
 
 PRIMARY, EXPLORATORY = "primary", "exploratory"
 PAPER = "paper"   # the claims column that names a claim's family
-FAMILY_TEXT = ("one family per paper, every primary claim of that paper decided by a paired test (claims not run "
-               "and claims whose judge failed its controls are outside)")
+FAMILY_TEXT = ("one family per paper, every primary claim of that paper decided by a paired test (claims not run, "
+               "claims whose judge failed its controls and claims no question scores on are outside)")
 
 
 def holm(p: Sequence[float]) -> np.ndarray:
@@ -56,7 +57,7 @@ def in_family(claims: pd.DataFrame, secondary_metrics: Sequence[str]) -> pd.Seri
         return claims[name] if name in claims else pd.Series([None] * len(claims), index=claims.index, dtype=object)
 
     p = pd.to_numeric(col("p_value"), errors="coerce")
-    return ~col("metric").isin(secondary_metrics) & p.notna() & ~col("verdict").isin([NOT_RUN, JUDGE_UNINFORMATIVE])
+    return ~col("metric").isin(secondary_metrics) & p.notna() & ~col("verdict").isin([NOT_RUN, JUDGE_UNINFORMATIVE, NO_SIGNAL])
 
 
 def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float = 0.05) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..eval.metrics import get_metric, score_items
-from ..eval.paired import paired_test
+from ..eval.paired import paired_test, re_decide_silent
 from ..methods.registry import PAPERS, available_methods, paper_package
 from ..paths import shown_path
 from ..provenance import git_commit
@@ -255,7 +255,7 @@ def assessed_claims(res: StudyResults, readings: pd.DataFrame | None = None) -> 
     the verdict (findings read it too). `readings`: `readings_table` of the study's runs, when the
     caller has it already (it reads every MetaQA question file)."""
     every_run = pd.DataFrame(res.runs)
-    claims = res.claims
+    claims = re_decide_silent(res.claims)
     if not claims.empty and "notebook" in claims:
         claims = claims.assign(paper=claim_papers(claims, every_run))
     claims = claims_table(apply_testability(multiplicity.adjust(claims, SECONDARY_METRICS), every_run,
@@ -303,7 +303,9 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     parts += ["## The papers' claims, tested", "",
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
-              "claims need the difference bounded within ±5 points. `diff` and `ci95` are A − B in points. "
+              "claims need the difference bounded within ±5 points; where no question scores on either side (0 vs 0) "
+              "the metric tests nothing and the claim reads **not testable on this metric**. `diff` and `ci95` are "
+              "A − B in points. "
               f"**Multiplicity**: the verdict is read from `p_holm`, the Holm-adjusted p over one family, {multiplicity.FAMILY_TEXT} "
               f"({multiplicity.family_text(claims)}); `unadjusted verdict` is what the claim's own p said, as the "
               "notebooks print it. The claims on a second metric are exploratory: unadjusted, they confirm nothing. "
