@@ -125,16 +125,6 @@ def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,
                         upper)
 
 
-def re_decide_silent(claims: Any) -> Any:
-    """A claims table (pandas) with `NO_SIGNAL` where no question scored on either side: the rule
-    applied to claims a notebook decided before it existed, as the report reads them."""
-    if claims.empty or not {"ours_a", "ours_b", "n_pairs", "verdict"} <= set(claims.columns):
-        return claims
-    silent = ((claims["n_pairs"].fillna(0) > 0) & (claims["ours_a"] == 0) & (claims["ours_b"] == 0)
-              & (claims["verdict"] != NOT_RUN))
-    return claims.assign(verdict=claims["verdict"].where(~silent, NO_SIGNAL)) if silent.any() else claims
-
-
 def verdict(relation: str, result: PairedResult, *, alpha: float = 0.05, margin: float = 5.0) -> str:
     """The claim `A <relation> B` ('>', '<' or '~') judged by a paired result (see module doc)."""
     if result.n == 0:

@@ -35,6 +35,16 @@ def with_metric(claims: Iterable[tuple], metric: str) -> list[tuple]:
     return [(f"{c[0]}@{metric}", *c[1:6], metric, *c[7:]) for c in claims]
 
 
+def re_decide_silent(claims: pd.DataFrame) -> pd.DataFrame:
+    """Claims with `NO_SIGNAL` where no question scored on either side: `paired.verdict`'s rule
+    applied to claims a notebook stored before the rule existed, as the report reads them."""
+    if claims.empty or not {"ours_a", "ours_b", "n_pairs", "verdict"} <= set(claims.columns):
+        return claims
+    silent = ((claims["n_pairs"].fillna(0) > 0) & (claims["ours_a"] == 0) & (claims["ours_b"] == 0)
+              & (claims["verdict"] != NOT_RUN))
+    return claims.assign(verdict=claims["verdict"].where(~silent, NO_SIGNAL)) if silent.any() else claims
+
+
 def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str]) -> pd.DataFrame:
     """One verdict per claim family, dataset and metric from its pairwise comparisons: confirmed
     when every comparison is, refuted when any is, 'not run' when none ran, not testable on the

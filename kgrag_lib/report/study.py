@@ -21,13 +21,14 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..eval.metrics import get_metric, score_items
-from ..eval.paired import paired_test, re_decide_silent
+from ..eval.paired import paired_test
 from ..methods.registry import PAPERS, available_methods, paper_package
 from ..paths import shown_path
 from ..provenance import git_commit
 from ..rundir import PRED_FILE, read_predictions, read_summary
 from . import cross_method, multiplicity
 from .accounting import account
+from .claims import re_decide_silent
 from .mechanism import (NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
                         sa_rag_index_health)
 from .metaqa.readings import READINGS, flip_notes, readings_table

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ...eval.metrics import score_items
-from ...eval.paired import NOT_RUN
+from ...eval.paired import NO_SIGNAL, NOT_RUN
 from .paper_numbers import CLAIMS
 from .tables import check_claims
 
@@ -79,8 +79,7 @@ def readings_table(runs: pd.DataFrame) -> pd.DataFrame:
                                                    "statement": r["statement"], "n_pairs": r["n_pairs"]})
                 rec[f"{m} diff"] = round(float(r["diff"]), 1)
                 rec[f"{m} p"] = r["p_value"]
-                silent = r["n_pairs"] > 0 and r["ours_a"] == 0 and r["ours_b"] == 0
-                rec[f"{m} verdict"] = SILENT if silent else r["verdict"]
+                rec[f"{m} verdict"] = SILENT if r["verdict"] == NO_SIGNAL else r["verdict"]
     out = pd.DataFrame(list(recs.values()))
     if out.empty:
         return out
