@@ -26,7 +26,7 @@ from ..methods.registry import PAPERS, available_methods, paper_package
 from ..paths import shown_path
 from ..provenance import git_commit
 from ..rundir import PRED_FILE, read_predictions, read_summary
-from . import cross_method, multiplicity
+from . import cross_method, multiplicity, preregistration
 from .accounting import account
 from .claims import re_decide_silent
 from .mechanism import (NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
@@ -325,6 +325,9 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "plug-in, StrategyQA and DPO claims), by their outcome here on the primary metric; a claim with no row "
               "above counts as not run.", "", _md(outcomes, 0), "",
               "Why the claims not run were not run:", "", _md(idle, 0) if not idle.empty else "(every claim ran)", ""]
+    main_model = runs["model"].dropna().astype(str).value_counts() if not runs.empty and "model" in runs else pd.Series(dtype=int)
+    parts += preregistration.report_section(res.root, claims, runs, str(main_model.index[0]) if len(main_model) else "no model",
+                                            _md)
     if not claims.empty:
         secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
         parts += [_md(claims[~secondary]), "",

@@ -1,0 +1,245 @@
+"""The claims plan (issue 56): power arithmetic against independent computations, blocker
+classification on small synthetic claims tables, the ranking of run units, the frozen output,
+and REPORT's section with and without a frozen plan. No model, no committed results read."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from kgrag_lib.eval.paired import paired_test
+from kgrag_lib.eval.power import n_for_power, n_for_power_discordant, power_discordant, power_paired
+from kgrag_lib.report import plan as P
+from kgrag_lib.report import preregistration as R
+from kgrag_lib.report.tables import to_markdown
+
+
+# ------------------------------------------------------------------ power arithmetic
+
+
+@pytest.mark.parametrize("delta,sd,alpha", [(10, 40, 0.05), (5, 30, 0.05 / 19), (-8, 25, 0.01), (20, 45, 0.05 / 25)])
+def test_n_for_power_matches_the_two_sided_z_test_solved_independently(delta, sd, alpha):
+    from scipy.optimize import brentq
+
+    z = norm.ppf(1 - alpha / 2)
+    two_sided = lambda n: norm.sf(z - abs(delta) * math.sqrt(n) / sd) + norm.cdf(-z - abs(delta) * math.sqrt(n) / sd)
+    exact_n = brentq(lambda n: two_sided(n) - 0.8, 0.5, 1e7)
+    want = math.ceil(exact_n - 1e-9)
+    assert n_for_power(delta, sd, alpha) == want
+    assert power_paired(delta, sd, want, alpha) == pytest.approx(two_sided(want), abs=1e-12)
+    assert power_paired(delta, sd, want - 1, alpha) < 0.8 <= power_paired(delta, sd, want, alpha)
+    # the textbook closed form, ((z_a + z_b) sd / delta)^2, is the same n up to the far tail
+    assert abs(want - ((z + norm.ppf(0.8)) * sd / delta) ** 2) < 1.01
+
+
+@pytest.mark.parametrize("p_a,p_b,alpha", [(0.20, 0.08, 0.05), (0.30, 0.10, 0.05 / 19), (0.05, 0.15, 0.01)])
+def test_discordant_n_matches_connor_and_simulation(p_a, p_b, alpha):
+    # Connor (1987), written out here on its own
+    psi, d = p_a + p_b, p_a - p_b
+    za, zb = norm.ppf(1 - alpha / 2), norm.ppf(0.8)
+    want = math.ceil((za * math.sqrt(psi) + zb * math.sqrt(psi - d * d)) ** 2 / d ** 2)
+    n = n_for_power_discordant(p_a, p_b, alpha)
+    assert n == want
+    # the z form of McNemar's test at that n, simulated, has about the planned power
+    rng = np.random.default_rng(0)
+    cells = rng.multinomial(n, [p_a, p_b, 1 - psi], size=4000)
+    b, c = cells[:, 0], cells[:, 1]
+    z = np.abs(b - c) / np.sqrt(np.maximum(b + c, 1))
+    assert abs(float((z > za).mean()) - 0.8) < 0.05
+    assert power_discordant(p_a, p_b, n, alpha) >= 0.8 > power_discordant(p_a, p_b, n - 1, alpha)
+
+
+def test_power_refuses_bad_input():
+    with pytest.raises(ValueError, match="delta=0"):
+        n_for_power(0.0, 10.0, 0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        n_for_power(5.0, 10.0, 1.5)
+    with pytest.raises(ValueError, match="power"):
+        n_for_power_discordant(0.2, 0.1, 0.05, power=80)
+    with pytest.raises(ValueError, match="p_a = p_b"):
+        n_for_power_discordant(0.1, 0.1, 0.05)
+    with pytest.raises(ValueError, match="discordant shares"):
+        n_for_power_discordant(0.7, 0.6, 0.05)
+
+
+def test_discordant_counts_recovered_from_a_mcnemar_result():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(20, 120))
+        a = (rng.random(n) < rng.uniform(0.2, 0.8)).astype(float)
+        b = np.where(rng.random(n) < 0.6, a, 1 - a)
+        r = paired_test(a, b, n_boot=200)
+        got = P.discordant_from_p(n, r.mean_a - r.mean_b, r.p_value)
+        if r.a_only == r.b_only:
+            assert got is None
+        else:
+            assert got == (r.a_only, r.b_only)
+
+
+def test_effect_from_a_sign_flip_row_reads_the_sd_from_its_interval():
+    rng = np.random.default_rng(1)
+    a, b = rng.random(200), rng.random(200) * 0.8
+    r = paired_test(a, b, n_boot=2000)
+    row = {"n_pairs": r.n, "ours_a": r.mean_a, "ours_b": r.mean_b, "ci95": list(r.ci95), "p_value": r.p_value,
+           "test": r.test, "metric": "avg"}
+    eff = P.effect_from_row(row, "own run")
+    assert eff.delta == pytest.approx(r.mean_a - r.mean_b)
+    assert eff.sd == pytest.approx(100 * float(np.std(a - b, ddof=1)), rel=0.15)
+    assert P.effect_from_row({**row, "ours_a": 10.0, "ours_b": 10.0}, "x").n_needed(0.05, 0.8) == math.inf
+
+
+def test_shared_questions_follows_the_sampler_and_is_not_nested():
+    total = 354
+    draw = lambda n: set(np.random.default_rng(0).choice(total, size=n, replace=False).tolist())
+    assert P.shared_questions(30, 100, total) == len(draw(30) & draw(100))
+    assert P.shared_questions(30, 100, total) < 30          # a larger sample does not contain the smaller one
+    assert P.shared_questions(50, 50, total) == 50
+    assert P.shared_questions(0, 50, total) == 0
+
+
+# ------------------------------------------------------------------ classification and ranking
+
+M05, M15 = "small-0.5b", "small-1.5b"
+
+
+def _row(claim, dataset, verdict, a, b, n, p, notebook, metric="em", test="mcnemar (exact)"):
+    return {"claim": claim, "dataset": dataset, "metric": metric, "n_pairs": n, "ours_a": a, "ours_b": b,
+            "ci95": [a - b - 10, a - b + 10], "p_value": p, "test": test, "verdict": verdict, "notebook": notebook}
+
+
+def _registry():
+    rows = [("tcr_qf", "c1.x.2wiki.tog", "2wiki", ">"), ("tcr_qf", "c1.x.hotpotqa.tog", "hotpotqa", ">"),
+            ("tcr_qf", "c2.y.2wiki", "2wiki", ">"), ("tcr_qf", "c2.z.2wiki", "2wiki", ">"),
+            ("tcr_qf", "c2.w.2wiki", "2wiki", ">"), ("kg_infused", "table2.self-rag-kg-infused.r2.2wiki", "2wiki", ">"),
+            ("kg_infused", "t1.q.musique", "musique", ">"), ("kg_infused", "t1.q.2wiki", "2wiki", ">"),
+            ("kg_infused", "table21.s.r1.2wiki", "2wiki", ">"), ("kg_infused", "t1.retrieval_over_nor.musique", "musique", ">"),
+            ("kg_infused", "t1.retrieval_over_nor.bamboogle", "bamboogle", ">")]
+    return pd.DataFrame([{"paper": p, "claim": c, "table": "Table 1", "dataset": d, "relation": r, "a": "tcr-qf",
+                          "b": "tog", "metric": "em"} for p, c, d, r in rows])
+
+
+def _runs(model, notebook="41_tcr_qf_main", secs=(10.0, 20.0)):
+    return pd.DataFrame([{"notebook": notebook, "dataset": "2wiki", "model": model, "method": m, "n": 30, "kg": None,
+                          "split": "dev200", "llm_seconds_per_q": s} for m, s in zip(("tcr-qf", "tog"), secs)])
+
+
+def _outcomes():
+    c05 = pd.DataFrame([
+        _row("c1.x.2wiki.tog", "2wiki", "not testable at this model (mechanism ran for 13 of 30)", 30, 20, 30, 0.3,
+             "41_tcr_qf_main"),
+        _row("c2.y.2wiki", "2wiki", "not separable at this n", 40, 30, 30, 0.39, "42_tcr_qf_ablation"),
+        _row("c2.z.2wiki", "2wiki", "confirmed", 60, 20, 30, 0.001, "42_tcr_qf_ablation"),
+        _row("c2.w.2wiki", "2wiki", "not separable at this n", 40, 30, 30, 0.39, "42_tcr_qf_ablation"),
+        _row("t1.q.2wiki", "2wiki", "not testable with the data here", 40, 30, 100, 0.2, "21_kg_infused_main",
+             metric="avg", test="sign-flip permutation")])
+    c15 = pd.DataFrame([
+        _row("c2.z.2wiki", "2wiki", "not separable at this n", 40, 30, 30, 0.39, "42_tcr_qf_ablation"),
+        _row("c2.w.2wiki", "2wiki", "not testable at this model (mechanism ran for 2 of 30)", 40, 30, 30, 0.39,
+             "42_tcr_qf_ablation")])
+    runs05 = pd.concat([_runs(M05), _runs(M05, "42_tcr_qf_ablation", (5.0, 5.0))], ignore_index=True)
+    runs15 = _runs(M15, "42_tcr_qf_ablation", (15.0, 15.0))
+    return [P.Outcomes("r/ref", M05, c05, runs05), P.Outcomes("r/ref-1.5b", M15, c15, runs15)]
+
+
+def test_blockers_follow_the_reports_and_the_not_run_reasons():
+    plan = P.build_plan(_outcomes(), P.PlanConfig(results=("a",)), reg=_registry())
+    status = dict(zip(plan.claims["claim"], plan.claims["status"]))
+    assert status["c2.z.2wiki"] == P.VERDICT                 # confirmed at one model, not separable at the other
+    assert status["c2.y.2wiki"] == P.N
+    assert status["c2.w.2wiki"] == P.N                       # n at 0.5B outranks the model block at 1.5B
+    assert status["c1.x.2wiki.tog"] == P.MODEL               # the parse failed at 0.5B ...
+    assert status["c1.x.hotpotqa.tog"] == P.NOT_RUN          # ... never run on HotpotQA
+    assert status["table2.self-rag-kg-infused.r2.2wiki"] == P.MODEL   # Self-RAG's own 7B
+    assert status["t1.q.musique"] == P.DATA                  # no KG holds MuSiQue's facts
+    assert status["t1.q.2wiki"] == P.DATA
+    assert status["table21.s.r1.2wiki"] == P.DATA             # never run, and its only 2Wiki KG is held out
+    assert status["t1.retrieval_over_nor.musique"] == P.NOT_RUN   # needs a corpus, not a KG
+    assert status["t1.retrieval_over_nor.bamboogle"] == P.DATA    # Bamboogle ships no corpus
+    planned = dict(zip(plan.claims["claim"], plan.claims["planned"]))
+    # a model block seen only at another model than the planned one (1.5B) is a remedy the plan runs
+    assert planned["c1.x.2wiki.tog"] and planned["c1.x.hotpotqa.tog"] and planned["c2.y.2wiki"]
+    assert not planned["table2.self-rag-kg-infused.r2.2wiki"] and not planned["t1.q.musique"]
+    assert not planned["c2.z.2wiki"]
+    src = dict(zip(plan.claims["claim"], plan.claims["effect_source"]))
+    assert src["c1.x.hotpotqa.tog"].startswith("the same claim on 2wiki")
+    assert src["c2.y.2wiki"].startswith(f"own run ({M05}")
+    # m: the TCR-QF claims a test decided or the plan runs (all five); the KG-Infused data claim that carries a p
+    assert plan.meta["m"]["tcr_qf"] == 5 and plan.meta["m"]["kg_infused"] == 2   # + retrieval_over_nor.musique
+    counts = dict(zip(plan.blocker_counts["status"], plan.blocker_counts["claims"]))
+    assert counts == {"verdict": 1, "n": 2, "data": 4, "model": 2, "not run": 2}
+
+
+def test_units_are_capped_costed_and_ranked_by_verdicts_per_core_hour():
+    plan = P.build_plan(_outcomes(), P.PlanConfig(results=("a",)), reg=_registry())
+    u = plan.units
+    assert list(u["rank"]) == list(range(1, len(u) + 1))
+    vals = list(u["verdicts_per_core_hour"])
+    assert vals == sorted(vals, reverse=True)
+    assert (u["n"] <= u["available"]).all()                  # 2Wiki dev200 and HotpotQA's 500 cap the n
+    c = plan.claims.set_index("claim")
+    for rec in u.to_dict("records"):
+        mine = c[(c["notebook"] == rec["notebook"]) & (c["dataset"] == rec["dataset"]) & c["planned"]]
+        assert rec["expected_verdicts"] == pytest.approx(mine["power"].sum(), abs=0.02)
+        assert (mine["planned_n"] == rec["n"]).all()
+    abl = u[u["notebook"] == "42_tcr_qf_ablation"].iloc[0]
+    # the ablation ran at the planned model: 15 + 15 LLM seconds a question, plus nothing to build
+    assert abl["llm_s_per_q"] == pytest.approx(30.0)
+    assert abl["core_hours"] == pytest.approx(2 * 30.0 * abl["n"] / 3600, abs=0.01)
+    main = u[u["notebook"] == "41_tcr_qf_main"]
+    # only 0.5B ran notebook 41: priced at its seconds times the 1.5B / 0.5B ratio of the ablation (15 / 5)
+    assert main["llm_s_per_q"].iloc[0] == pytest.approx(30.0 * 3.0)
+
+
+def test_freeze_writes_json_and_markdown_with_the_commit(tmp_path):
+    plan = P.build_plan(_outcomes(), P.PlanConfig(results=("a",)), reg=_registry())
+    js, md = P.freeze(plan, tmp_path / "claims-plan")
+    assert js.name == f"{plan.meta['made'][:10]}.json" and md.suffix == ".md" and js.stem == md.stem
+    data = json.loads(js.read_text(encoding="utf-8"))
+    assert data["commit"] == plan.meta["commit"] and "commit" in data
+    assert {r["claim"] for r in data["claims"]} == set(_registry()["claim"])
+    assert [u["rank"] for u in data["units"]] == list(plan.units["rank"])
+    text = md.read_text(encoding="utf-8")
+    assert text.startswith("# The claims plan") and "Run units" in text
+
+
+def _md(df, digits=1):
+    return to_markdown(df, digits=digits) if not df.empty else "(none)"
+
+
+def test_report_section_without_and_with_a_frozen_plan(tmp_path):
+    root = tmp_path / "reference"
+    root.mkdir()
+    claims = pd.DataFrame([{"claim": "c2.y.2wiki", "metric": "em", "n_pairs": 120, "verdict": "confirmed"}])
+    runs = pd.DataFrame([{"notebook": "42_tcr_qf_ablation", "dataset": "2wiki", "model": M15, "n": 120}])
+    text = "\n".join(R.report_section(root, claims, runs, M15, _md))
+    assert R.TITLE in text and "No claims plan is frozen" in text
+
+    plan = P.build_plan(_outcomes(), P.PlanConfig(results=("a",)), reg=_registry())
+    P.freeze(plan, tmp_path / "claims-plan")
+    text = "\n".join(R.report_section(root, claims, runs, M15, _md))
+    assert "No claims plan is frozen" not in text
+    assert "c2.y.2wiki" in text and "c1.x.hotpotqa.tog" in text and "t1.q.musique" in text
+    assert "c2.z.2wiki" not in text                            # it had its verdict when the plan was frozen
+    blockers = text.split("by blocker")[1]
+    assert "| n " in blockers and "| data " in blockers
+    unit = next(line for line in text.splitlines() if "42_tcr_qf_ablation" in line)
+    assert "| 120 " in unit                                    # n now beside the planned n
+
+
+def test_registry_counts_every_papers_claims():
+    reg = P.registry()
+    assert reg["claim"].is_unique
+    assert set(reg["paper"]) == {"metaqa", "kg_infused", "sa_rag", "tcr_qf"}
+    assert set(reg["relation"]) <= {">", "<", "~"}
+    assert P.claim_key("c1.tcr_qf_over_baselines.hotpotqa.tog", "hotpotqa") == \
+        P.claim_key("c1.tcr_qf_over_baselines.2wiki.tog", "2wiki")
+    assert P.claim_key("exp2.kg_helps_1hop", "metaqa-1hop") == P.claim_key("exp2.kg_helps_2hop", "metaqa-2hop")
+    # the paper's printed numbers: TCR-QF over ToG on 2Wiki, Table 1 EM 59.8 vs 40.0
+    a, b, where = P.paper_values("tcr_qf", "c1.tcr_qf_over_baselines.2wiki.tog", "2wiki", "tcr-qf", "tog", "em")
+    assert (a, b) == (59.8, 40.0) and "Table 1" in where
+    assert P.paper_values("metaqa", "exp2.kg_helps_1hop", "metaqa-1hop", "llm-kg", "llm", "hit1") is None
