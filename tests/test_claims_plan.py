@@ -243,3 +243,22 @@ def test_registry_counts_every_papers_claims():
     a, b, where = P.paper_values("tcr_qf", "c1.tcr_qf_over_baselines.2wiki.tog", "2wiki", "tcr-qf", "tog", "em")
     assert (a, b) == (59.8, 40.0) and "Table 1" in where
     assert P.paper_values("metaqa", "exp2.kg_helps_1hop", "metaqa-1hop", "llm-kg", "llm", "hit1") is None
+
+
+def test_report_markdown_carries_the_section(tmp_path):
+    from kgrag_lib.report.study import StudyResults, report_markdown
+
+    root = tmp_path / "reference"
+    root.mkdir()
+    text = report_markdown(StudyResults(root), "p")
+    assert R.TITLE in text and "No claims plan is frozen" in text
+    P.freeze(P.build_plan(_outcomes(), P.PlanConfig(results=("a",)), reg=_registry()), tmp_path / R.PLAN_DIR)
+    text = report_markdown(StudyResults(root), "p")
+    assert "No claims plan is frozen" not in text and "c1.x.hotpotqa.tog" in text
+
+
+def test_the_command_refuses_a_folder_without_a_report(tmp_path, capsys):
+    assert P.main(["--results", str(tmp_path / "nowhere")]) == 2
+    assert "holds no REPORT.md" in capsys.readouterr().err
+    with pytest.raises(Exception, match="alpha"):
+        P.PlanConfig(alpha=2.0)

@@ -325,9 +325,6 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "plug-in, StrategyQA and DPO claims), by their outcome here on the primary metric; a claim with no row "
               "above counts as not run.", "", _md(outcomes, 0), "",
               "Why the claims not run were not run:", "", _md(idle, 0) if not idle.empty else "(every claim ran)", ""]
-    main_model = runs["model"].dropna().astype(str).value_counts() if not runs.empty and "model" in runs else pd.Series(dtype=int)
-    parts += preregistration.report_section(res.root, claims, runs, str(main_model.index[0]) if len(main_model) else "no model",
-                                            _md)
     if not claims.empty:
         secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
         parts += [_md(claims[~secondary]), "",
@@ -347,6 +344,9 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
                   "`flips` names the readings whose verdict differs from `hit1`'s, and the claims table says so beside "
                   "the verdict.", "",
                   _md(shown), ""]
+    main_model = runs["model"].dropna().astype(str).value_counts() if not runs.empty and "model" in runs else pd.Series(dtype=int)
+    parts += preregistration.report_section(res.root, claims, runs, str(main_model.index[0]) if len(main_model) else "no model",
+                                            _md)
     parts += ["## Mechanism health", "",
               "Did the part of each method a claim is about run? Per run: the signal and for how many of its "
               f"questions it held. \"{NOT_RECORDED}\": the published per-question files of that run lack the "
