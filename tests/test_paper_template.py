@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1] / "kgrag_lib"
 SHARED_METHODS = {"base.py", "common.py", "registry.py", "prompt_digest.py", "__init__.py", "__pycache__"}
 SHARED_REPORT = {"__init__.py", "claims.py", "tables.py", "figures.py", "study.py", "mechanism.py", "rescore.py",
                  "papers.py", "cross_method.py", "multiplicity.py", "accounting.py", "findings.py", "publish.py",
-                 "__pycache__"}
+                 "plan.py", "preregistration.py", "__pycache__"}
 SHARED_STUDIES = {"__init__.py", "base.py", "profiles.py", "report.py", "order.py", "cross_method.py", "__pycache__"}
 
 
