@@ -395,7 +395,6 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
     if not outcomes:
         raise ConfigError("outcomes: expected at least one results folder's outcomes")
     planned = config.planned_model or outcomes[-1].model
-    by_model = {o.model: o for o in outcomes}
     rows_at = {o.model: ({} if o.claims.empty else {c: r for c, r in zip(o.claims["claim"], o.claims.to_dict("records"))})
                for o in outcomes}
     recs = []
@@ -445,7 +444,7 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
                          "n_needed": need, "_eff": eff})
     extra = pd.DataFrame(eff_rows, index=claims.index)
     claims = pd.concat([claims, extra], axis=1)
-    units = _units(claims, outcomes, by_model, planned, config)
+    units = _units(claims, outcomes, planned, config)
     # each planned claim runs in its unit, at the unit's n: its power there and the unit's cost
     at_unit = {} if units.empty else {(nb, ds): (n, h) for nb, ds, n, h in
                                       zip(units["notebook"], units["dataset"], units["n"], units["core_hours"])}
@@ -513,8 +512,7 @@ def available_questions(dataset: str, split: str | None) -> int | None:
     return SPLIT_QUESTIONS.get((dataset, split or DEFAULT_SPLIT.get(dataset, "")))
 
 
-def _units(claims: pd.DataFrame, outcomes: list[Outcomes], by_model: dict[str, Outcomes], planned: str,
-           config: PlanConfig) -> pd.DataFrame:
+def _units(claims: pd.DataFrame, outcomes: list[Outcomes], planned: str, config: PlanConfig) -> pd.DataFrame:
     """One row per (notebook, dataset, planned model, KG) with its claims' n, power and cost."""
     todo = claims[claims["planned"] & claims["n_needed"].notna()] if "n_needed" in claims else claims.iloc[0:0]
     if todo.empty:
