@@ -1,11 +1,14 @@
 """The claims plan (issue 56): power arithmetic against independent computations, blocker
 classification on small synthetic claims tables, the ranking of run units, the frozen output,
-and REPORT's section with and without a frozen plan. No model, no committed results read."""
+and REPORT's section with and without a frozen plan, whether a model-blocked claim's remedy is
+known, known not to be one, or untested (synthetic probes, then the committed probes and reports).
+No model is called."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -262,3 +265,138 @@ def test_the_command_refuses_a_folder_without_a_report(tmp_path, capsys):
     assert "holds no REPORT.md" in capsys.readouterr().err
     with pytest.raises(Exception, match="alpha"):
         P.PlanConfig(alpha=2.0)
+
+
+# ------------------------------------------------------------------ remedies at the planned model
+
+SA_NB, TCR_NB, KGI_NB = "31_sa_rag_main", "41_tcr_qf_main", "24_retrieval_recall"
+
+
+def _remedy_registry():
+    rows = [("tcr_qf", "c1.x.2wiki.tog", "2wiki", "em"),              # answer line failed at 0.5B
+            ("sa_rag", "c2.s.2wiki.naive", "2wiki", "correct"),       # the judge failed at 0.5B
+            ("sa_rag", "c2.s.musique.naive", "musique", "correct"),   # never run; would need the judge
+            ("sa_rag", "c2.f.2wiki.naive", "2wiki", "f1"),            # F1: no judge, activation failed at 0.5B
+            ("kg_infused", "t4.k.2wiki", "2wiki", "recall@6")]        # subgraph failed at 0.5B
+    # SA-RAG's sides as its registry names them, so the judged claims plan from the paper's printed numbers
+    sides = {"sa_rag": (("sa-rag-cot", None), ("naive-rag", 5))}
+    return pd.DataFrame([{"paper": p, "claim": c, "table": "T", "dataset": d, "relation": ">",
+                          "a": sides.get(p, ("x", "y"))[0], "b": sides.get(p, ("x", "y"))[1], "metric": m}
+                         for p, c, d, m in rows])
+
+
+def _remedy_outcomes():
+    dead = "not testable at this model (mechanism ran for 9 of 30)"
+    c05 = pd.DataFrame([
+        _row("c1.x.2wiki.tog", "2wiki", dead, 40, 25, 30, 0.1, TCR_NB),
+        _row("c2.s.2wiki.naive", "2wiki", P.JUDGE_UNINFORMATIVE, 90, 80, 30, 0.4, SA_NB, metric="correct"),
+        _row("c2.f.2wiki.naive", "2wiki", dead, 35, 25, 30, 0.2, SA_NB, metric="f1", test="sign-flip permutation"),
+        _row("t4.k.2wiki", "2wiki", dead, 50, 40, 30, 0.2, KGI_NB, metric="recall@6", test="sign-flip permutation")])
+    runs = pd.concat([_runs(M05, TCR_NB), _runs(M05, SA_NB, (8.0, 4.0)), _runs(M05, KGI_NB, (3.0, 3.0))],
+                     ignore_index=True)
+    return [P.Outcomes("r/ref", M05, c05, runs), P.Outcomes("r/ref-1.5b", M15, pd.DataFrame(), _runs(M15, TCR_NB))]
+
+
+def _finding(mech, works, model=M15):
+    return P.ProbeFinding(mech, model, works, f"{mech} probe figures", f"probe/{mech[:6]}")
+
+
+def _plan(probes):
+    return P.build_plan(_remedy_outcomes(), P.PlanConfig(results=("a",)), reg=_remedy_registry(), probes=probes)
+
+
+def test_a_probe_that_saw_the_mechanism_run_at_the_planned_model_makes_it_a_known_remedy():
+    probes = [_finding(P.ANSWER_LINE, True), _finding(P.ANSWER_LINE, False, model=M05)]   # 0.5B's finding is beside the point
+    c = _plan(probes).claims.set_index("claim")
+    r = c.loc["c1.x.2wiki.tog"]
+    assert r["status"] == P.MODEL and r["remedy"] == P.KNOWN_REMEDY and r["planned"]
+    assert "probe/TCR-QF" in r["evidence"] and f"known remedy at {M15}" in r["evidence"]
+    assert r["power"] > 0 and r["planned_n"] > 0
+
+
+def test_a_probe_that_saw_the_mechanism_fail_at_the_planned_model_blocks_the_claim_there():
+    with_judge = _plan([_finding(P.JUDGE, False)])
+    c = with_judge.claims.set_index("claim")
+    for cid in ("c2.s.2wiki.naive", "c2.s.musique.naive"):   # blocked at 0.5B, and never run: both need the judge
+        r = c.loc[cid]
+        assert r["status"] == P.MODEL and r["remedy"] == P.NOT_A_REMEDY and not r["planned"]
+        assert "not a remedy at" in r["evidence"] and "probe/the co" in r["evidence"]
+        assert pd.isna(r["power"]) and pd.isna(r["planned_n"])
+    assert c.loc["c2.s.musique.naive", "at"].startswith(M15)
+    # SA-RAG's F1 claim needs no judge: still planned, its activation untested at the planned model
+    assert c.loc["c2.f.2wiki.naive", "planned"] and c.loc["c2.f.2wiki.naive", "remedy"] == P.UNTESTED
+    # the unit's expected verdicts count only the claims it can decide: the F1 one
+    unit = with_judge.units[(with_judge.units["notebook"] == SA_NB) & (with_judge.units["dataset"] == "2wiki")].iloc[0]
+    assert unit["claims"] == 1
+    assert unit["expected_verdicts"] == pytest.approx(c.loc["c2.f.2wiki.naive", "power"], abs=0.01)
+    assert "musique" not in set(with_judge.units["dataset"])
+    # without the probe the judged claim is an untested remedy and its power is counted
+    untested = _plan(None)
+    u0 = untested.units[(untested.units["notebook"] == SA_NB) & (untested.units["dataset"] == "2wiki")].iloc[0]
+    assert u0["claims"] == 2 and u0["expected_verdicts"] > unit["expected_verdicts"] + 0.05
+    assert untested.claims.set_index("claim").loc["c2.s.2wiki.naive", "effect_source"].startswith("the paper's")
+    assert untested.meta["m"]["sa_rag"] > with_judge.meta["m"]["sa_rag"]   # alpha / m no longer spent on them
+
+
+def test_a_model_block_without_a_probe_at_the_planned_model_is_planned_as_untested():
+    plan = _plan([_finding(P.KG_SUBGRAPH, True, model=M05), _finding(P.ANSWER_LINE, True)])
+    r = plan.claims.set_index("claim").loc["t4.k.2wiki"]
+    assert r["status"] == P.MODEL and r["remedy"] == P.UNTESTED and r["planned"]
+    assert f"untested at the planned model ({M15})" in r["evidence"]
+    assert plan.units["notebook"].eq(KGI_NB).any()
+    # a never-run claim whose mechanism no probe saw fail stays `not run` and planned, with no remedy to name
+    r = plan.claims.set_index("claim").loc["c2.s.musique.naive"]
+    assert r["status"] == P.NOT_RUN and r["planned"] and r["remedy"] == ""
+    md = plan.to_markdown()
+    assert f"KG-Infused RAG's subgraph at `{M05}` runs" in md 
+    header = md.split("## Every registered claim")[1].strip().splitlines()[0]
+    assert [h.strip() for h in header.strip("|").split("|")][8] == "remedy"
+
+
+def test_read_probes_reads_the_judge_the_answer_probe_and_run_folders(tmp_path):
+    (tmp_path / "judge").mkdir()
+    runs = [{"model": m, "run": r, "summary": {"judge_informative": ok, "control_wrong_accepted": 20.0,
+                                               "no_overlap_accepted": 70.0 if not ok else 10.0, "no_overlap_n": 12}}
+            for m, r, ok in ((M15, "naive-rag", True), (M15, "sa-rag", False), (M05, "naive-rag", True))]
+    (tmp_path / "judge" / "summary.json").write_text(json.dumps({"runs": runs}))
+    (tmp_path / "answer").mkdir()
+    (tmp_path / "answer" / "summary.json").write_text(json.dumps({"models": [
+        {"model": M05, "questions": 20, "read": 9}, {"model": M15, "questions": 20, "read": 10}]}))
+    run = tmp_path / "kgi-x"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"config": {"run": {"method": "kg-infused", "dataset": "2wiki",
+                                                                       "model": M15}}}))
+    (run / "questions.jsonl").write_text("\n".join(json.dumps(
+        {"qid": str(i), "issues": [], "mechanism": {"subgraph_triples": int(i < 7), "qe_changed": True}})
+        for i in range(20)) + "\n")
+    got = {(f.mechanism, f.model): f for f in P.read_probes(tmp_path)}
+    assert not got[(P.JUDGE, M15)].works                      # one of its runs was uninformative
+    assert got[(P.JUDGE, M05)].works
+    assert "70% of 12" in got[(P.JUDGE, M15)].detail
+    assert not got[(P.ANSWER_LINE, M05)].works and got[(P.ANSWER_LINE, M15)].works   # 9 < 20 / 2 <= 10
+    kg = got[(P.KG_SUBGRAPH, M15)]
+    assert not kg.works and "7 of 20" in kg.detail and kg.source == str(run)
+    (tmp_path / "answer" / "summary.json").write_text("{not json")
+    with pytest.raises(P.ConfigError, match="answer/summary.json"):
+        P.read_probes(tmp_path)
+    with pytest.raises(P.ConfigError, match="probes"):
+        P.read_probes(tmp_path / "nowhere")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_committed_probes_keep_sa_rag_judged_claims_out_of_the_1_5b_plan():
+    folders = tuple(str(ROOT / f) for f in P.DEFAULT_RESULTS)
+    probes = P.read_probes(ROOT / P.DEFAULT_PROBES)
+    plan = P.build_plan([P.read_outcomes(f) for f in folders], P.PlanConfig(results=folders), probes=probes)
+    assert plan.meta["planned_model"] == "qwen2.5-coder-1.5b-q4"
+    c = plan.claims
+    judged = c[(c["paper"] == "sa_rag") & (c["metric"] == "correct")]
+    assert len(judged) > 0
+    assert not judged["planned"].any() and (judged["status"] == P.MODEL).all()
+    assert (judged["remedy"] == P.NOT_A_REMEDY).all() and judged["evidence"].str.contains("judge/summary.json").all()
+    assert not (plan.units["notebook"] == SA_NB).any()        # no SA-RAG unit left to run at 1.5B
+    # TCR-QF's answer line and KG-Infused RAG's subgraph run at 1.5B: their model-blocked claims are planned
+    tcr_kgi = c[c["paper"].isin(["tcr_qf", "kg_infused"]) & (c["remedy"] != "")]
+    assert len(tcr_kgi) > 0 and (tcr_kgi["remedy"] == P.KNOWN_REMEDY).all() and tcr_kgi["planned"].all()

@@ -11,16 +11,25 @@ REPORT reads them: `study.collect`, `study.assessed_claims`), with no model call
   KG is the held-out 2Wiki KG), `model` (the model could not run the mechanism: SA-RAG's judge
   failed its controls, TCR-QF's answer line does not parse, Self-RAG's own 7B, DPO at 7-8B; or no
   question scores on either side), `not run` (never run here), with the evidence;
+- per claim whose blocker is the model, or that a run at the planned model would need a mechanism
+  for: what the committed mechanism probes (`results/mechanism-probe/`, `read_probes`) say of
+  that mechanism at the planned model: a **known remedy** (the probe saw it run there: TCR-QF's
+  answer line, KG-Infused RAG's subgraph at 1.5B), **not a remedy** (the probe saw it fail
+  there: the 1.5B correctness judge, so SA-RAG's judged `correct` claims stay `model`, unplanned,
+  with the probe as evidence; a never-run claim that needs it is `model` too), or **untested** at
+  the planned model (planned, and said so);
 - for a claim blocked by n, never run, or blocked at a model other than the planned one (a
-  remedy the CPU can try): the n at which the paired effect seen so far reaches 80 % power at
-  alpha / m (`eval.power`; m = the claims of that paper that can enter its Holm family: those a
-  paired test decided in some committed report, plus those this plan would run; alpha / m is the
-  Bonferroni bound on Holm's first step, so the n is conservative), with the effect from the
-  claim's own run, else the same claim on the nearest dataset or model, else the paper's printed
-  difference (the source is named); n is capped at the questions the dataset's split holds;
+  remedy the CPU can try, unless a probe shows it is none): the n at which the paired effect
+  seen so far reaches 80 % power at alpha / m (`eval.power`; m = the claims of that paper that
+  can enter its Holm family: those a paired test decided in some committed report, plus those
+  this plan would run; alpha / m is the Bonferroni bound on Holm's first step, so the n is
+  conservative), with the effect from the claim's own run, else the same claim on the nearest
+  dataset or model, else the paper's printed difference (the source is named); n is capped at
+  the questions the dataset's split holds;
 - run units (notebook x dataset x model x KG), each at the largest n its claims need (capped), its
   expected verdicts (the sum of its claims' power at that n) and its core-hours at the committed
-  per-question LLM seconds of the planned model, ranked by expected verdicts per core-hour.
+  per-question LLM seconds of the planned model, ranked by expected verdicts per core-hour; only
+  planned claims (those the plan expects a run to decide) count towards a unit's expected verdicts.
 
 `--freeze DIR` writes `DIR/<date>.json` and `.md` with the commit of the code that made it; REPORT
 shows the newest frozen plan beside the outcomes (`report.preregistration`), so no claim's n is
@@ -47,7 +56,8 @@ from ..provenance import git_commit
 from .accounting import PAPER_NAMES, REFERENCE_REASONS
 from .claims import JUDGE_UNINFORMATIVE
 from .kg_infused import paper_numbers as kgi
-from .mechanism import NOT_TESTABLE_DATA, NOT_TESTABLE_MODEL
+from .mechanism import (DECOMPOSING, KG_METHODS, NOT_TESTABLE_DATA, NOT_TESTABLE_MODEL, SA_RAG_METHODS, TCR_METHODS,
+                        ran_too_rarely, run_health)
 from .metaqa import paper_numbers as mq
 from .sa_rag import paper_numbers as sar
 from .tables import to_markdown
@@ -62,6 +72,7 @@ PRIORITY = (VERDICT, N, DATA, MODEL, NOT_RUN)
 BINARY_METRICS = ("hit1", "hit1_exact", "em", "acc", "correct")
 SECONDARY_METRICS = ("hit1_exact", "f1")
 DEFAULT_RESULTS = ("results/reference", "results/reference-1.5b")
+DEFAULT_PROBES = "results/mechanism-probe"
 
 # Questions each split holds (the data manifests, `data/manifests/datasets.yaml`): the cap of a
 # planned n. MetaQA: the vanilla test files; 2Wiki dev200 is the file with paragraphs (164 of 200
@@ -101,6 +112,10 @@ class PlanConfig:
     alpha: float = field(default=0.05, metadata={"help": "family-wise level; each claim is planned at alpha / m"})
     power: float = field(default=0.8, metadata={"help": "the power a claim's planned n reaches"})
     cores: int = field(default=2, metadata={"help": "cores the llama.cpp runs use: core-hours = cores x wall hours"})
+    probes: str | None = field(default=DEFAULT_PROBES, metadata={
+        "help": "folder of the committed mechanism probes (judge/, answer/, run folders) that say whether the "
+                "planned model runs a mechanism a smaller model failed; None: no probe read (every such "
+                "remedy is untested)"})
 
     def __post_init__(self) -> None:
         if not self.results:
@@ -260,6 +275,115 @@ def effect_from_paper(values: tuple[float, float, str]) -> Effect:
                   p_a=pa * (1 - pb), p_b=pb * (1 - pa))
 
 
+# ------------------------------------------------------------------ mechanism probes
+
+# The mechanisms a claim needs the model to run (issue 28's probes test them one at a time).
+JUDGE = "the correctness judge (eval.judge)"
+ANSWER_LINE = "TCR-QF's final-answer line"
+KG_SUBGRAPH = "KG-Infused RAG's subgraph"
+DECOMPOSITION = "KG-RAG's decomposition"
+ACTIVATION = "SA-RAG's spreading activation"
+# What the probes say of a mechanism at the planned model.
+KNOWN_REMEDY, NOT_A_REMEDY, UNTESTED = "known remedy", "not a remedy", "untested at the planned model"
+_PAPER_MECHANISM = {"tcr_qf": ANSWER_LINE, "kg_infused": KG_SUBGRAPH, "metaqa": DECOMPOSITION, "sa_rag": ACTIVATION}
+
+
+def claim_mechanism(paper: str, metric: str) -> str:
+    """The mechanism a run of the claim needs the model for: an LLM-judged metric (`correct`,
+    SA-RAG Table 1's correctness) needs the judge, whatever the paper; otherwise the paper's own
+    mechanism (SA-RAG's F1 needs no judge, only its activation)."""
+    return JUDGE if metric == "correct" else _PAPER_MECHANISM.get(paper, "")
+
+
+def _method_mechanism(method: str) -> str:
+    for methods, mech in ((TCR_METHODS, ANSWER_LINE), (KG_METHODS, KG_SUBGRAPH), (DECOMPOSING, DECOMPOSITION),
+                          (SA_RAG_METHODS, ACTIVATION)):
+        if method in methods:
+            return mech
+    return ""
+
+
+@dataclass(frozen=True)
+class ProbeFinding:
+    """One probe's reading of one mechanism at one model: did it run (the mechanism-health rule,
+    at least half the questions; for a judge, its controls passed), and the figures that say so."""
+
+    mechanism: str
+    model: str
+    works: bool
+    detail: str
+    source: str
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a readable JSON file ({exc}); expected a mechanism probe's output "
+                          "(scripts/judge_probe.py, scripts/answer_probe.py, a `kgrag run` folder)") from exc
+
+
+def read_probes(folder: str | Path) -> list[ProbeFinding]:
+    """The findings of the committed mechanism probes in `folder` (`results/mechanism-probe`):
+    `judge/summary.json` (scripts/judge_probe.py: per judge model, informative or not),
+    `answer/summary.json` (scripts/answer_probe.py: TCR-QF's answer read for x of n) and every
+    run folder (`manifest.json` + `questions.jsonl`, read by `mechanism.run_health`). A missing
+    part is no finding; a part that is there but unreadable is an error."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise ConfigError(f"probes: {folder} is not a folder; expected the mechanism probes' folder, e.g. "
+                          f"{DEFAULT_PROBES}")
+    found: list[ProbeFinding] = []
+    judge = root / "judge" / "summary.json"
+    if judge.is_file():
+        by_model: dict[str, list[dict[str, Any]]] = {}
+        for r in _read_json(judge).get("runs") or []:
+            by_model.setdefault(str(r.get("model")), []).append(r)
+        for model, rs in by_model.items():
+            sums = [r.get("summary") or {} for r in rs]
+            works = bool(sums) and all(bool(x.get("judge_informative")) for x in sums)
+            detail = "; ".join(
+                f"{r.get('run')}: other questions' answers accepted {float(x.get('control_wrong_accepted') or 0):.0f}%, "
+                f"predictions sharing no word with a gold accepted {float(x.get('no_overlap_accepted') or 0):.0f}% of "
+                f"{int(x.get('no_overlap_n') or 0)}, {'informative' if x.get('judge_informative') else 'uninformative'}"
+                for r, x in zip(rs, sums))
+            found.append(ProbeFinding(JUDGE, model, works, detail, str(judge)))
+    answer = root / "answer" / "summary.json"
+    if answer.is_file():
+        for m in _read_json(answer).get("models") or []:
+            x, n = int(m.get("read") or 0), int(m.get("questions") or 0)
+            found.append(ProbeFinding(ANSWER_LINE, str(m.get("model")), n > 0 and not ran_too_rarely(x, n),
+                                      f"answer read for {x} of {n} (the final reasoning request replayed)", str(answer)))
+    for man_path in sorted(root.glob("*/manifest.json")):
+        if not (man_path.parent / "questions.jsonl").is_file():
+            continue
+        run = ((_read_json(man_path).get("config") or {}).get("run") or {})
+        mech = _method_mechanism(str(run.get("method")))
+        if not mech:
+            continue
+        h = run_health({"method": run.get("method"), "dataset": run.get("dataset"), "model": run.get("model"),
+                        "folder": str(man_path.parent)})
+        if h.get("ran") is None or not h.get("n"):
+            continue
+        x, n = int(h["ran"]), int(h["n"])
+        found.append(ProbeFinding(mech, str(run.get("model")), not ran_too_rarely(x, n),
+                                  f"{run.get('method')} on {run.get('dataset')}: {h.get('signal')} {x} of {n}",
+                                  str(man_path.parent)))
+    return found
+
+
+def remedy(mechanism: str, model: str, probes: Iterable[ProbeFinding]) -> tuple[str, str]:
+    """(KNOWN_REMEDY | NOT_A_REMEDY | UNTESTED, the evidence) for running `mechanism` at `model`:
+    not a remedy when any probe saw it fail there, a known one when probes saw it run there."""
+    mine = [f for f in probes if f.mechanism == mechanism and f.model == model]
+    if not mechanism or not mine:
+        return UNTESTED, f"{UNTESTED} ({model}): no mechanism probe of {mechanism or 'its mechanism'} there"
+    bad = [f for f in mine if not f.works]
+    kind, shown = (NOT_A_REMEDY, bad) if bad else (KNOWN_REMEDY, mine)
+    verb = "fails" if bad else "runs"
+    return kind, f"{kind} at {model}: {mechanism} {verb} there (" + "; ".join(f"{f.detail}; {f.source}" for f in shown) + ")"
+
+
 # ------------------------------------------------------------------ reading the reports
 
 
@@ -342,7 +466,7 @@ def not_run_blocker(paper: str, claim: str, dataset: str) -> tuple[str, str]:
 # ------------------------------------------------------------------ the plan
 
 
-CLAIM_COLUMNS = ("paper", "claim", "dataset", "relation", "metric", "status", "at", "evidence", "notebook", "planned",
+CLAIM_COLUMNS = ("paper", "claim", "dataset", "relation", "metric", "status", "at", "evidence", "remedy", "notebook", "planned",
                  "effect", "effect_source", "alpha_m", "n_needed", "planned_n", "power", "unit_core_hours", "note")
 
 
@@ -380,6 +504,10 @@ class Plan:
                  "(the planned model's median cost ratio). A unit runs its notebook's whole grid on the dataset at its "
                  "n, on a fresh sample (samples are not nested in n: `shared_with_now` counts the questions it shares "
                  "with the run it replaces).", "",
+                 "Mechanism probes read (whether the planned model runs what a smaller one failed): "
+                 + ("; ".join(f"{f['mechanism']} at `{f['model']}` {'runs' if f['works'] else 'fails'} (`{f['source']}`)"
+                              for f in m.get("probes") or []) or "none (every remedy at the planned model untested)")
+                 + ".", "",
                  "## Claims by status", "", to_markdown(self.blocker_counts, digits=0), "",
                  "## Run units, by expected verdicts per core-hour", "",
                  to_markdown(self.units, digits=2) if not self.units.empty else "(no unit to run)", "",
@@ -388,9 +516,11 @@ class Plan:
         return "\n".join(lines)
 
 
-def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg: pd.DataFrame | None = None) -> Plan:
+def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg: pd.DataFrame | None = None,
+               probes: Iterable[ProbeFinding] | None = None) -> Plan:
     """The plan from the folders' outcomes (see the module doc); `reg` the registered claims
-    (default: the four papers' registries)."""
+    (default: the four papers' registries); `probes` the mechanism probes' findings
+    (`read_probes`; none: every remedy at the planned model is untested)."""
     reg = registry() if reg is None else reg
     if not outcomes:
         raise ConfigError("outcomes: expected at least one results folder's outcomes")
@@ -420,10 +550,27 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
     claims["notebook"] = [nb or nb_of_key.get(k) or TABLE_NOTEBOOK.get((p, c.split(".")[0]))
                           or TABLE_NOTEBOOK.get((p, c.split("_")[0])) or "?"
                           for nb, k, p, c in zip(claims["notebook"], claims["key"], claims["paper"], claims["claim"])]
+    # a model block seen at another model than the planned one (not one the CPU cannot run): is the
+    # planned model a remedy? The probes say: known, not (the claim stays `model`, unplanned), or
+    # untested (planned). A claim blocked by n or never run whose mechanism a probe saw fail at the
+    # planned model is blocked by that model too: no run there would decide it.
+    findings = list(probes or [])
+    kinds, statuses, ats, evidences = [], [], [], []
+    for r in claims.to_dict("records"):
+        to_remedy = r["status"] == MODEL and not r["tried_at_planned"] and r["at"] != ""
+        kind, why = (remedy(claim_mechanism(r["paper"], r["metric"]), planned, findings)
+                     if to_remedy or r["status"] in (N, NOT_RUN) else ("", ""))
+        blocked = kind == NOT_A_REMEDY
+        kinds.append(kind if to_remedy or blocked else "")
+        statuses.append(MODEL if blocked else r["status"])
+        ats.append(r["at"] if to_remedy or not blocked else f"{planned} (mechanism probe)")
+        evidences.append("; ".join(x for x in (r["evidence"], why) if x) if to_remedy or blocked else r["evidence"])
+    claims = claims.assign(status=statuses, at=ats, evidence=evidences, remedy=kinds)
     # what the plan runs: blocked by n, never run, or blocked at another model than the planned one
-    # by a model whose mechanism failed (a CPU remedy: the planned model), not by a model the CPU cannot run
-    remedy = (claims["status"] == MODEL) & ~claims["tried_at_planned"] & (claims["at"] != "")
-    claims["planned"] = claims["status"].isin([N, NOT_RUN]) | remedy
+    # where the planned model is not known to fail the same way
+    to_try = (claims["status"] == MODEL) & ~claims["tried_at_planned"] & (claims["at"] != "") & \
+        (claims["remedy"] != NOT_A_REMEDY)
+    claims["planned"] = claims["status"].isin([N, NOT_RUN]) | to_try
     in_family = {p: int(((claims["paper"] == p) & (claims["planned"] | _tested(claims, rows_at))).sum())
                  for p in claims["paper"].unique()}
     eff_rows = []
@@ -462,7 +609,9 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
             "dirty": commit.get("dirty"), "folders": {o.folder: o.model for o in outcomes}, "planned_model": planned,
             "alpha": config.alpha, "power": config.power, "cores": config.cores, "m": in_family,
             "model_cost_ratio": round(model_cost_ratio(_all_runs(outcomes), planned), 3),
-            "registered": int(len(claims))}
+            "registered": int(len(claims)),
+            "probes": [{"mechanism": f.mechanism, "model": f.model, "works": f.works, "source": f.source}
+                       for f in findings]}
     return Plan(claims, units, meta)
 
 
@@ -622,7 +771,8 @@ def make_plan(config: PlanConfig = PlanConfig()) -> Plan:
     if missing:
         raise ConfigError(f"results: {', '.join(missing)} holds no REPORT.md: expected published results folders, "
                           "e.g. results/reference")
-    return build_plan([read_outcomes(f) for f in config.results], config)
+    return build_plan([read_outcomes(f) for f in config.results], config,
+                      probes=read_probes(config.probes) if config.probes else None)
 
 
 def freeze(plan: Plan, dest: str | Path) -> tuple[Path, Path]:
@@ -642,10 +792,12 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kgrag_lib.report.plan", description=__doc__.split("\n\n")[0])
     ap.add_argument("--freeze", metavar="DIR", help="write DIR/<date>.json and .md (e.g. results/claims-plan)")
     ap.add_argument("--results", nargs="+", default=list(DEFAULT_RESULTS), help=PlanConfig.__dataclass_fields__["results"].metadata["help"])
+    ap.add_argument("--probes", default=DEFAULT_PROBES, help=PlanConfig.__dataclass_fields__["probes"].metadata["help"])
     ap.add_argument("--planned-model", default=None, help=PlanConfig.__dataclass_fields__["planned_model"].metadata["help"])
     args = ap.parse_args(list(argv) if argv is not None else None)
     try:
-        plan = make_plan(PlanConfig(results=tuple(args.results), planned_model=args.planned_model))
+        plan = make_plan(PlanConfig(results=tuple(args.results), planned_model=args.planned_model,
+                                    probes=args.probes or None))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
