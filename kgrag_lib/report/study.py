@@ -29,7 +29,7 @@ from ..rundir import PRED_FILE, read_predictions, read_summary
 from . import cross_method, multiplicity
 from .accounting import account
 from .claims import re_decide_silent
-from .mechanism import (NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
+from .mechanism import (KG_VERDICT_RULE, NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
                         sa_rag_index_health)
 from .metaqa.readings import READINGS, flip_notes, readings_table
 from .papers import PAPER_SETUP
@@ -314,7 +314,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "**not testable with the data here**; one whose "
               "mechanism ran for fewer than half its questions **not testable at this model (mechanism ran for x "
               "of n)**; `statistical verdict` keeps what the paired test alone said, `mechanism` the health of the "
-              "mechanism the claim is about (`kgrag_lib.report.mechanism`).", "",
+              f"mechanism the claim is about (`kgrag_lib.report.mechanism`). **The verdict rule for a KG**: {KG_VERDICT_RULE}", "",
               _md(verdict_counts(claims), 0) if not claims.empty else "(no claims were tested)", ""]
     changed = multiplicity.changed_by_adjustment(claims)
     if not changed.empty:

@@ -39,6 +39,9 @@ KG_DESCRIPTIONS = {
                               "of the other 2WikiMQA dev questions), not Wikidata5M-KG",
     "2wiki-evidence-oracle": "UPPER BOUND: 2Wiki evidence slice holding every evaluated question's own gold facts, "
                              "not Wikidata5M-KG",
+    "2wiki-evidence-full": "every real 2Wiki Wikidata triple here (all dev evidence, the evaluated questions' "
+                           "included, as Wikidata5M holds them) with real passages as seed texts; ~9.5k triples, "
+                           "not Wikidata5M-KG's 21M",
     "wikidata5m": "Wikidata5M-KG (Appendix B preprocessing)",
 }
 # an upper-bound KG bounds only the datasets whose gold facts it holds; beside any other dataset it is
@@ -480,6 +483,28 @@ def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting:
     if kg_report is not None:   # only the claims with a KG side: the others would repeat themselves
         claims = [(f"{c[0]}@{kg}", *c[1:]) for c in claims if c[3][0] in ROUND_VARIANTS or c[5][0] in ROUND_VARIANTS]
     return check_paired_claims(claims, side_values, lambda side: round_label(*side), alpha=alpha, margin=margin)
+
+
+def check_placebo_claims(report: Any, placebo: Any, kg: str, placebo_kg: str, claims: Sequence[tuple] | None = None,
+                         alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
+    """The mechanism claims (`paper_numbers.MECHANISM_CLAIMS`): the same configuration on the same
+    questions, side "kg" read from `report` (the grid on the notebook's KG `kg`), side "placebo" from
+    `placebo` (the grid on `placebo_kg`), paired per question as `check_claims` does. With `placebo`
+    None (no placebo KG ran) every claim reads 'not run'."""
+    def side_values(side: tuple, dataset: str, metric: str) -> dict[str, float] | None:
+        variant, rounds, role = side
+        grid = placebo if role == "placebo" else report
+        if grid is None:
+            return None
+        cells = [c for c in grid.cells if c.dataset == dataset and c.run.method == variant
+                 and (rounds is None or dict(c.run.cfg).get("rounds") == rounds)]
+        return question_values(cells[0].rows, metric) if cells else None
+
+    def label(side: tuple) -> str:
+        return f"{round_label(side[0], side[1])} on {placebo_kg if side[2] == 'placebo' else kg}"
+
+    claims = list(paper_numbers.MECHANISM_CLAIMS if claims is None else claims)
+    return check_paired_claims(claims, side_values, label, alpha=alpha, margin=margin)
 
 
 def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: str = "avg") -> pd.DataFrame:
