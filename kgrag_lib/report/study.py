@@ -396,17 +396,28 @@ def write_report(res: StudyResults, dest: str | Path, profile: str, deviations: 
 
 
 def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[dict[str, Any]]:
-    """A run's questions without traces: qid, dataset, prediction, golds, per-question scores, cost."""
+    """A run's questions without traces: qid, dataset, prediction, golds, per-question scores, cost;
+    and, where the run records them, `retrieved` (the passage ids its trace retrieved, in rank order)
+    and `gold_ids` (the question's gold supporting passages, which the runner records), so Recall@k
+    (KG-Infused RAG's Table 4) recomputes from the published rows (issue 56)."""
+    from .kg_infused.tables import retrieved_ids
+
     rows = read_predictions(run_folder / PRED_FILE)
     items = score_items(rows, tuple(metrics))
     keep = ("qid", "dataset", "prediction", "answers", "failed", "error", "cost")
     out = []
     for i, r in enumerate(rows):
-        rec = {**{k: r.get(k) for k in keep}, "issues": (r.get("trace") or {}).get("issues") or [],
+        trace = r.get("trace") or {}
+        rec = {**{k: r.get(k) for k in keep}, "issues": trace.get("issues") or [],
                **{m: items[m][i] for m in items}}
-        mech = mechanism_record(r.get("trace") or {}, r.get("question"), r.get("answers"))
+        mech = mechanism_record(trace, r.get("question"), r.get("answers"))
         if mech:
             rec["mechanism"] = mech
+        got = retrieved_ids(trace)
+        if got:
+            rec["retrieved"] = got
+        if r.get("gold_ids"):
+            rec["gold_ids"] = [str(g) for g in r["gold_ids"]]
         out.append(rec)
     return out
 

@@ -293,12 +293,30 @@ RETRIEVED_KEYS = ("retrieved_ids", "passage_ids", "passages")
 
 
 def retrieved_ids(trace: Mapping[str, Any]) -> list[str]:
-    """Passage ids a prediction's trace retrieved, in rank order (q's then q''s for QE)."""
+    """Passage ids a prediction's trace retrieved, in rank order (q's then q''s for QE); a list
+    entry that names no passage (a dict without `pid`) is skipped, a non-list value ignored."""
     for key in RETRIEVED_KEYS:
         v = (trace or {}).get(key)
-        if v:
-            return [str(x["pid"]) if isinstance(x, Mapping) else str(x) for x in v]
+        if v and isinstance(v, (list, tuple)):
+            ids = [str(x["pid"]) if isinstance(x, Mapping) else str(x) for x in v
+                   if not isinstance(x, Mapping) or x.get("pid") is not None]
+            if ids:
+                return ids
     return []
+
+
+def row_retrieved(row: Mapping[str, Any]) -> list[str]:
+    """The retrieved passage ids of a prediction row (its trace) or of a published compact row
+    (`retrieved`, `study.compact_rows`)."""
+    return retrieved_ids(row.get("trace") or {}) or [str(x) for x in row.get("retrieved") or []]
+
+
+def row_gold(row: Mapping[str, Any], supporting: Mapping[str, Sequence[str]] | None) -> list[str]:
+    """A question's gold passage ids: from `supporting` (qid -> ids) when given, else the ids the
+    runner recorded on the row (`gold_ids`)."""
+    if supporting is not None:
+        return list(supporting.get(row["qid"], []))
+    return [str(g) for g in row.get("gold_ids") or []]
 
 
 def recall_rows(predictions: Iterable[Mapping[str, Any]], supporting: Mapping[str, Sequence[str]],
@@ -307,7 +325,7 @@ def recall_rows(predictions: Iterable[Mapping[str, Any]], supporting: Mapping[st
     out = []
     for r in predictions:
         gold = list(supporting.get(r["qid"], []))
-        got = retrieved_ids(r.get("trace") or {})
+        got = row_retrieved(r)
         out.append({"qid": r["qid"], "dataset": r.get("dataset", ""), "n_retrieved": len(got),
                     "n_gold": len(gold), f"recall@{k}": recall_at_k(got, gold, k) if gold else None})
     return out
@@ -442,13 +460,14 @@ def question_values(rows: Iterable[Mapping[str, Any]], metric: str, supporting: 
                     ) -> dict[str, float]:
     """qid -> one question's value of `metric` in [0, 1]: avg (mean of Acc, F1, EM; Acc alone for
     yes/no StrategyQA, as the paper's tables), any answer metric, or recall@K from the trace
-    against `supporting` (questions without gold passages are left out)."""
+    against `supporting` (else the row's own `gold_ids`; questions without gold passages are left
+    out), from a prediction's trace or a published compact row (`retrieved`)."""
     out: dict[str, float] = {}
     for r in rows:
         if metric.startswith("recall@"):
-            gold = list((supporting or {}).get(r["qid"], []))
+            gold = row_gold(r, supporting)
             if gold:
-                out[r["qid"]] = recall_at_k(retrieved_ids(r.get("trace") or {}), gold, int(metric.split("@")[1]))
+                out[r["qid"]] = recall_at_k(row_retrieved(r), gold, int(metric.split("@")[1]))
             continue
         if metric == "avg":
             if r.get("dataset") == "strategyqa":
