@@ -18,8 +18,9 @@ from kgrag_lib.kg import KGStore
 from kgrag_lib.kg import sources
 from kgrag_lib.kg.sources import (FULL_KG, build_2wiki_full_store, evidence_coverage, evidence_table, load_kg,
                                   verbalized_description)
-from kgrag_lib.methods.kg_infused.kg_sources import (PASSAGE_SEED_TEXT_FORM, described_ids, kg_seed_embedding_source,
-                                                     passages_only)
+from fakes import BagOfWordsEmbedder
+from kgrag_lib.methods.kg_infused.kg_sources import (PASSAGE_SEED_TEXT_FORM, build_kg_source, described_ids,
+                                                     kg_seed_embedding_source, passages_only)
 from kgrag_lib.records import Question, Triple
 from test_kg_sources import CORPUS, LAG, REAL, write_2wiki
 
@@ -79,6 +80,11 @@ def test_seed_texts_of_the_full_kg_are_its_passages_and_nothing_verbalized(tmp_p
     got = [t for block in texts.iter_texts() for t in block]
     assert got == [f"{n}\n{kg.store.description(int(e))}" for n, e in zip(names, texts.ids)]
     assert not any(t.startswith("Roy Del Ruth") for t in got)                # a head without a passage
+    src = build_kg_source(kg, BagOfWordsEmbedder(), tmp_path / "cache", show_progress=False)
+    assert list(src.entity_ids) == list(texts.ids) and src.stats["seed_descriptions_verbalized"] == 0
+    assert src.stats["seeds_without_out_triple"] == 1                         # Lonely Page
+    assert [kg.store.entity_name(e) for e, _ in src.seed_entities(BagOfWordsEmbedder().encode(["Lonely Page"])[0], 1)] \
+        == ["Lonely Page"]
     # the oracle KG keeps its former seeds: every head, its text verbalized from its triples without a passage
     oracle = load_kg("2wiki-evidence-oracle", data_root=root, cache_dir=tmp_path / "cache")
     o_texts, o_kw = kg_seed_embedding_source(oracle)
