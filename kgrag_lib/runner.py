@@ -146,6 +146,8 @@ def _answer_and_score(method: Method, questions: list[Question], done: list[dict
         pred.cost = {**cost, **(pred.cost or {})}
         row = pred.to_dict()
         row["dataset"] = q.dataset
+        if q.supporting:   # gold passage ids: Recall@k recomputes from the published rows (`study.compact_rows`)
+            row["gold_ids"] = list(q.supporting)
         row["requests"] = list(meter.keys) if meter is not None else []  # request ids: what a grid shares
         return row
 

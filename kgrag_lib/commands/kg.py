@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 FORMATS = ("metaqa", "wikidata5m", "tsv")
-KG_HELP = ("a KG by its spec, e.g. metaqa, metaqa:<kb.txt>, 2wiki-evidence-heldout, 2wiki-evidence-oracle, wikidata5m[:<folder>] "
+KG_HELP = ("a KG by its spec, e.g. metaqa, metaqa:<kb.txt>, 2wiki-evidence-heldout, 2wiki-evidence-oracle, "
+           "2wiki-evidence-full, wikidata5m[:<folder>] "
            "(data under $KGRAG_DATA_ROOT, built once into $KGRAG_CACHE_DIR or .cache/)")
 
 
@@ -32,6 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     q = kg_sub.add_parser("stats", help="print {entities, relations, triples} as JSON (triples de-duplicated)")
     source(q)
     q.set_defaults(func=handle_stats)
+
+    q = kg_sub.add_parser("coverage", help="how much of the evaluated 2Wiki questions' evidence each 2Wiki KG holds, "
+                                           "beside the paper's Wikidata5M-KG (computed from its size)")
+    q.add_argument("--kg", nargs="+", default=None, metavar="SPEC",
+                   help="2Wiki KG specs (default: 2wiki-evidence-heldout 2wiki-evidence-oracle 2wiki-evidence-full)")
+    q.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    q.set_defaults(func=handle_coverage)
 
     q = kg_sub.add_parser("neighbors", help="print the N-hop neighbourhood of an entity as <s | r | o> lines")
     source(q)
@@ -130,6 +138,22 @@ def _read(path: str, fmt: str | None):
 def handle_stats(args: argparse.Namespace) -> int:
     kg = _open(args)
     print(json.dumps({"entities": kg.num_entities, "relations": kg.num_relations, "triples": kg.num_triples}))
+    return 0
+
+
+def handle_coverage(args: argparse.Namespace) -> int:
+    """`kg coverage`: `kg.sources.evidence_table` as a table (or JSON rows)."""
+    from ..kg.sources import EVIDENCE_KGS, evidence_table
+
+    rows = evidence_table(specs=args.kg or EVIDENCE_KGS)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    cols = list(rows[0])
+    shown = [[("–" if r[c] is None else str(r[c])) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in shown)) for i, c in enumerate(cols)]
+    for line in [cols, *shown]:
+        print("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
     return 0
 
 

@@ -14,6 +14,15 @@ Specs (the `kg` / `kb` config values):
   the evaluated 2Wiki splits (corpus354 and dev200), so no evaluated question brings its own
   gold facts; facts shared with other questions stay, and the build statistics say how much
   of the evaluated questions' evidence that leaves in the KG.
+- `2wiki-evidence-full` (KG-Infused RAG's 2Wiki KG in the reference profiles): every real
+  2Wiki triple the data root holds (the `evidences` of the 4,000 dev questions and of the 200
+  of MIGRES_200_2wiki.jsonl), entities named as the files name them, and every entity's text a
+  real passage (HippoRAG's 2Wiki corpus, else a paragraph shipped with a MIGRES question): no
+  description is verbalized from the entity's own triples, so no seed text restates a gold
+  fact. Entities with a passage but no triple stay as passage-only seeds; heads without a
+  passage are reachable by activation but never seeds (`stats["seed_texts"] == "passages"`).
+  Like the paper's Wikidata5M, it holds every evaluated question's evidence among other facts;
+  `evidence_coverage` / `evidence_table` measure how much and how diluted.
 - `wikidata5m` / `wikidata5m:<folder>`: KG-Infused RAG's Wikidata5M-KG, built by
   `build_wikidata5m_kg` (Appendix B filters, Table 5 statistics) from the
   official files in `<data root>/wikidata5m/` (or `<folder>`).
@@ -52,7 +61,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -61,7 +70,7 @@ from ..data.metaqa import load_metaqa_kb
 from ..data.registry import metaqa_kb_path, wikidata5m_paths
 from ..data.triples import FORMS
 from ..data.twowiki import load_2wiki, load_2wiki_corpus
-from ..data.wikidata5m import preprocess_wikidata5m
+from ..data.wikidata5m import PAPER_TABLE5, preprocess_wikidata5m
 from ..errors import ConfigError, DataFormatError, KgragError, MissingDataError
 from ..jsonl import atomic_text
 from ..paths import cache_dir as _cache_dir
@@ -240,6 +249,148 @@ def twowiki_evidence_source(held_out: bool) -> Callable[[str, Path], SourcePlan]
     return plan
 
 
+# ---- 2wiki-evidence-full: every real 2Wiki triple, real passages only -----------------------
+FULL_KG = "2wiki-evidence-full"
+# Every file under the data root that holds 2Wiki `evidences` triples (checked against data/INDEX.md:
+# the 4,000 dev questions and MIGRES' 200; the 354-question file is a subset of the 4,000). The
+# Wikidata5M slice there is ids only (no names, no relation labels), so it cannot join these names.
+TWOWIKI_EVIDENCE_FILES = (TWOWIKI_QUESTIONS, "2wiki/MIGRES_200_2wiki.jsonl")
+# `stats["seed_texts"]` of a KG whose seed index holds real passages only (see kg_infused.kg_sources)
+SEED_TEXTS_PASSAGES = "passages"
+
+
+def twowiki_passages(data_root: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Real 2Wiki passages by title: (HippoRAG's corpus, paragraphs shipped with MIGRES' questions
+    whose title the corpus lacks). Only Wikipedia text, never text built from triples."""
+    corpus = {p.title: p.text for p in load_2wiki_corpus(data_root / TWOWIKI_CORPUS)}
+    context: dict[str, str] = {}
+    for q in load_2wiki(data_root / TWOWIKI_EVIDENCE_FILES[1]):
+        for p in q.context:
+            if p.title not in corpus:
+                context.setdefault(p.title, p.text)
+    return corpus, context
+
+
+def build_2wiki_full_store(data_root: Path) -> tuple[KGStore, dict[str, Any]]:
+    """The `2wiki-evidence-full` KG (see the module doc): returns (KGStore, stats)."""
+    triples, prov = [], []
+    qids: set[str] = set()
+    for f in TWOWIKI_EVIDENCE_FILES:
+        for q in load_2wiki(data_root / f):
+            qids.add(q.qid)
+            for t in q.evidence:
+                triples.append(t)
+                prov.append(f"2wiki-dev:{q.qid}")
+    corpus, context = twowiki_passages(data_root)
+    store = KGStore.from_triples(triples, provenance=prov, extra_entities=[*corpus, *context])
+    descriptions, from_corpus, from_context = {}, 0, 0
+    for e in range(store.num_entities):
+        name = store.entity_name(e)
+        if name in corpus:
+            descriptions[e], from_corpus = corpus[name], from_corpus + 1
+        elif name in context:
+            descriptions[e], from_context = context[name], from_context + 1
+    store.set_descriptions(descriptions)
+    heads = np.unique(np.asarray(store.heads))
+    in_triples = np.zeros(store.num_entities, dtype=bool)
+    in_triples[heads] = True
+    in_triples[np.asarray(store.tails)] = True
+    described = np.zeros(store.num_entities, dtype=bool)
+    described[np.fromiter(descriptions, dtype=np.int64, count=len(descriptions))] = True
+    stats = {
+        "kg": FULL_KG,
+        "source": [*TWOWIKI_EVIDENCE_FILES, TWOWIKI_CORPUS],
+        "questions": len(qids),
+        "evidence_rows": len(triples),
+        **size_stats(store),
+        "entities_heading_a_triple": int(heads.size),
+        "descriptions_from_corpus_passage": from_corpus,
+        "descriptions_from_question_paragraph": from_context,
+        "descriptions_verbalized_from_triples": 0,
+        "seed_texts": SEED_TEXTS_PASSAGES,
+        "seed_candidates": int(described.sum()),
+        "passage_only_seeds": int((described & ~in_triples).sum()),
+        "heads_without_passage": int(heads.size - described[heads].sum()),
+        "entities_without_description": int((~described).sum()),
+        **{k: v for k, v in evidence_coverage(store, evaluated_questions(data_root)).items() if k != "kg"},
+    }
+    return store, stats
+
+
+def full_source(arg: str, data_root: Path) -> SourcePlan:
+    _no_argument(FULL_KG, arg)
+    inputs = [data_root / f for f in (*TWOWIKI_EVIDENCE_FILES, TWOWIKI_CORPUS, *TWOWIKI_EVALUATED)]
+    missing = [p for p in dict.fromkeys(inputs) if not p.is_file()]
+    if missing:
+        raise MissingDataError(f"{missing[0]} not found: the {FULL_KG} KG is built from "
+                               f"{', '.join(str(p.relative_to(data_root)) for p in dict.fromkeys(inputs))} "
+                               "under the data root")
+    return SourcePlan(FULL_KG, list(dict.fromkeys(inputs)), lambda: build_2wiki_full_store(data_root))
+
+
+# ---- how much of the evaluated questions' evidence a KG holds ---------------------------------
+def evaluated_questions(data_root: Path) -> list[Any]:
+    """The questions of the evaluated 2Wiki splits (`TWOWIKI_EVALUATED`) that carry evidence, once each."""
+    seen: dict[str, Any] = {}
+    for f in TWOWIKI_EVALUATED:
+        for q in load_2wiki(data_root / f):
+            if q.evidence:
+                seen.setdefault(q.qid, q)
+    return list(seen.values())
+
+
+def evidence_coverage(store: KGStore, questions: Sequence[Any], kg: str = "") -> dict[str, Any]:
+    """How much of each question's gold evidence (`Question.evidence`) `store` holds, and how diluted
+    it is there: the mean share per question (%), the share of questions with all of theirs (%), the
+    distinct evidence triples, and which share of the KG's triples they are (%). Triples compare by
+    their names (subject, relation, object) as the files give them. For KGs of the 2Wiki
+    evidence's size (it reads every triple of the store)."""
+    held = {(t.s, t.r, t.o) for t in (store.triple(i) for i in range(store.num_triples))}
+    shares, gold = [], set()
+    for q in questions:
+        ev = {(t.s, t.r, t.o) for t in q.evidence}
+        if ev:
+            gold |= ev
+            shares.append(sum(t in held for t in ev) / len(ev))
+    if not shares:
+        raise ConfigError("evidence_coverage: no question carries evidence triples (Question.evidence)")
+    in_kg = sum(t in held for t in gold)
+    return {"kg": kg, "triples": int(store.num_triples), "entities": int(store.num_entities),
+            "evaluated_questions": len(shares),
+            "evidence_held_mean_pct": round(100.0 * sum(shares) / len(shares), 2),
+            "questions_with_all_evidence_pct": round(100.0 * sum(s == 1.0 for s in shares) / len(shares), 2),
+            "evaluated_evidence_triples": len(gold),
+            "kg_triples_that_are_evidence_pct": round(100.0 * in_kg / max(store.num_triples, 1), 4)}
+
+
+def wikidata5m_evidence_row(evidence_triples: int) -> dict[str, Any]:
+    """The paper's KG (Wikidata5M-KG, Table 5) in `evidence_coverage`'s terms, computed from its
+    published size: it holds every evaluated question's evidence by the paper's premise (2Wiki was
+    generated from Wikidata; not checked here, the data root has no Wikidata5M names), so the share of
+    its triples that are evidence is `evidence_triples` over its 20,987,217 triples."""
+    size = PAPER_TABLE5["Wikidata5M-KG"]
+    return {"kg": "Wikidata5M-KG (paper, Table 5; computed)", "triples": size["triples"],
+            "entities": size["entities"], "evaluated_questions": None,
+            "evidence_held_mean_pct": 100.0, "questions_with_all_evidence_pct": 100.0,
+            "evaluated_evidence_triples": evidence_triples,
+            "kg_triples_that_are_evidence_pct": round(100.0 * evidence_triples / size["triples"], 4)}
+
+
+EVIDENCE_KGS = ("2wiki-evidence-heldout", "2wiki-evidence-oracle", FULL_KG)
+
+
+def evidence_table(data_root: Path | str | None = None, cache_dir: Path | str | None = None,
+                   specs: Sequence[str] = EVIDENCE_KGS) -> list[dict[str, Any]]:
+    """`evidence_coverage` of each KG in `specs` (built once, cached) over the evaluated 2Wiki
+    questions, then the paper's Wikidata5M-KG computed from its size (`wikidata5m_evidence_row`):
+    what `kgrag kg coverage` prints and notebooks 20 and 21 show. No model is involved."""
+    root = _data_root(data_root)
+    questions = evaluated_questions(root)
+    rows = [evidence_coverage(load_kg(s, data_root=root, cache_dir=cache_dir).store, questions, kg=s) for s in specs]
+    gold = {(t.s, t.r, t.o) for q in questions for t in q.evidence}
+    return rows + [wikidata5m_evidence_row(len(gold))]
+
+
 # ---- Wikidata5M -----------------------------------------------------------------------
 def wikidata5m_source(arg: str, data_root: Path) -> SourcePlan:
     paths = wikidata5m_paths(data_root, folder=Path(arg).expanduser() if arg else None)
@@ -295,6 +446,7 @@ SOURCES: dict[str, Source] = {
     "metaqa": Source(metaqa_source, "'metaqa', 'metaqa:<kb.txt-format file>'"),
     "2wiki-evidence-heldout": Source(twowiki_evidence_source(True), "'2wiki-evidence-heldout'"),
     "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)"),
+    FULL_KG: Source(full_source, f"'{FULL_KG}'"),
     "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'"),
     "text": Source(None, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>][:max_<cap>=<N>...]' (with llm=)", needs_llm=True,
                    provider="kgrag_lib.methods.sa_rag"),

@@ -261,11 +261,14 @@ class KGStore:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_triples(cls, triples: Iterable[Triple], provenance: Iterable[str | None] | None = None) -> "KGStore":
+    def from_triples(cls, triples: Iterable[Triple], provenance: Iterable[str | None] | None = None,
+                     extra_entities: Iterable[str] = ()) -> "KGStore":
         """Build from named triples (de-duplicated; ids of entities in order of first appearance).
 
         `provenance` gives, per triple, the id of the passage it came from (None for none, or a
-        list of ids); a duplicate triple keeps the union of its passages.
+        list of ids); a duplicate triple keeps the union of its passages. `extra_entities` are
+        names added after the triples' entities, in order, when no triple names them: entities
+        without a triple (e.g. one known only by its passage), which a seed index may still hold.
         """
         # streamed into int32 buffers: only the distinct names are held as Python strings
         ents: dict[str, int] = {}
@@ -276,6 +279,8 @@ class KGStore:
             h.append(ents.setdefault(s, len(ents)))
             r.append(rels.setdefault(rel, len(rels)))
             t.append(ents.setdefault(o, len(ents)))
+        for name in extra_entities:
+            ents.setdefault(str(name), len(ents))
         prov = _provenance_lists(provenance, len(h))
         as_np = lambda buf: np.frombuffer(buf, dtype=np.int32) if len(buf) else np.empty(0, np.int32)  # noqa: E731
         return cls._build(as_np(h), as_np(r), as_np(t), StringTable.from_strings(ents),

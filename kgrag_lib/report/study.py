@@ -29,7 +29,7 @@ from ..rundir import PRED_FILE, read_predictions, read_summary
 from . import cross_method, multiplicity, preregistration
 from .accounting import account
 from .claims import re_decide_silent
-from .mechanism import (NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
+from .mechanism import (KG_VERDICT_RULE, NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
                         sa_rag_index_health)
 from .metaqa.readings import READINGS, flip_notes, readings_table
 from .papers import PAPER_SETUP
@@ -314,7 +314,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "**not testable with the data here**; one whose "
               "mechanism ran for fewer than half its questions **not testable at this model (mechanism ran for x "
               "of n)**; `statistical verdict` keeps what the paired test alone said, `mechanism` the health of the "
-              "mechanism the claim is about (`kgrag_lib.report.mechanism`).", "",
+              f"mechanism the claim is about (`kgrag_lib.report.mechanism`). **The verdict rule for a KG**: {KG_VERDICT_RULE}", "",
               _md(verdict_counts(claims), 0) if not claims.empty else "(no claims were tested)", ""]
     changed = multiplicity.changed_by_adjustment(claims)
     if not changed.empty:
@@ -399,17 +399,28 @@ def write_report(res: StudyResults, dest: str | Path, profile: str, deviations: 
 
 
 def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[dict[str, Any]]:
-    """A run's questions without traces: qid, dataset, prediction, golds, per-question scores, cost."""
+    """A run's questions without traces: qid, dataset, prediction, golds, per-question scores, cost;
+    and, where the run records them, `retrieved` (the passage ids its trace retrieved, in rank order)
+    and `gold_ids` (the question's gold supporting passages, which the runner records), so Recall@k
+    (KG-Infused RAG's Table 4) recomputes from the published rows (issue 56)."""
+    from .kg_infused.tables import retrieved_ids
+
     rows = read_predictions(run_folder / PRED_FILE)
     items = score_items(rows, tuple(metrics))
     keep = ("qid", "dataset", "prediction", "answers", "failed", "error", "cost")
     out = []
     for i, r in enumerate(rows):
-        rec = {**{k: r.get(k) for k in keep}, "issues": (r.get("trace") or {}).get("issues") or [],
+        trace = r.get("trace") or {}
+        rec = {**{k: r.get(k) for k in keep}, "issues": trace.get("issues") or [],
                **{m: items[m][i] for m in items}}
-        mech = mechanism_record(r.get("trace") or {}, r.get("question"), r.get("answers"))
+        mech = mechanism_record(trace, r.get("question"), r.get("answers"))
         if mech:
             rec["mechanism"] = mech
+        got = retrieved_ids(trace)
+        if got:
+            rec["retrieved"] = got
+        if r.get("gold_ids"):
+            rec["gold_ids"] = [str(g) for g in r["gold_ids"]]
         out.append(rec)
     return out
 

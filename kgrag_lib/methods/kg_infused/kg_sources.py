@@ -1,7 +1,9 @@
 """The KG KG-Infused RAG activates over (built by `kgrag_lib.kg.sources.load_kg`, specs there:
-`2wiki-evidence-heldout`, the default here, `2wiki-evidence-oracle`, its upper bound; `wikidata5m` / `wikidata5m:<dir>`, the paper's Wikidata5M-KG;
-a saved store folder) plus the dense index over entity descriptions used for seed-entity
-retrieval (§3.4, eqs. 3-4). The description embeddings are cached under `<cache>/embeddings/`.
+`2wiki-evidence-heldout`, the default here, `2wiki-evidence-oracle`, its upper bound;
+`2wiki-evidence-full`, every real 2Wiki triple with real passages only; `wikidata5m` /
+`wikidata5m:<dir>`, the paper's Wikidata5M-KG; a saved store folder) plus the dense index over
+entity descriptions used for seed-entity retrieval (§3.4, eqs. 3-4). The description embeddings
+are cached under `<cache>/embeddings/`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from ...data.wikidata5m import PAPER_TABLE5
 from ...errors import ConfigError
-from ...kg.sources import MAX_VERBALIZED_FACTS, BuiltKG, shared_kg, verbalized_description
+from ...kg.sources import MAX_VERBALIZED_FACTS, SEED_TEXTS_PASSAGES, BuiltKG, shared_kg, verbalized_description
 from ...retrieval import cache_path, embed_cached, source_index
 from .corpus import _index_suffix
 
@@ -44,6 +46,20 @@ def description_text(name: str, description: str) -> str:
 
 # What `SeedTexts` yields, as part of the embedding key: changing the text form changes the key.
 SEED_TEXT_FORM = f"name\\ndescription-or-verbalized-{MAX_VERBALIZED_FACTS}-v1"
+PASSAGE_SEED_TEXT_FORM = "name\\npassage-v1"   # a KG whose seeds are its real passages only
+
+
+def described_ids(store: Any) -> np.ndarray:
+    """Entities with a stored description, ascending: the seed candidates of a KG whose descriptions
+    are real passages only (`2wiki-evidence-full`), with or without a triple (passage-only seeds,
+    which, like Wikidata5M entities the question does not need, compete in the seed index)."""
+    return np.flatnonzero(store.description_lengths() > 0).astype(np.int64)
+
+
+def passages_only(kg: BuiltKG) -> bool:
+    """Whether `kg`'s seed texts must be its real passages only (its build says so: no seed text
+    verbalized from the entity's own triples, which on a KG of gold facts would restate them)."""
+    return (kg.stats or {}).get("seed_texts") == SEED_TEXTS_PASSAGES
 
 
 def seed_candidate_ids(store: Any) -> np.ndarray:
@@ -63,10 +79,14 @@ class SeedTexts:
     Entities without a stored description (found from the string offsets) get one verbalized
     from their triples."""
 
-    def __init__(self, store: Any, ids: np.ndarray):
+    def __init__(self, store: Any, ids: np.ndarray, verbalize: bool = True):
         self.store = store
         self.ids = np.asarray(ids, dtype=np.int64)
         self.has_description = store.description_lengths()[self.ids] > 0 if self.ids.size else np.zeros(0, bool)
+        self.verbalize = verbalize
+        if not verbalize and not self.has_description.all():
+            raise ConfigError("seed texts from passages only: every seed candidate needs a stored description "
+                              f"({int((~self.has_description).sum())} of {self.ids.size} have none)")
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -91,7 +111,7 @@ class SeedTexts:
         """The embedding-cache key of these texts: the saved store's fingerprint and the text
         form; None for a store built in memory or changed since loading (then the texts are hashed)."""
         fp = getattr(self.store, "fingerprint", None)
-        return f"kgstore:{fp}:{SEED_TEXT_FORM}" if fp else None
+        return f"kgstore:{fp}:{SEED_TEXT_FORM if self.verbalize else PASSAGE_SEED_TEXT_FORM}" if fp else None
 
 
 def seed_candidates(store: Any) -> tuple[np.ndarray, list[str]]:
@@ -104,10 +124,12 @@ def seed_candidates(store: Any) -> tuple[np.ndarray, list[str]]:
 def kg_seed_embedding_source(kg: BuiltKG) -> tuple[SeedTexts, dict[str, Any]]:
     """The seed texts of `kg` and the `embed_cached` keywords they are stored under: shared by
     `build_kg_source` and `kgrag data embed --kg`, so an array embedded ahead is the one a run opens."""
-    ids = seed_candidate_ids(kg.store)
+    real_only = passages_only(kg)
+    ids = described_ids(kg.store) if real_only else seed_candidate_ids(kg.store)
     if len(ids) == 0:
-        raise ConfigError(f"kg={kg.spec!r}: no entity has both a description and an outgoing triple")
-    texts = SeedTexts(kg.store, ids)
+        raise ConfigError(f"kg={kg.spec!r}: no entity has " + ("a passage" if real_only else
+                                                               "both a description and an outgoing triple"))
+    texts = SeedTexts(kg.store, ids, verbalize=not real_only)
     return texts, {"name": f"kg-{kg.name}-descriptions", "key": texts.key}
 
 
@@ -126,9 +148,12 @@ def build_kg_source(kg: BuiltKG, embedder: Any, cache_dir: Path, show_progress: 
     vecs = embed_cached(embedder, texts, cache_dir=cache_dir, show_progress=show_progress, batch_size=batch_size, **kw)
     key = cache_path(embedder, texts, cache_dir=cache_dir, **kw).stem if texts.key else None
     found = source_index(vecs, key=key, label=kw["name"], cache_dir=cache_dir, setting=index, placement=placement)
-    return KGSource(name=kg.name, store=kg.store, entity_ids=ids, index=found,
-                    stats={**kg.stats, "seed_candidates": int(len(ids)),
-                           "seed_descriptions_verbalized": int(len(ids) - texts.has_description.sum())})
+    stats = {**kg.stats, "seed_candidates": int(len(ids)),
+             "seed_descriptions_verbalized": int(len(ids) - texts.has_description.sum())}
+    if not texts.verbalize:   # passage-only seeds: an entity with a passage and no outgoing triple
+        heads = np.asarray(kg.store.heads)
+        stats["seeds_without_out_triple"] = int(len(ids) - np.isin(ids, heads).sum())
+    return KGSource(name=kg.name, store=kg.store, entity_ids=ids, index=found, stats=stats)
 
 
 def table5_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:

@@ -37,8 +37,8 @@ DATASETS = ("hotpotqa", "2wiki", "musique", "bamboogle", "strategyqa")
 DEVIATIONS: tuple[str, ...] = ()
 # `kgrag run` flags for the settings most often changed (any other: --set KEY=VALUE).
 CLI_FLAGS = (
-    ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-oracle (upper bound), wikidata5m or a "
-                  "saved KG store"),
+    ("--kg", str, "KG-Infused RAG: 2wiki-evidence-heldout, 2wiki-evidence-full, 2wiki-evidence-oracle (upper bound), "
+                  "wikidata5m or a saved KG store"),
     ("--corpus", str, "KG-Infused RAG: text corpus: auto, pooled, a dataset name, wikipedia (psgs_w100.tsv under "
                       "the data root), wikipedia:<tsv> or sample:<dataset>[:<split>]:n=<N>"),
     ("--index", str, "KG-Infused RAG: faiss index of the corpus and KG descriptions: auto, flat, hnsw or an "
@@ -53,8 +53,8 @@ CLI_FLAGS = (
 class KGInfusedConfig:
     """Settings of every KG-Infused RAG variant (defaults: the paper and its public code)."""
 
-    kg: str = opt("2wiki-evidence-heldout", "KG to activate over: 2wiki-evidence-heldout, 2wiki-evidence-oracle "
-                                            "(upper bound), wikidata5m, wikidata5m:<folder> "
+    kg: str = opt("2wiki-evidence-heldout", "KG to activate over: 2wiki-evidence-heldout, 2wiki-evidence-full, "
+                                            "2wiki-evidence-oracle (upper bound), wikidata5m, wikidata5m:<folder> "
                                     "or the folder of a saved KGStore")
     corpus: str = opt("auto", "text corpus: auto (the question's dataset; pooled if it has none), pooled, "
                               "a dataset name, wikipedia, wikipedia:<psgs_w100.tsv>, or "

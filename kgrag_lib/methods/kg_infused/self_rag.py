@@ -171,8 +171,9 @@ class SelfRAGConfig:
 class SelfRAGKGConfig(SelfRAGConfig):
     """Self-RAG + KG-Infused RAG: the Self-RAG settings plus those of the KG stages."""
 
-    kg: str = opt("2wiki-evidence-heldout", "KG to activate over: 2wiki-evidence-heldout, 2wiki-evidence-oracle "
-                                            "(upper bound), wikidata5m, wikidata5m:<folder> or a saved KGStore folder")
+    kg: str = opt("2wiki-evidence-heldout", "KG to activate over: 2wiki-evidence-heldout, 2wiki-evidence-full, "
+                                            "2wiki-evidence-oracle (upper bound), wikidata5m, wikidata5m:<folder> or "
+                                            "a saved KGStore folder")
     rounds: int = opt(2, "max spreading-activation rounds (Table 2 reports 2 and 3)", min=1)
     max_entities_per_round: int = opt(10, "MAX_ENTITIES_PER_ROUND: cap on newly activated entities per round", min=1)
     max_triples_per_entity: int = opt(50, "MAX_TRIPLES_PER_ENTITY: 1-hop triples shown per entity (seeded sample)",

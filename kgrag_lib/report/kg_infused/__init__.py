@@ -21,6 +21,7 @@ from .tables import (
     Setting,
     activation_depth,
     check_claims,
+    check_placebo_claims,
     answers_frame,
     corpus_description,
     delta,
@@ -54,7 +55,7 @@ from .tables import (
 
 __all__ = [
     "ABLATION_LABELS", "CORPUS_LOCAL", "KG_DESCRIPTIONS", "METRIC_LABELS", "RETRIEVED_KEYS",
-    "ROUND_VARIANTS", "VARIANT_LABELS", "Setting", "activation_depth", "check_claims", "answers_frame", "case_study",
+    "ROUND_VARIANTS", "VARIANT_LABELS", "Setting", "activation_depth", "check_claims", "check_placebo_claims", "answers_frame", "case_study",
     "case_study_markdown", "corpus_description", "delta", "draw_subgraph", "figures", "gold_sources",
     "avg_ci95", "grid_rows", "layout", "metrics_for", "out_degrees",
     "paper_layout", "paper_numbers", "paper_table1", "paper_table3", "paper_table4", "question_values", "pick_case", "plot_out_degrees",

@@ -39,6 +39,9 @@ KG_DESCRIPTIONS = {
                               "of the other 2WikiMQA dev questions), not Wikidata5M-KG",
     "2wiki-evidence-oracle": "UPPER BOUND: 2Wiki evidence slice holding every evaluated question's own gold facts, "
                              "not Wikidata5M-KG",
+    "2wiki-evidence-full": "every real 2Wiki Wikidata triple here (all dev evidence, the evaluated questions' "
+                           "included, as Wikidata5M holds them) with real passages as seed texts; ~9.5k triples, "
+                           "not Wikidata5M-KG's 21M",
     "wikidata5m": "Wikidata5M-KG (Appendix B preprocessing)",
 }
 # an upper-bound KG bounds only the datasets whose gold facts it holds; beside any other dataset it is
@@ -290,12 +293,30 @@ RETRIEVED_KEYS = ("retrieved_ids", "passage_ids", "passages")
 
 
 def retrieved_ids(trace: Mapping[str, Any]) -> list[str]:
-    """Passage ids a prediction's trace retrieved, in rank order (q's then q''s for QE)."""
+    """Passage ids a prediction's trace retrieved, in rank order (q's then q''s for QE); a list
+    entry that names no passage (a dict without `pid`) is skipped, a non-list value ignored."""
     for key in RETRIEVED_KEYS:
         v = (trace or {}).get(key)
-        if v:
-            return [str(x["pid"]) if isinstance(x, Mapping) else str(x) for x in v]
+        if v and isinstance(v, (list, tuple)):
+            ids = [str(x["pid"]) if isinstance(x, Mapping) else str(x) for x in v
+                   if not isinstance(x, Mapping) or x.get("pid") is not None]
+            if ids:
+                return ids
     return []
+
+
+def row_retrieved(row: Mapping[str, Any]) -> list[str]:
+    """The retrieved passage ids of a prediction row (its trace) or of a published compact row
+    (`retrieved`, `study.compact_rows`)."""
+    return retrieved_ids(row.get("trace") or {}) or [str(x) for x in row.get("retrieved") or []]
+
+
+def row_gold(row: Mapping[str, Any], supporting: Mapping[str, Sequence[str]] | None) -> list[str]:
+    """A question's gold passage ids: from `supporting` (qid -> ids) when given, else the ids the
+    runner recorded on the row (`gold_ids`)."""
+    if supporting is not None:
+        return list(supporting.get(row["qid"], []))
+    return [str(g) for g in row.get("gold_ids") or []]
 
 
 def recall_rows(predictions: Iterable[Mapping[str, Any]], supporting: Mapping[str, Sequence[str]],
@@ -304,7 +325,7 @@ def recall_rows(predictions: Iterable[Mapping[str, Any]], supporting: Mapping[st
     out = []
     for r in predictions:
         gold = list(supporting.get(r["qid"], []))
-        got = retrieved_ids(r.get("trace") or {})
+        got = row_retrieved(r)
         out.append({"qid": r["qid"], "dataset": r.get("dataset", ""), "n_retrieved": len(got),
                     "n_gold": len(gold), f"recall@{k}": recall_at_k(got, gold, k) if gold else None})
     return out
@@ -439,13 +460,14 @@ def question_values(rows: Iterable[Mapping[str, Any]], metric: str, supporting: 
                     ) -> dict[str, float]:
     """qid -> one question's value of `metric` in [0, 1]: avg (mean of Acc, F1, EM; Acc alone for
     yes/no StrategyQA, as the paper's tables), any answer metric, or recall@K from the trace
-    against `supporting` (questions without gold passages are left out)."""
+    against `supporting` (else the row's own `gold_ids`; questions without gold passages are left
+    out), from a prediction's trace or a published compact row (`retrieved`)."""
     out: dict[str, float] = {}
     for r in rows:
         if metric.startswith("recall@"):
-            gold = list((supporting or {}).get(r["qid"], []))
+            gold = row_gold(r, supporting)
             if gold:
-                out[r["qid"]] = recall_at_k(retrieved_ids(r.get("trace") or {}), gold, int(metric.split("@")[1]))
+                out[r["qid"]] = recall_at_k(row_retrieved(r), gold, int(metric.split("@")[1]))
             continue
         if metric == "avg":
             if r.get("dataset") == "strategyqa":
@@ -480,6 +502,28 @@ def check_claims(report: Any, claims: Sequence[tuple] | None = None, supporting:
     if kg_report is not None:   # only the claims with a KG side: the others would repeat themselves
         claims = [(f"{c[0]}@{kg}", *c[1:]) for c in claims if c[3][0] in ROUND_VARIANTS or c[5][0] in ROUND_VARIANTS]
     return check_paired_claims(claims, side_values, lambda side: round_label(*side), alpha=alpha, margin=margin)
+
+
+def check_placebo_claims(report: Any, placebo: Any, kg: str, placebo_kg: str, claims: Sequence[tuple] | None = None,
+                         alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
+    """The mechanism claims (`paper_numbers.MECHANISM_CLAIMS`): the same configuration on the same
+    questions, side "kg" read from `report` (the grid on the notebook's KG `kg`), side "placebo" from
+    `placebo` (the grid on `placebo_kg`), paired per question as `check_claims` does. With `placebo`
+    None (no placebo KG ran) every claim reads 'not run'."""
+    def side_values(side: tuple, dataset: str, metric: str) -> dict[str, float] | None:
+        variant, rounds, role = side
+        grid = placebo if role == "placebo" else report
+        if grid is None:
+            return None
+        cells = [c for c in grid.cells if c.dataset == dataset and c.run.method == variant
+                 and (rounds is None or dict(c.run.cfg).get("rounds") == rounds)]
+        return question_values(cells[0].rows, metric) if cells else None
+
+    def label(side: tuple) -> str:
+        return f"{round_label(side[0], side[1])} on {placebo_kg if side[2] == 'placebo' else kg}"
+
+    claims = list(paper_numbers.MECHANISM_CLAIMS if claims is None else claims)
+    return check_paired_claims(claims, side_values, label, alpha=alpha, margin=margin)
 
 
 def kg_difference(base: Any, other: Any, base_kg: str, other_kg: str, metric: str = "avg") -> pd.DataFrame:
