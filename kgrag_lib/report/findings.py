@@ -283,9 +283,9 @@ class Facts:
     def select(self, verdict: str | None = None, table: str | None = None, prefix: str | None = None,
                unadjusted: bool = False, notebook: str | None = None, dataset: str | None = None,
                ran: bool = False, paper: str | None = None, suffix: str | None = None,
-               metric: str | None = None) -> list[Claim]:
+               metric: str | None = None, without: str | None = None) -> list[Claim]:
         """The primary claims of a table (whose name starts with `table`), whose id starts with `prefix`
-        (and ends with `suffix`: `@2wiki-evidence-oracle`, the claims on a KG),
+        (and ends with `suffix`: `@2wiki-evidence-oracle`, the claims on a KG; `without`: whose id lacks it),
         made by notebooks whose name starts with `notebook`, of `paper` (its name or study family), on
         `dataset`, with a verdict starting with `verdict` (the Holm-adjusted one, or the claim's own
         p's); `ran`: leave out those not run; `metric`: the claims on that metric instead (an exploratory one)."""
@@ -307,6 +307,8 @@ class Facts:
             c = c[c["claim"].astype(str).str.startswith(prefix)]
         if suffix is not None:
             c = c[c["claim"].astype(str).str.endswith(suffix)]
+        if without is not None:
+            c = c[~c["claim"].astype(str).str.contains(without, regex=False)]
         if verdict is not None:
             col = "unadjusted verdict" if unadjusted else "verdict"
             c = c[c[col].astype(str).str.startswith(verdict)]
