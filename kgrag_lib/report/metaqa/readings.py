@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...eval.metrics import score_items
-from ...eval.paired import CONFIRMED, NO_SIGNAL, NOT_RUN, NOT_SEPARABLE
+from ...eval.paired import NO_SIGNAL, NOT_RUN, NOT_SEPARABLE
 from .. import multiplicity
 from ..papers import PAPER_SETUP
 from .paper_numbers import CLAIMS
@@ -147,11 +147,6 @@ def readings_table(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     out["flips"] = [", ".join(m for m in READINGS[1:] if rec.get(f"{m} verdict") not in (None, rec.get("hit1 verdict")))
                     for rec in out.to_dict("records")]
     return out
-
-
-def holds_everywhere(rec: Mapping[str, Any]) -> bool:
-    """Whether a claim confirmed on the primary reading is confirmed under every other reading."""
-    return all(rec.get(f"{m} verdict") == CONFIRMED for m in READINGS)
 
 
 def flip_notes(readings: pd.DataFrame) -> Mapping[str, str]:
