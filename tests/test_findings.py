@@ -132,3 +132,121 @@ def test_publish_renders_the_findings_from_what_it_published(folder, tmp_path):
     publish(res, dest, profile="cpu-reference")
     assert (dest / F.OUT_FILE).read_text().strip() == "## Findings\n\nNoR 11.0"
     assert "NoR 11.0" in (dest / "REPORT.md").read_text()
+
+
+# ---- issue 56, item 6: qualitative words computed from the data ----------------------------------------------
+
+@pytest.mark.parametrize("k, n, word", [(0, 4, "none"), (1, 4, "fewer than half"), (2, 4, "half"), (3, 4, "more than half"),
+                                        (4, 4, "all"), ("15 of 30", None, "half"), ("14 of 30", None, "fewer than half"),
+                                        ("25 of 30", None, "more than half")])
+def test_a_quantifier_is_computed_from_its_counts(k, n, word):
+    assert F.quantifier(k, n) == word
+
+
+@pytest.mark.parametrize("k, n", [(5, 4), (-1, 4), (0, 0), ("most of 30", None)])
+def test_a_quantifier_of_impossible_counts_is_refused(k, n):
+    with pytest.raises(ConfigError, match="quantifier"):
+        F.quantifier(k, n)
+
+
+def test_outcomes_are_tallied_by_kind_most_frequent_first():
+    model = "not testable at this model (mechanism ran for {} of 30)"
+    assert F.tally_text([model.format(13), "not separable at this n", model.format(8)]) == \
+        "2 read not testable at this model, 1 not separable at this n"
+    assert F.tally_text(["not testable: the judge failed its controls"] * 3) == \
+        "all 3 read not testable: the judge failed its controls"
+    assert F.tally_text(["confirmed; the readings differ (Holm, the paper's family): hit1 confirmed, hit1_first x"]) == \
+        "all 1 read confirmed"
+    assert F.tally_text([]) == "none"
+
+
+def test_mechanisms_split_at_half_as_the_cross_method_table_marks_them():
+    from kgrag_lib.report.cross_method import mechanism_split
+
+    rows = [{"table": "cross-method", "method": "naive-rag", "mechanism_dead": None},
+            {"table": "cross-method", "method": "sa-rag", "mechanism_dead": True, "mechanism_ran": "12 of 30"},
+            {"table": "cross-method", "method": "tog", "mechanism_dead": False, "mechanism_ran": "25 of 30"},
+            {"table": "cross-method", "method": "sa-rag-qd", "mechanism_dead": False, "mechanism_ran": "15 of 30"},
+            {"table": "cross-method KG build", "method": "x", "mechanism_dead": True}]
+    dead, alive = mechanism_split(rows, exclude=["sa-rag-qd"])
+    assert dead == [{"method": "sa-rag", "ran": "12 of 30"}] and alive == [{"method": "tog", "ran": "25 of 30"}]
+
+
+@pytest.fixture
+def cross_folder(tmp_path):
+    nb = tmp_path / "50_cross_method"
+    nb.mkdir()
+    rows = [{"table": "cross-method", "method": m, "mechanism_ran": f"{k} of 30", "mechanism_dead": k < 15}
+            for m, k in (("tog", 25), ("tog-tcr", 18), ("tcr-qf", 13))]
+    (nb / "summary.json").write_text(json.dumps(rows))
+    return tmp_path
+
+
+def test_a_sentence_on_the_mechanisms_follows_their_counts(cross_folder):
+    (cross_folder / F.TEMPLATE_FILE).write_text(
+        "{% set m = facts.mechanisms('50') %}{{ m.dead|length }} of {{ (m.dead + m.alive)|length }} ran for fewer "
+        "than half ({% for r in m.dead %}{{ r.method }} {{ r.ran }}{{ ', ' if not loop.last }}{% endfor %})\n")
+    assert read_findings(cross_folder) == "1 of 3 ran for fewer than half (tcr-qf 13 of 30)"
+    summary = cross_folder / "50_cross_method" / "summary.json"
+    rows = json.loads(summary.read_text())
+    rows[1].update(mechanism_ran="9 of 30", mechanism_dead=True)
+    summary.write_text(json.dumps(rows))
+    assert read_findings(cross_folder) == "2 of 3 ran for fewer than half (tog-tcr 9 of 30, tcr-qf 13 of 30)"
+
+
+def test_a_qualitative_sentence_the_data_stop_supporting_fails_to_render(cross_folder):
+    (cross_folder / F.TEMPLATE_FILE).write_text(
+        "{% set m = facts.mechanisms('50') %}{{ require(quantifier(m.alive[0].ran) == 'more than half', "
+        "'ToG ran for more than half') }}ToG ran for more than half the questions.\n")
+    assert read_findings(cross_folder) == "ToG ran for more than half the questions."
+    summary = cross_folder / "50_cross_method" / "summary.json"
+    rows = json.loads(summary.read_text())
+    rows[0]["mechanism_ran"] = "10 of 30"
+    summary.write_text(json.dumps(rows))
+    with pytest.raises(ConfigError, match="line 1: .*the data no longer support 'ToG ran for more than half'"):
+        F.render_folder(cross_folder, write=False)
+
+
+@pytest.fixture(scope="module")
+def reference_facts():
+    return F.Facts(REPO_ROOT / "results" / "reference")
+
+
+def test_the_findings_counts_per_paper_are_the_claims_tables(reference_facts):
+    """README's SA-RAG / TCR-QF line and the oracle sentence are tallies of the claims table, not one verdict
+    stretched over a paper (issue 56: "not testable" where two TCR-QF claims read "not separable")."""
+    f = reference_facts
+    for paper in ("sa-rag", "tcr-qf"):
+        verdicts = [F.verdict_kind(c.verdict) for c in f.select(paper=paper, ran=True)]
+        text = f.tally(paper=paper, ran=True)
+        for kind in set(verdicts):
+            assert f"{verdicts.count(kind)} read {kind}" in text or f"{verdicts.count(kind)} {kind}" in text
+    big = f.sibling("reference-1.5b")
+    oracle = big.select(paper="kg-infused", suffix="@2wiki-evidence-oracle", ran=True)
+    assert 0 < len(oracle) < big.family_size("kg-infused")          # the oracle claims are part of the family
+    assert all(c.claim.endswith("@2wiki-evidence-oracle") for c in oracle)
+    block = F.readme_block(REPO_ROOT / "results" / "reference")
+    assert f"of its {len(oracle)} claims after the Holm adjustment over the paper's {big.family_size('kg-infused')}" in block
+
+
+def test_which_confirmations_hold_under_every_reading_follows_the_readings_table(reference_facts):
+    f = reference_facts
+    under = f.under_readings(prefix="exp")
+    assert len(under) == f.count("confirmed", prefix="exp")
+    for u in under:
+        readings = [f.reading(u["claim"].claim, m) for m in ("hit1", "hit1_first", "hit1_sentence")]
+        assert u["holds"] == all(r.v == "confirmed" for r in readings)
+        assert len(u["floors"]) + len(u["falls"]) == sum(r.v != "confirmed" for r in readings)
+    falls = {u["claim"].claim: dict(u["falls"]) for u in under}
+    assert "first-sentence" in falls["exp2.ours_over_llm_3hop"]          # the multi-hop headline (issue 56: Holm 0.38)
+    assert falls["exp2.ours_over_llm_3hop"]["first-sentence"].holm == "Holm 0.3828"
+
+
+def test_the_15b_findings_give_each_comparison_its_own_p():
+    folder = REPO_ROOT / "results" / "reference-1.5b"
+    text = " ".join(F.render_folder(folder, write=False).split())
+    big = F.Facts(folder)
+    for cid in ("t1.kg_infused_over_vanilla_rag.2wiki", "t1.kg_infused_over_vanilla_qe.2wiki", "t3.kg_qe_helps.2wiki",
+                "t3.kg_aug_helps.2wiki", "f2.round2_over_round1.2wiki"):
+        c = big.claim(cid)
+        assert f"{c.d} {c.ci}, {c.p}, {c.holm}" in text, cid

@@ -62,6 +62,22 @@ def health_cells(run: Mapping[str, Any]) -> dict[str, Any]:
     return {"mechanism": text, "mechanism_ran": f"{ran} of {n}", "mechanism_dead": dead}
 
 
+def mechanism_split(rows: Iterable[Mapping[str, Any]], exclude: Iterable[str] = ()
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(dead, alive): the method rows with a mechanism signal, split by whether it ran for fewer than
+    half the questions (`mechanism_dead`), each as {method, ran ("x of n")}, in the rows' order; rows
+    without a signal and the methods in `exclude` left out. The findings read their quantifiers from
+    this, not from a sentence written once."""
+    skip = set(exclude)
+    dead: list[dict[str, Any]] = []
+    alive: list[dict[str, Any]] = []
+    for r in rows:
+        if r.get("table", TABLE) != TABLE or r.get("method") in skip or r.get("mechanism_dead") is None:
+            continue
+        (dead if r["mechanism_dead"] else alive).append({"method": r["method"], "ran": r.get("mechanism_ran")})
+    return dead, alive
+
+
 def method_rows(report: Any, **labels: Any) -> list[dict[str, Any]]:
     """One summary row per cell of the notebook's grid (`grid.GridReport`): method, paper, the
     KG and corpus it read, n, failed, EM / F1 / Acc (percent) with 95% intervals, the LLM calls,

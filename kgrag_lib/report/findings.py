@@ -28,9 +28,9 @@ import pandas as pd
 
 from ..errors import ConfigError
 from . import multiplicity
-from .cross_method import paper_of
+from .cross_method import mechanism_split, paper_of
 from .mechanism import health_table
-from .metaqa.readings import readings_table
+from .metaqa.readings import FLOOR, READINGS, is_floor, readings_table
 from .study import SECONDARY_METRICS, assessed_claims, collect, cost_by_notebook, format_p, unique_runs
 
 TEMPLATE_FILE = "FINDINGS.template.md"
@@ -101,10 +101,14 @@ class Claim:
 
 @dataclass(frozen=True)
 class Reading:
-    """One claim under one of MetaQA's readings: its difference, p and verdict, ready to print."""
+    """One claim under one of MetaQA's readings: both sides' means, the difference, p, the Holm-adjusted
+    p in the paper's family and the verdict read from it, ready to print."""
 
+    mean_a: float
+    mean_b: float
     diff: float
     p_value: float
+    p_holm: float
     v: str
 
     @property
@@ -112,8 +116,72 @@ class Reading:
         return signed(self.diff)
 
     @property
+    def means(self) -> str:
+        """"37.0 vs 19.0" (percent, side A first)."""
+        return f"{num(self.mean_a)} vs {num(self.mean_b)}"
+
+    @property
     def p(self) -> str:
         return _p_phrase("p", self.p_value)
+
+    @property
+    def holm(self) -> str:
+        return _p_phrase("Holm", self.p_holm).replace(" = ", " ")
+
+    @property
+    def floor(self) -> bool:
+        """Whether the reading is a floor effect (neither side scores above `readings.FLOOR`)."""
+        return is_floor(self.v)
+
+
+# How the findings name MetaQA's readings of Hit@1 (`report/metaqa/readings.py`).
+READING_NAMES = {"hit1": "gold-named", "hit1_first": "first-entity", "hit1_sentence": "first-sentence"}
+
+
+def quantifier(k: int | str, n: int | None = None) -> str:
+    """The word a sentence uses for k of n: "none", "fewer than half", "half", "more than half", "all"
+    (so a sentence's quantifier is computed from its counts, never typed); `k` may be the text "x of n"
+    that mechanism health reports."""
+    if n is None:
+        m = re.fullmatch(r"\s*(\d+) of (\d+)\s*", str(k))
+        if not m:
+            raise ConfigError(f"quantifier: expected k and n, or the text 'x of n'; got {k!r}")
+        k, n = m.groups()
+    k, n = int(k), int(n)
+    if n <= 0 or not 0 <= k <= n:
+        raise ConfigError(f"quantifier: k must be in [0, n] with n > 0; got k={k}, n={n}")
+    if k == 0:
+        return "none"
+    if k == n:
+        return "all"
+    return "fewer than half" if 2 * k < n else "half" if 2 * k == n else "more than half"
+
+
+def verdict_kind(verdict: Any) -> str:
+    """A verdict without the readings' note or its parenthesised detail: "not testable at this model
+    (mechanism ran for 13 of 30); ..." -> "not testable at this model"."""
+    return str(verdict).split(";")[0].split(" (")[0].strip()
+
+
+def tally_text(verdicts: list[Any]) -> str:
+    """Outcome counts as a phrase, the most frequent first: "8 read not testable at this model, 2 not
+    separable at this n"; "all 11 read ..." when one outcome covers every claim; "none" for no claim."""
+    kinds = [verdict_kind(v) for v in verdicts]
+    if not kinds:
+        return "none"
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+    if len(counts) == 1:
+        return f"all {len(kinds)} read {kinds[0]}"
+    ordered = sorted(counts.items(), key=lambda kc: -kc[1])
+    return ", ".join(f"{c} read {k}" if i == 0 else f"{c} {k}" for i, (k, c) in enumerate(ordered))
+
+
+def require(condition: Any, sentence: str) -> str:
+    """"" when `condition` holds; an error naming `sentence` when the data no longer support it (a
+    template states a qualitative fact it cannot compute as text this way, so rendering fails)."""
+    if not condition:
+        raise ConfigError(f"findings template: the data no longer support {sentence!r}")
+    return ""
 
 
 def _p_phrase(name: str, value: Any) -> str:
@@ -183,7 +251,20 @@ class Facts:
         if len(sel) != 1 or f"{name} verdict" not in sel:
             raise ConfigError(f"findings template: no reading {name!r} of claim {claim_id!r} in the readings table")
         rec = sel.iloc[0]
-        return Reading(rec[f"{name} diff"], rec[f"{name} p"], str(rec[f"{name} verdict"]))
+        return Reading(rec[f"{name} a"], rec[f"{name} b"], rec[f"{name} diff"], rec[f"{name} p"],
+                       rec[f"{name} p_holm"], str(rec[f"{name} verdict"]))
+
+    def under_readings(self, **where: Any) -> list[dict[str, Any]]:
+        """Each confirmed claim `select` finds (MetaQA's, which the readings re-test), with how it fares
+        under every reading in the paper's Holm family: `claim`, `holds` (confirmed under every reading),
+        `floors` and `falls` ([(reading's name, Reading)]: floor effects, and readings that do not confirm it)."""
+        out = []
+        for c in self.select("confirmed", **where):
+            readings = [(READING_NAMES[m], self.reading(c.claim, m)) for m in READINGS]
+            out.append({"claim": c, "holds": all(r.v == "confirmed" for _, r in readings),
+                        "floors": [(m, r) for m, r in readings if r.floor],
+                        "falls": [(m, r) for m, r in readings if not r.floor and r.v != "confirmed"]})
+        return out
 
     def claim(self, claim_id: str, metric: str | None = None, dataset: str | None = None) -> Claim:
         c = self.claims
@@ -201,12 +282,15 @@ class Facts:
 
     def select(self, verdict: str | None = None, table: str | None = None, prefix: str | None = None,
                unadjusted: bool = False, notebook: str | None = None, dataset: str | None = None,
-               ran: bool = False, paper: str | None = None) -> list[Claim]:
-        """The primary claims of a table (whose name starts with `table`), whose id starts with `prefix`,
+               ran: bool = False, paper: str | None = None, suffix: str | None = None,
+               metric: str | None = None, without: str | None = None) -> list[Claim]:
+        """The primary claims of a table (whose name starts with `table`), whose id starts with `prefix`
+        (and ends with `suffix`: `@2wiki-evidence-oracle`, the claims on a KG; `without`: whose id lacks it),
         made by notebooks whose name starts with `notebook`, of `paper` (its name or study family), on
         `dataset`, with a verdict starting with `verdict` (the Holm-adjusted one, or the claim's own
-        p's); `ran`: leave out those not run."""
-        c = self.claims[~self.claims["metric"].isin(SECONDARY_METRICS)]
+        p's); `ran`: leave out those not run; `metric`: the claims on that metric instead (an exploratory one)."""
+        c = self.claims
+        c = c[c["metric"] == metric] if metric is not None else c[~c["metric"].isin(SECONDARY_METRICS)]
         if paper is not None:
             c = c[c["paper"] == paper_of(paper)]
         if notebook is not None:
@@ -221,6 +305,10 @@ class Facts:
             c = c[c["table"].astype(str).str.startswith(table)]
         if prefix is not None:
             c = c[c["claim"].astype(str).str.startswith(prefix)]
+        if suffix is not None:
+            c = c[c["claim"].astype(str).str.endswith(suffix)]
+        if without is not None:
+            c = c[~c["claim"].astype(str).str.contains(without, regex=False)]
         if verdict is not None:
             col = "unadjusted verdict" if unadjusted else "verdict"
             c = c[c[col].astype(str).str.startswith(verdict)]
@@ -229,6 +317,19 @@ class Facts:
     def count(self, verdict: str | None = None, **where: Any) -> int:
         """How many primary claims `select` finds."""
         return len(self.select(verdict, **where))
+
+    def tally(self, verdict: str | None = None, **where: Any) -> str:
+        """The outcomes of the primary claims `select` finds, counted (`tally_text`): "8 not testable at
+        this model, 2 not separable at this n"."""
+        return tally_text([c.verdict for c in self.select(verdict, **where)])
+
+    def mechanisms(self, nb: str, exclude: tuple[str, ...] | list[str] = ()) -> dict[str, list[dict[str, Any]]]:
+        """The cross-method rows of notebook `nb` with a mechanism signal, split (`cross_method.mechanism_split`):
+        `dead` (ran for fewer than half the questions) and `alive`, each [{method, ran}]."""
+        dead, alive = mechanism_split(self.rows(nb), exclude)
+        if not dead and not alive:
+            raise ConfigError(f"findings template: notebook {nb} has no cross-method row with a mechanism signal")
+        return {"dead": dead, "alive": alive}
 
     def family_size(self, paper: str) -> int:
         """m of `paper`'s Holm family (the paper's name, e.g. "KG-RAG on MetaQA", or its study family,
@@ -296,7 +397,9 @@ def _environment(facts: Facts):
                        nx=lambda v: num(v, 0 if float(v).is_integer() else 1))
     env.globals.update(row=facts.row, rows=facts.rows, has=facts.has, reading=facts.reading, claim=facts.claim,
                        count=facts.count, select=facts.select, cost=facts.cost, scale=facts.scale,
-                       health=facts.health, sibling=facts.sibling, facts=facts, num=num, signed=signed)
+                       health=facts.health, sibling=facts.sibling, facts=facts, num=num, signed=signed,
+                       tally=facts.tally, quantifier=quantifier, require=require, floor=FLOOR)
+    env.filters["tally"] = lambda claims: tally_text([c.verdict for c in claims])
     return env
 
 

@@ -31,7 +31,8 @@ from .accounting import account
 from .claims import re_decide_silent
 from .mechanism import (KG_VERDICT_RULE, NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
                         sa_rag_index_health)
-from .metaqa.readings import READINGS, flip_notes, readings_table
+from .metaqa.readings import flip_notes, readings_table
+from .metaqa.readings import report_section as readings_section
 from .papers import PAPER_SETUP
 from .tables import COST_KEYS, to_markdown
 
@@ -330,20 +331,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += [_md(claims[~secondary]), "",
                   "The same claims on a second metric, exploratory (unadjusted p; MetaQA: Hit@1 exact, §4.2.1 read "
                   "literally; SA-RAG and TCR-QF: F1):", "", _md(claims[secondary]), ""]
-    if not readings.empty:
-        cols = ["claim", "dataset", "statement", "n_pairs"] + [f"{m} {k}" for m in READINGS for k in ("diff", "p", "verdict")]
-        shown = readings[[c for c in [*cols, "flips"] if c in readings]]
-        shown = shown.assign(**{f"{m} p": shown[f"{m} p"].map(format_p) for m in READINGS if f"{m} p" in shown})
-        parts += ["### MetaQA: every claim under three readings of Hit@1", "",
-                  "The paper's figures count an answer right when it names a gold entity (`hit1`, the primary reading); "
-                  "KG-RAG answers in sentences two to three times as long as KAPING's, which that reading favours. So each "
-                  "MetaQA claim is re-tested on the same questions under the first-entity reading (`hit1_first`, the usual "
-                  "KGQA Hit@1) and a length-matched one (`hit1_sentence`: a gold in the answer's first sentence). Each "
-                  "reading is judged at its own p (a sensitivity analysis); one under which neither side scores a "
-                  "question (sentence answers never start with the entity) reads \"not testable under this reading\". "
-                  "`flips` names the readings whose verdict differs from `hit1`'s, and the claims table says so beside "
-                  "the verdict.", "",
-                  _md(shown), ""]
+    parts += readings_section(readings, _md, format_p)
     main_model = runs["model"].dropna().astype(str).value_counts() if not runs.empty and "model" in runs else pd.Series(dtype=int)
     parts += preregistration.report_section(res.root, claims, runs, str(main_model.index[0]) if len(main_model) else "no model",
                                             _md)
