@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from dataclasses import fields
 from pathlib import Path
 
@@ -288,7 +289,16 @@ def test_the_generic_claim_checker():
     assert out.loc["x.1", "statement"] == "A > B" and out.loc["x.1", "verdict"] == "confirmed"
     assert out.loc["x.2", "verdict"] == "not run" and out.loc["x.2", "n_pairs"] == 0
     assert list(out.reset_index().columns) == ["claim", "table", "dataset", "statement", "metric", "n_pairs", "ours_a",
-                                               "ours_b", "diff", "ci95", "p_value", "test", "verdict", "quote"]
+                                               "ours_b", "diff", "ci95", "p_value", "test", "verdict", "quote",
+                                               "p_equiv", "sd_diff"]
+    assert math.isnan(out.loc["x.1", "p_equiv"]) and out.loc["x.1", "sd_diff"] == 0.0     # p_equiv: `~` claims only
+    # a `~` claim with the paper's own margin (a 9th field): TOST at that margin, and the old rule's verdict beside
+    near = {"a": {f"q{i}": float(i % 2) for i in range(100)}, "b": {f"q{i}": float(i % 2) for i in range(100)}}
+    eq = check_paired_claims([("y.1", "T", "d", "a", "~", "b", "m", "q", 2.0), ("y.2", "T", "d", "a", "~", "b", "m", "q")],
+                             lambda side, d, m: near.get(side), str.upper).set_index("claim")
+    assert eq.loc["y.1", "margin"] == 2.0 and eq.loc["y.2", "margin"] == 5.0
+    assert eq.loc["y.1", "p_equiv"] > eq.loc["y.2", "p_equiv"] and eq.loc["y.2", "verdict"] == "confirmed"
+    assert eq.loc["y.2", "verdict before TOST"] == "confirmed" and eq.loc["y.1", "verdict before TOST"] == "not separable at this n"
 
 
 # ------------------------------------------------------------------ index statistics
