@@ -83,10 +83,19 @@ def test_the_texts_gains_recomputed_from_table1():
 def test_claims_hold_on_the_papers_phi4_correctness_and_name_real_rows():
     phi4 = paper_numbers.TABLE1["phi4"]
     for cid, table, dataset, a, rel, b, metric, quote in paper_numbers.CLAIMS:
-        assert table == "Table 1" and rel == ">" and metric == "correct" and quote.startswith("§4")
+        assert table == "Table 1" and metric == "correct" and quote.startswith("§4")
         ra, rb = sa_rag_report.paper_row(sa_rag_report.system_label(*a)), sa_rag_report.paper_row(sa_rag_report.system_label(*b))
-        assert phi4[ra][dataset]["correct"] > phi4[rb][dataset]["correct"], cid
-    assert len({c[0] for c in paper_numbers.CLAIMS}) == len(paper_numbers.CLAIMS) == 2 * (3 + 8)
+        if rel == ">":
+            assert phi4[ra][dataset]["correct"] > phi4[rb][dataset]["correct"], cid
+        else:   # "comparable to HippoRAG 2": within the default equivalence margin on the paper's numbers
+            assert rel == "~" and cid.startswith("c4.") and rb == "HippoRAG 2"
+            assert abs(phi4[ra][dataset]["correct"] - phi4[rb][dataset]["correct"]) <= 5.0, cid
+        # the quote carries the paper's printed correctness of both rows (issue 56)
+        if cid.startswith(("c3.", "c4.")):
+            assert f"{phi4[ra][dataset]['correct']:g} vs" in quote and quote.endswith(f"{phi4[rb][dataset]['correct']:g}")
+    # c1 (3 iterative baselines), c2 (8 others), c3 (plug-in into decomposition), c4 (~ HippoRAG 2), per dataset
+    assert len({c[0] for c in paper_numbers.CLAIMS}) == len(paper_numbers.CLAIMS) == 2 * (3 + 8 + 1 + 1)
+    assert {".".join(c[0].split(".")[:2]) for c in paper_numbers.CLAIMS} == set(paper_numbers.CLAIM_FAMILIES)
     # gemma3 breaks the first claim on MuSiQue, as §4 says
     g = paper_numbers.TABLE1["gemma3"]
     assert g["SA-RAG"]["musique"]["correct"] < g["Query-decomposition"]["musique"]["correct"]

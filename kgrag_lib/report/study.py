@@ -28,7 +28,7 @@ from ..paths import shown_path
 from ..provenance import git_commit
 from ..rundir import PRED_FILE, read_predictions, read_summary
 from . import cross_method, multiplicity
-from .accounting import account
+from .accounting import account, registered_count
 from .claims import BEFORE_TOST, EQUIVALENCE_CHANGE, re_decide_equivalence, re_decide_silent
 from .mechanism import (NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
                         sa_rag_index_health)
@@ -359,7 +359,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
                   _md(equivalence), ""]
     outcomes, idle = account(claims, profile, SECONDARY_METRICS)
     parts += ["### Every claim of the four papers", "",
-              "Each paper's registered claims (`report.<paper>.paper_numbers`: the tables' claims, KG-Infused RAG's "
+              f"**{registered_count()} claims are registered** across the four papers. Each paper's registered claims "
+              "(`report.<paper>.paper_numbers`: the tables' and figures' claims, KG-Infused RAG's "
               "plug-in, StrategyQA and DPO claims), by their outcome here on the primary metric; a claim with no row "
               "above counts as not run.", "", _md(outcomes, 0), "",
               "Why the claims not run were not run:", "", _md(idle, 0) if not idle.empty else "(every claim ran)", ""]
