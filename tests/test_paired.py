@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from kgrag_lib.eval.paired import CONFIRMED, NO_SIGNAL, NOT_SEPARABLE, REFUTED, paired_test, verdict
+from kgrag_lib.eval.paired import (CONFIRMED, MIN_EQUIVALENCE_N, NO_SIGNAL, NOT_SEPARABLE, REFUTED, claim_fields,
+                                   decisive_p, equivalence_rule_before, paired_test, tost_proportions, tost_t, verdict)
 
 
 def test_mcnemar_on_binary_scores_matches_the_exact_binomial():
@@ -20,7 +21,10 @@ def test_mcnemar_on_binary_scores_matches_the_exact_binomial():
     assert r.diff == pytest.approx(10.0) and r.mean_a == pytest.approx(52.0) and r.mean_b == pytest.approx(42.0)
     lo, hi = r.ci95
     assert 0 < lo < 10 < hi
-    assert verdict(">", r) == CONFIRMED and verdict("<", r) == REFUTED and verdict("~", r) == REFUTED
+    assert verdict(">", r) == CONFIRMED and verdict("<", r) == REFUTED
+    # "about the same": the difference is significant, but its interval reaches inside ±5 points,
+    # so it neither confirms nor refutes equivalence (the rule before TOST called it refuted)
+    assert lo < 5 and verdict("~", r) == NOT_SEPARABLE and equivalence_rule_before(r) == REFUTED
 
 
 def test_few_questions_are_not_separable():
@@ -29,22 +33,115 @@ def test_few_questions_are_not_separable():
     assert verdict(">", r) == NOT_SEPARABLE and verdict("<", r) == NOT_SEPARABLE
 
 
+def _tost_by_hand(b, c, n, margin=5.0):
+    """TOST of paired proportions worked independently of the module: 0.5 added to each discordant
+    cell, the null-restricted P(B only) found by maximizing the multinomial likelihood numerically,
+    and the two one-sided score tests."""
+    from scipy.optimize import minimize_scalar
+    from scipy.stats import norm
+
+    b, c, n = b + 0.5, c + 0.5, n + 1.0
+    zs = []
+    for d in (-margin / 100, margin / 100):
+        def nll(p01):
+            p10 = p01 + d
+            return -(b * math.log(p10) + c * math.log(p01) + (n - b - c) * math.log(1 - p10 - p01))
+        lo, hi = max(0.0, -d) + 1e-12, (1 - d) / 2 - 1e-12
+        p01 = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12}).x
+        zs.append((b - c - n * d) / math.sqrt(n * (2 * p01 + d - d * d)))
+    return max(norm.sf(zs[0]), norm.cdf(zs[1]))
+
+
 def test_equal_systems_and_the_equivalence_margin():
+    """TOST on 0/1 scores against the same test worked by hand (`_tost_by_hand`)."""
     same = [1, 0] * 50
     r = paired_test(same, same)
     assert r.p_value == 1.0 and r.diff == 0 and r.ci95 == (0.0, 0.0)
-    # 0 of 100 disagree: exact upper bound 1 - 0.025 ** (1 / 100) = 3.62% <= 5 points
-    assert r.disagree_upper == pytest.approx(100 * (1 - 0.025 ** (1 / 100)))
+    # 0 of 100 disagree: equivalent within 5 points (p about 0.014)
+    assert r.p_equiv == pytest.approx(_tost_by_hand(0, 0, 100), rel=1e-5) and r.p_equiv < 0.05
     assert verdict("~", r) == CONFIRMED and verdict(">", r) == NOT_SEPARABLE
-    # two identical answers prove nothing: the bootstrap interval is [0, 0], the bound is 84 points
+    assert equivalence_rule_before(r) == CONFIRMED        # exact bound 3.62% <= 5: the old rule agreed here
+    assert r.disagree_upper == pytest.approx(100 * (1 - 0.025 ** (1 / 100)))
+    # two identical answers prove nothing
     tiny = paired_test([1, 0], [1, 0])
-    assert tiny.ci95 == (0.0, 0.0) and tiny.disagree_upper > 80 and verdict("~", tiny) == NOT_SEPARABLE
-    # continuous scores: an interval from fewer than 30 questions never confirms equivalence
-    assert verdict("~", paired_test([0.5] * 10, [0.5] * 10)) == NOT_SEPARABLE
-    assert verdict("~", paired_test([0.5] * 40, [0.5] * 40)) == CONFIRMED
-    # a 20-question sample cannot show equivalence within 5 points even when nothing differs much
+    assert tiny.p_equiv == pytest.approx(_tost_by_hand(0, 0, 2), rel=1e-5) and tiny.p_equiv > 0.3
+    assert verdict("~", tiny) == NOT_SEPARABLE
+    # 5 and 5 disagree of 20: far from equivalence within 5 points
     r = paired_test([1, 0, 1, 0] * 5, [1, 0, 0, 1] * 5)
+    assert r.p_equiv == pytest.approx(_tost_by_hand(5, 5, 20), rel=1e-5) and r.p_equiv > 0.3
     assert verdict("~", r) == NOT_SEPARABLE
+    # 3 and 1 disagree of 300: inside the margin
+    a, b = [1] * 3 + [0] * 1 + [1] * 150 + [0] * 146, [0] * 3 + [1] * 1 + [1] * 150 + [0] * 146
+    r = paired_test(a, b)
+    assert r.p_equiv == pytest.approx(_tost_by_hand(3, 1, 300), rel=1e-5)
+    assert r.p_equiv < 0.001 and verdict("~", r) == CONFIRMED
+    # continuous scores: fewer than MIN_EQUIVALENCE_N pairs leave TOST undecided, at least that many decide it
+    few = paired_test([0.5] * 10, [0.5] * 10)
+    assert math.isnan(few.p_equiv) and verdict("~", few) == NOT_SEPARABLE
+    assert verdict("~", paired_test([0.5] * MIN_EQUIVALENCE_N, [0.5] * MIN_EQUIVALENCE_N)) == CONFIRMED
+
+
+def test_tost_on_binary_scores_is_not_anti_conservative_at_small_n():
+    """At a true difference exactly on the margin, TOST may confirm equivalence at most alpha of
+    the time. Simulated paired 0/1 outcomes with a 5-point difference, discordance split
+    12.5 / 7.5% or all one way (5 / 0%, where a Wald test that sees no disagreement would confirm),
+    on 20, 40, 100 and 300 questions."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for n in (20, 40, 100, 300):
+        for cells in ([0.125, 0.075], [0.05, 0.0], [0.0, 0.05]):
+            draws = rng.multinomial(n, [*cells, 1 - sum(cells)], size=2000)
+            rate = np.mean([tost_proportions(int(a), int(b), n) < 0.05 for a, b, _ in draws])
+            assert rate <= 0.055, (n, cells, rate)
+    # and it has power: no true difference, 4% discordant, 300 questions
+    draws = rng.multinomial(300, [0.02, 0.02, 0.96], size=1000)
+    assert np.mean([tost_proportions(int(a), int(b), 300) < 0.05 for a, b, _ in draws]) > 0.9
+    with pytest.raises(ValueError, match="discordant"):
+        tost_proportions(6, 5, 10)
+
+
+def test_tost_on_continuous_scores_matches_two_one_sided_t_tests():
+    """p_equiv of F1-like scores equals the larger p of scipy's one-sided one-sample t-tests of
+    d + margin > 0 and d - margin < 0 (computed here independently of the module)."""
+    import numpy as np
+    from scipy.stats import ttest_1samp
+
+    rng = np.random.default_rng(11)
+    b = rng.uniform(0.2, 0.8, 60)
+    a = np.clip(b + rng.normal(0.01, 0.08, 60), 0, 1)
+    r = paired_test(a, b, margin=5.0)
+    d = 100 * (a - b)
+    expected = max(ttest_1samp(d + 5.0, 0.0, alternative="greater").pvalue,
+                   ttest_1samp(d - 5.0, 0.0, alternative="less").pvalue)
+    assert r.test == "sign-flip permutation" and r.equiv_test == "tost paired t"
+    assert r.sd_diff == pytest.approx(d.std(ddof=1))
+    assert r.p_equiv == pytest.approx(expected, rel=1e-9)
+    assert verdict("~", r) == (CONFIRMED if expected < 0.05 else NOT_SEPARABLE)
+    assert tost_t(r.diff, r.sd_diff, 60) == pytest.approx(expected, rel=1e-9)
+    assert math.isnan(tost_t(r.diff, r.sd_diff, MIN_EQUIVALENCE_N - 1))
+    # a margin stated by the claim is used: a 1-point margin is far too tight for this spread
+    assert verdict("~", r, margin=1.0) == NOT_SEPARABLE
+    tight = paired_test(a, b, margin=1.0)
+    assert tight.margin == 1.0 and tight.p_equiv > 0.05
+    with pytest.raises(ValueError, match="margin"):
+        paired_test(a, b, margin=0)
+
+
+def test_equivalence_is_refuted_only_by_a_difference_wholly_outside_the_margin():
+    a = [1] * 30 + [0] * 2 + [1] * 20 + [0] * 48
+    b = [0] * 30 + [1] * 2 + [1] * 20 + [0] * 48
+    r = paired_test(a, b)                                  # diff 28 points, interval far above 5
+    assert r.p_value < 0.05 and r.ci95[0] > 5
+    assert verdict("~", r) == REFUTED and r.p_equiv > 0.5
+    assert decisive_p("~", REFUTED, r.p_value, r.p_equiv) == r.p_value     # refuted by the ordinary test
+    same = paired_test([1, 0] * 50, [1, 0] * 50)
+    assert decisive_p("~", CONFIRMED, same.p_value, same.p_equiv) == same.p_equiv
+    assert decisive_p(">", NOT_SEPARABLE, 0.3, 0.01) == 0.3
+    assert decisive_p("~", NOT_SEPARABLE, 0.3, float("nan")) == 0.3        # TOST undecided: only p can decide
+    fields = claim_fields("~", r)
+    assert fields["verdict before TOST"] == REFUTED and fields["margin"] == 5.0 and fields["p_equiv"] == r.p_equiv
+    assert "verdict before TOST" not in claim_fields(">", r) and math.isnan(claim_fields(">", r)["p_equiv"])
 
 
 def test_continuous_scores_use_the_sign_flip_test():
@@ -112,8 +209,8 @@ def test_a_metric_no_question_scores_on_tests_no_claim():
     claim is not "confirmed" by it, nor is an ordering claim merely short of questions. One scoring
     question on either side is a test again."""
     r = paired_test([0] * 100, [0] * 100)
-    assert r.p_value == 1.0 and r.disagree_upper < 5
-    assert {verdict(rel, r) for rel in ("~", ">", "<")} == {NO_SIGNAL}
+    assert r.p_value == 1.0 and r.disagree_upper < 5 and r.p_equiv < 0.05   # TOST alone would confirm
+    assert {verdict(rel, r) for rel in ("~", ">", "<")} == {NO_SIGNAL} and equivalence_rule_before(r) == NO_SIGNAL
     assert NO_SIGNAL.startswith("not testable")
     one = paired_test([0] * 200, [1] + [0] * 199)
     assert verdict("~", one) == CONFIRMED and verdict(">", one) == NOT_SEPARABLE

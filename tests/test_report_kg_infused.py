@@ -344,6 +344,31 @@ def test_kg_infused_claims_are_tested_on_paired_questions():
     assert out.loc["t4.kg_qe_recall.2wiki", "verdict"] == "not separable at this n"   # 3 of 40
     assert out.loc["t1.kg_infused_over_vanilla_rag.hotpotqa", "verdict"] == "not run"
     assert out.loc["f2.round2_over_round1.2wiki", "verdict"] == "not run"
+    # claims registered in issue 56 whose sides this grid did not run read "not run", never a verdict
+    for cid in ("t3.both_strongest.2wiki.over_qe", "f2.kg_aug_over_kg_qe.2wiki", "f2.kg_qe_over_full.hotpotqa"):
+        assert out.loc[cid, "verdict"] == "not run" and out.loc[cid, "n_pairs"] == 0
+
+
+def test_both_strongest_and_module_claims_follow_the_papers_table3():
+    """Issue 56: "+ Both" against each single module per multi-hop dataset (relation from Table 3's
+    Avg gap, one point either way), and the two Figure 2 module claims, each quoting its numbers."""
+    t3 = paper_numbers.TABLE3
+    both = [c for c in paper_numbers.CLAIMS if c[0].startswith("t3.both_strongest.")]
+    assert len(both) == 8 and {c[2] for c in both} == set(paper_numbers.DATASETS[:4])
+    rows = {"kg-qe-only": "+ KG-Based QE (w/ 2-Round)", "kg-aug-only": "+ KG-Aug Gen (w/ 2-Round)"}
+    for cid, table, d, a, rel, b, metric, quote in both:
+        gap = t3["+ Both (w/ 2-Round)"][d]["avg"] - t3[rows[b[0]]][d]["avg"]
+        assert (table, a, metric) == ("Table 3", ("kg-infused", 2), "avg")
+        assert rel == (">" if gap >= 1 else "<" if gap <= -1 else "~"), cid
+        assert f"({gap:+.1f})" in quote
+    rel = {c[0]: c[4] for c in both}
+    assert rel["t3.both_strongest.bamboogle.over_aug"] == "<" and rel["t3.both_strongest.hotpotqa.over_qe"] == "~"
+    figure2 = {c[0]: c for c in paper_numbers.CLAIMS if c[0].startswith(("f2.kg_aug_over_kg_qe.", "f2.kg_qe_over_full."))}
+    assert set(figure2) == {"f2.kg_aug_over_kg_qe.2wiki", "f2.kg_aug_over_kg_qe.musique", "f2.kg_qe_over_full.hotpotqa"}
+    assert "41.3 vs KG-Based QE 33.4" in figure2["f2.kg_aug_over_kg_qe.2wiki"][7]
+    assert figure2["f2.kg_qe_over_full.hotpotqa"][3:6] == (("kg-qe-only", 2), ">", ("kg-infused", 2))
+    ids = [c[0] for c in paper_numbers.CLAIMS]
+    assert len(ids) == len(set(ids))
 
 
 def test_kg_difference_pairs_the_same_configuration_on_two_kgs():

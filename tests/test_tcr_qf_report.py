@@ -106,7 +106,7 @@ def test_the_texts_numbers_recomputed_from_the_tables():
 
 
 def test_claims_hold_on_the_papers_numbers_and_name_our_systems():
-    for cid, table, dataset, a, rel, b, metric, quote in paper_numbers.CLAIMS:
+    for cid, table, dataset, a, rel, b, metric, quote in (*paper_numbers.TABLE1_CLAIMS, *paper_numbers.TABLE2_CLAIMS):
         assert rel == ">" and metric == "em" and a in VARIANTS and b in VARIANTS and quote.startswith("§4")
         if table == "Table 1":
             theirs = paper_numbers.TABLE1
@@ -116,7 +116,14 @@ def test_claims_hold_on_the_papers_numbers_and_name_our_systems():
         for m in paper_numbers.METRICS:
             assert theirs[ra][dataset][m] > theirs[rb][dataset][m], cid
         assert cid.rsplit(".", 1)[0].split(".")[0] in {f.split(".")[0] for f in paper_numbers.CLAIM_FAMILIES}
-    assert len({c[0] for c in paper_numbers.CLAIMS}) == len(paper_numbers.CLAIMS) == 3 * 5 + 2 * 2 + 2 + 2 * 2
+    # Table 1 (3 x 5), Table 2: c2 (2 x 2), c3 (2), c4 (2 x 2), c5 TCR-AF over ToG (2); Fig. 3 rounds (2)
+    assert len({c[0] for c in paper_numbers.CLAIMS}) == len(paper_numbers.CLAIMS) == 3 * 5 + 2 * 2 + 2 + 2 * 2 + 2 + 2
+    assert "TCR-AF 53.8 vs ToG 40.0" in dict((c[0], c[7]) for c in paper_numbers.CLAIMS)["c5.tcr_af_over_tog.2wiki"]
+    # the rounds claims: the same run's final answer against its round-0 answer; Table 3 rises 48.1 -> 59.8
+    for cid, table, dataset, a, rel, b, metric, quote in paper_numbers.ROUND_CLAIMS:
+        assert (a, rel, b, metric, table) == (("tcr-qf", None), ">", ("tcr-qf", 0), "em", "Figure 3")
+    assert paper_numbers.TABLE3[-1]["em"] > paper_numbers.TABLE3[0]["em"]
+    assert "round 0 48.1, round 10 59.8" in paper_numbers.ROUND_CLAIMS[0][7]
     assert {".".join(c[0].split(".")[:2]) for c in paper_numbers.CLAIMS} == set(paper_numbers.CLAIM_FAMILIES)
     # the claim holds on the two datasets we lack too
     for d in ("musique-full", "concurrentqa"):
@@ -338,6 +345,8 @@ def test_claims_on_paired_questions_and_their_family_verdicts(tmp_path):
     assert out.loc[("c3.qf_over_af", "2wiki"), "verdict"] == "refuted"
     assert out.loc[("c4.synergy", "2wiki"), "verdict"] == "not separable at this n"
     assert out.loc[("c2.tcr_helps", "hotpotqa"), "verdict"] == "not run"
+    assert out.loc[("c5.tcr_af_over_tog", "2wiki"), "verdict"] == "confirmed"        # 40 of 40 vs 5 of 40
+    assert out.loc[("c5.tcr_af_over_tog", "hotpotqa"), "verdict"] == "not run"
     assert tcr_qf_report.claim_verdicts(pd.DataFrame()).empty
 
 
@@ -386,6 +395,24 @@ def test_answers_by_round_carry_the_last_answer_forward():
     assert qr.loc["q1", "answers"] == 3 and qr.loc["q1", "triples added"] == 2
     assert qr.loc["q1", "round 0"] == "✗ London" and qr.loc["q1", "final"] == "✓ Mary Somerville"
     assert qr.loc["q5", "final"] == "✗ (empty)" and qr.loc["q5", "stopped"] == "failed"
+
+
+def test_round_claims_pair_a_runs_final_answers_with_its_round_0_answers():
+    """Fig. 3's claim (issue 56): the same questions of one TCR-QF run, final answer against the
+    answer at round 0 (a question that failed later still had its round-0 answer)."""
+    from types import SimpleNamespace
+
+    cell = SimpleNamespace(dataset="2wiki", run=SimpleNamespace(method="tcr-qf"), rows=PREDICTIONS)
+    report = SimpleNamespace(cells=[cell])
+    out = tcr_qf_report.check_claims({"2wiki": report}, paper_numbers.ROUND_CLAIMS).set_index("claim")
+    c = out.loc["c6.em_rises_over_rounds.2wiki"]
+    assert c["statement"] == "TCR-QF (final) > TCR-QF (round 0)" and c["n_pairs"] == 4
+    assert (c["ours_a"], c["ours_b"]) == (50.0, 0.0)                  # q1, q2 right at the end; none at round 0
+    assert c["p_value"] == pytest.approx(0.5) and c["verdict"] == "not separable at this n"
+    assert out.loc["c6.em_rises_over_rounds.hotpotqa", "verdict"] == "not run"          # no HotpotQA run: never a verdict
+    # a grid without TCR-QF: not run either
+    empty = SimpleNamespace(cells=[SimpleNamespace(dataset="2wiki", run=SimpleNamespace(method="tog"), rows=PREDICTIONS)])
+    assert set(tcr_qf_report.check_claims({"2wiki": empty}, paper_numbers.ROUND_CLAIMS)["verdict"]) == {"not run"}
 
 
 def test_table3_growth_counts_triples_and_new_entities_of_earlier_rounds():

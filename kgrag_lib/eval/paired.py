@@ -10,13 +10,20 @@ exclude 0 where the exact test gives p > 0.05. (A bootstrap p-value is not used:
 questions whose differences share a sign every resample does too, and one question would
 "confirm" a claim with p = 0.)
 A claim is then *confirmed* (the difference goes the claimed way, p < alpha), *refuted* (it
-goes the other way, p < alpha) or *not separable at this n*. An "about the same" claim (`~`)
-is confirmed only when the difference provably lies within ±`margin` points (an equivalence
-test), refuted when the systems differ (p < alpha), and otherwise not separable. A bootstrap
-interval collapses to [0, 0] when two systems agree on a handful of questions, so for 0/1
-scores the bound used is the exact (Clopper-Pearson, 97.5%) upper bound of the share of
-questions on which they disagree, which |A - B| can never exceed; for other scores the
-interval must come from at least `MIN_EQUIVALENCE_N` questions.
+goes the other way, p < alpha) or *not separable at this n*.
+An "about the same" claim (`~`) is tested by two one-sided tests (TOST) on the paired
+difference A - B against a margin of ±`margin` points (default `EQUIVALENCE_MARGIN`; a claim may
+state its own where the paper gives one): `p_equiv` is the larger of the p's of H0: diff <= -margin
+and H0: diff >= +margin, and the claim is confirmed when p_equiv < alpha. For 0/1 scores the
+difference of paired proportions is tested on the discordant questions by score tests with 0.5
+added to each discordant cell (Agresti-Min style; `tost_proportions`), so that a handful of
+questions that happen to agree does not prove equivalence (a plain Wald test would give a zero
+standard error);
+for other scores a paired t-test, only from `MIN_EQUIVALENCE_N` questions on (below, the normal
+approximation is not trusted and TOST is not decided). A `~` claim is refuted when the ordinary
+paired test is significant and the whole 95% interval lies outside the margin; otherwise it is not
+separable. (Until issue 56 the rule bounded the share of disagreeing questions instead, which
+almost never confirms; `equivalence_rule_before` keeps it so the report can show both.)
 When no question scores on either side (0 vs 0, e.g. exact match against sentence answers) the
 metric carries no signal about the claim, so it is *not testable on this metric* rather than an
 equivalence "confirmed" or a "not separable" that invites a larger n.
@@ -27,6 +34,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+import math
+
 import numpy as np
 
 from .bootstrap import bootstrap_ci
@@ -34,7 +43,9 @@ from .bootstrap import bootstrap_ci
 CONFIRMED, REFUTED, NOT_SEPARABLE = "confirmed", "refuted", "not separable at this n"
 NOT_RUN = "not run"   # a claim whose two sides have no run on that dataset
 NO_SIGNAL = "not testable on this metric (no question scores on either side)"
-MIN_EQUIVALENCE_N = 30
+MIN_EQUIVALENCE_N = 30   # continuous scores: TOST's t-test is decided from this many pairs on
+TOST_BINARY = "tost paired-proportion score tests (+0.5 discordant)"
+EQUIVALENCE_MARGIN = 5.0   # points: the default ± margin of a `~` claim where the paper states none
 EXACT_FLIP_N = 40    # differing questions up to which the sign-flip p is exact (2 x 2^20 sums)
 MC_FLIPS = 200_000   # Monte Carlo sign patterns beyond that: p's standard error <= 0.0005 at p = 0.05
 
@@ -89,6 +100,10 @@ class PairedResult:
     a_only: int = 0      # 0/1 scores: questions A gets right and B wrong
     b_only: int = 0
     disagree_upper: float | None = None   # 0/1 scores: exact upper bound of the disagreement share, points
+    sd_diff: float = float("nan")   # standard deviation of the per-question difference A - B, points (n - 1)
+    p_equiv: float = float("nan")   # TOST p for |A - B| < margin (the larger one-sided p); nan: not decided
+    margin: float = EQUIVALENCE_MARGIN   # the ± margin (points) p_equiv was computed for
+    equiv_test: str = ""            # TOST_BINARY | "tost paired t" | "" (not decided)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -96,8 +111,65 @@ class PairedResult:
         return d
 
 
-def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, seed: int = 0) -> PairedResult:
-    """Compare per-question scores in [0, 1] of two systems on the same questions (same order)."""
+def restricted_p01(b: float, c: float, n: float, delta: float) -> float:
+    """Tango's restricted maximum-likelihood estimate of P(B only) under H0: P(A only) - P(B only)
+    = delta, from b questions A-only and c B-only of n (Tango 1998, Stat Med 17:891): the root
+    of 2n p^2 + B p + C = 0 with B = -b - c + (2n - b + c) delta, C = -c delta (1 - delta)."""
+    qa, qb, qc = 2 * n, -b - c + (2 * n - b + c) * delta, -c * delta * (1 - delta)
+    return (-qb + math.sqrt(max(qb * qb - 4 * qa * qc, 0.0))) / (2 * qa)
+
+
+def _score_z(b: float, c: float, n: float, delta: float) -> float:
+    """Tango's score statistic for H0: diff = delta: (b - c - n delta) over its standard error
+    under H0, sqrt(n (2 p01 + delta (1 - delta))) at the restricted estimate p01."""
+    var = n * (2 * restricted_p01(b, c, n, delta) + delta * (1 - delta))
+    top = b - c - n * delta
+    return top / math.sqrt(var) if var > 0 else math.copysign(math.inf, top)
+
+
+def tost_proportions(a_only: int, b_only: int, n: int, margin: float = EQUIVALENCE_MARGIN) -> float:
+    """TOST p that the paired difference of two 0/1 scores lies within ±`margin` points, from the
+    discordant counts (A right B wrong: `a_only`; the other way: `b_only`) of n questions: the
+    larger p of two one-sided score tests (Tango's, whose standard error is taken under each
+    boundary of the margin) after adding 0.5 to each discordant cell (n gets 1), as Agresti and
+    Min do for paired proportions. The plain Wald form, whose error is 0 when no question
+    disagrees, confirmed a true 5-point difference 13% of the time at n = 40 (all discordance one
+    way); this form stays at or below alpha there (tests/test_paired.py simulates it)."""
+    from scipy.stats import norm
+
+    if n <= 0:
+        return float("nan")
+    if a_only < 0 or b_only < 0 or a_only + b_only > n:
+        raise ValueError(f"discordant counts must be >= 0 and sum to at most n = {n}; got {a_only}, {b_only}")
+    b, c, m = a_only + 0.5, b_only + 0.5, n + 1.0
+    delta = margin / 100.0
+    p_low = float(norm.sf(_score_z(b, c, m, -delta)))    # H0: diff <= -margin
+    p_high = float(norm.cdf(_score_z(b, c, m, delta)))   # H0: diff >= +margin
+    return max(p_low, p_high)
+
+
+def tost_t(mean_diff: float, sd_diff: float, n: int, margin: float = EQUIVALENCE_MARGIN) -> float:
+    """TOST p of a paired t-test that the mean difference (points) lies within ±`margin` points:
+    the larger of the two one-sided p's on n - 1 degrees of freedom; nan below MIN_EQUIVALENCE_N
+    pairs. With no spread (every difference equal) the answer is certain: 0 inside the margin, 1 out."""
+    from scipy.stats import t
+
+    if n < MIN_EQUIVALENCE_N:
+        return float("nan")
+    if not sd_diff > 0:
+        return 0.0 if abs(mean_diff) < margin else 1.0
+    se = sd_diff / math.sqrt(n)
+    p_low = float(t.sf((mean_diff + margin) / se, n - 1))
+    p_high = float(t.cdf((mean_diff - margin) / se, n - 1))
+    return max(p_low, p_high)
+
+
+def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000, seed: int = 0,
+                margin: float = EQUIVALENCE_MARGIN) -> PairedResult:
+    """Compare per-question scores in [0, 1] of two systems on the same questions (same order);
+    `margin` (points) is the equivalence margin of the TOST p kept beside the ordinary test."""
+    if not (isinstance(margin, (int, float)) and margin > 0):
+        raise ValueError(f"margin must be a positive number of points (e.g. 5.0); got {margin!r}")
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"paired scores must be two equal-length lists; got {x.shape} and {y.shape}")
@@ -120,27 +192,83 @@ def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,
     else:
         p = sign_flip_p(d, seed=seed)
         test = "sign-flip permutation"
+    sd = 100 * float(d.std(ddof=1)) if n > 1 else float("nan")
+    if binary:
+        p_equiv, equiv_test = tost_proportions(a_only, b_only, n, margin), TOST_BINARY
+    else:
+        p_equiv = tost_t(100 * float(d.mean()), sd, n, margin)
+        equiv_test = "tost paired t" if not math.isnan(p_equiv) else ""
     return PairedResult(n, 100 * float(x.mean()), 100 * float(y.mean()), 100 * float(d.mean()),
                         (100 * float(lo), 100 * float(hi)), p, test, a_only if binary else 0, b_only if binary else 0,
-                        upper)
+                        upper, sd, p_equiv, float(margin), equiv_test)
 
 
-def verdict(relation: str, result: PairedResult, *, alpha: float = 0.05, margin: float = 5.0) -> str:
-    """The claim `A <relation> B` ('>', '<' or '~') judged by a paired result (see module doc)."""
+def verdict(relation: str, result: PairedResult, *, alpha: float = 0.05, margin: float | None = None) -> str:
+    """The claim `A <relation> B` ('>', '<' or '~') judged by a paired result (see module doc).
+    `margin` (points) of a `~` claim: default the one its p_equiv was computed for."""
     if result.n == 0:
         return NOT_SEPARABLE
     if result.mean_a == 0 and result.mean_b == 0:
         return NO_SIGNAL
     if relation == "~":
-        if result.p_value < alpha:
-            return REFUTED
-        if result.disagree_upper is not None:
-            return CONFIRMED if result.disagree_upper <= margin else NOT_SEPARABLE
+        m = result.margin if margin is None else float(margin)
+        p_equiv = result.p_equiv if m == result.margin else _p_equiv_at(result, m)
+        if not math.isnan(p_equiv) and p_equiv < alpha:
+            return CONFIRMED
         lo, hi = result.ci95
-        return CONFIRMED if result.n >= MIN_EQUIVALENCE_N and -margin <= lo and hi <= margin else NOT_SEPARABLE
+        if result.p_value < alpha and (lo > m or hi < -m):
+            return REFUTED
+        return NOT_SEPARABLE
     if relation not in (">", "<"):
         raise ValueError(f"relation must be '>', '<' or '~', got {relation!r}")
     if result.p_value >= alpha or result.diff == 0:
         return NOT_SEPARABLE
     claimed = result.diff > 0 if relation == ">" else result.diff < 0
     return CONFIRMED if claimed else REFUTED
+
+
+def _p_equiv_at(result: PairedResult, margin: float) -> float:
+    """A result's TOST p recomputed for another margin (from its counts or mean and spread)."""
+    if result.test.startswith("mcnemar"):
+        return tost_proportions(result.a_only, result.b_only, result.n, margin)
+    return tost_t(result.diff, result.sd_diff, result.n, margin)
+
+
+def equivalence_rule_before(result: PairedResult, *, alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN) -> str:
+    """A `~` claim's verdict under the rule used until issue 56, kept so the report can show both
+    (the rule changed after results were seen): refuted at p < alpha; for 0/1 scores confirmed when
+    the exact (Clopper-Pearson, 97.5%) upper bound of the share of disagreeing questions is within
+    the margin; for other scores confirmed when the bootstrap interval lies within ±margin and
+    comes from at least MIN_EQUIVALENCE_N questions; else not separable."""
+    if result.n == 0:
+        return NOT_SEPARABLE
+    if result.mean_a == 0 and result.mean_b == 0:
+        return NO_SIGNAL
+    if result.p_value < alpha:
+        return REFUTED
+    if result.disagree_upper is not None:
+        return CONFIRMED if result.disagree_upper <= margin else NOT_SEPARABLE
+    lo, hi = result.ci95
+    return CONFIRMED if result.n >= MIN_EQUIVALENCE_N and -margin <= lo and hi <= margin else NOT_SEPARABLE
+
+
+def decisive_p(relation: str, verdict_: str, p_value: float, p_equiv: float | None) -> float:
+    """The p that decides a claim, which enters its Holm family (`report.multiplicity`): the
+    ordinary paired p for '>' and '<'; for '~' the TOST p_equiv, except for a claim refuted by the
+    ordinary test, or one whose TOST is not decided (continuous scores below MIN_EQUIVALENCE_N),
+    which only the ordinary test can decide."""
+    if relation != "~" or verdict_ == REFUTED or p_equiv is None or math.isnan(float(p_equiv)):
+        return p_value
+    return float(p_equiv)
+
+
+def claim_fields(relation: str, result: PairedResult, *, alpha: float = 0.05, margin: float = EQUIVALENCE_MARGIN
+                 ) -> dict[str, Any]:
+    """The TOST columns of a claims row: `p_equiv` and `sd_diff` for every claim; for a `~` claim
+    also its `margin` and its `verdict before TOST` (`equivalence_rule_before`), so a report can
+    show both rules."""
+    out: dict[str, Any] = {"p_equiv": result.p_equiv if relation == "~" else float("nan"), "sd_diff": result.sd_diff}
+    if relation == "~":
+        out.update({"margin": float(margin), "verdict before TOST": equivalence_rule_before(result, alpha=alpha,
+                                                                                              margin=margin)})
+    return out

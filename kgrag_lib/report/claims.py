@@ -1,14 +1,17 @@
 """What the papers' claim checks share: one question's value of a metric, claims re-tested on
-another metric, and one verdict per claim family from its pairwise comparisons."""
+another metric, stored claims re-judged by today's rules, and one verdict per claim family from
+its pairwise comparisons."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+import math
+
 import pandas as pd
 
 from ..eval.metrics import get_metric
-from ..eval.paired import CONFIRMED, NO_SIGNAL, NOT_RUN, NOT_SEPARABLE, REFUTED
+from ..eval.paired import CONFIRMED, EQUIVALENCE_MARGIN, MIN_EQUIVALENCE_N, NO_SIGNAL, NOT_RUN, NOT_SEPARABLE, REFUTED
 
 JUDGE_UNINFORMATIVE = "not testable: the judge failed its controls"
 
@@ -43,6 +46,68 @@ def re_decide_silent(claims: pd.DataFrame) -> pd.DataFrame:
     silent = ((claims["n_pairs"].fillna(0) > 0) & (claims["ours_a"] == 0) & (claims["ours_b"] == 0)
               & (claims["verdict"] != NOT_RUN))
     return claims.assign(verdict=claims["verdict"].where(~silent, NO_SIGNAL)) if silent.any() else claims
+
+
+BEFORE_TOST = "verdict before TOST"   # a `~` claim's verdict under the rule before issue 56 (equivalence_rule_before)
+NOT_REJUDGED = "not separable (stored before TOST; rerun its notebook)"
+EQUIVALENCE_CHANGE = (
+    "The rule for `~` (about the same) claims changed after the committed results were seen (issue 56): it used to "
+    "bound the share of questions on which the two sides disagree (its exact 97.5% upper bound is already 9.9 "
+    "points when 4 of 100 questions disagree, against a 5-point margin), so such a claim could almost never be "
+    "confirmed; it is now "
+    "two one-sided tests (TOST) of the paired difference against the margin (`eval.paired`). Because the rule "
+    "changed after the results, both verdicts are shown for every `~` claim that ran.")
+
+
+def _relation(statement: object) -> str:
+    st = str(statement)
+    return ">" if " > " in st else "<" if " < " in st else "~"
+
+
+def re_decide_equivalence(claims: pd.DataFrame, retested: pd.DataFrame | None = None, alpha: float = 0.05
+                          ) -> pd.DataFrame:
+    """`~` claims judged by TOST (`eval.paired`), as the report reads them. A row a notebook stored
+    before TOST (no `p_equiv`) takes `p_equiv`, `sd_diff`, `margin`, its verdict and `verdict before
+    TOST` from `retested`: the same claim re-tested on the committed per-question files (matched by
+    claim, metric and n_pairs). A row of continuous scores on fewer than MIN_EQUIVALENCE_N pairs is
+    decided from its stored fields (TOST is not decided there; only p and interval can refute it).
+    Any other stored `~` row cannot be re-judged and reads `NOT_REJUDGED`, its old verdict kept
+    in `verdict before TOST`. Rows not run, or that no question scores on, are left as they are."""
+    if claims.empty or not {"statement", "verdict"} <= set(claims.columns):
+        return claims
+    tilde = claims["statement"].map(_relation) == "~"
+    if not tilde.any():
+        return claims
+    out = claims.copy()
+    for col in ("p_equiv", "sd_diff", "margin"):
+        if col not in out:
+            out[col] = math.nan
+    if BEFORE_TOST not in out:
+        out[BEFORE_TOST] = None
+    out[BEFORE_TOST] = out[BEFORE_TOST].astype(object)
+    again: dict[tuple, dict] = {}
+    if retested is not None and not retested.empty:
+        again = {(r["claim"], r.get("metric"), r.get("n_pairs")): r for r in retested.to_dict("records")}
+    for i, rec in out[tilde].iterrows():
+        v = str(rec["verdict"])
+        if v == NOT_RUN or v.startswith("not testable") or isinstance(rec[BEFORE_TOST], str):
+            continue   # not run / nothing to test / already judged by TOST when it was stored
+        new = again.get((rec["claim"], rec.get("metric"), rec.get("n_pairs")))
+        if new is not None and BEFORE_TOST in new:
+            out.loc[i, ["p_equiv", "sd_diff", "margin"]] = [new["p_equiv"], new["sd_diff"], new["margin"]]
+            out.at[i, BEFORE_TOST], out.at[i, "verdict"] = new[BEFORE_TOST], new["verdict"]
+            continue
+        out.at[i, BEFORE_TOST] = v
+        n = int(rec.get("n_pairs") or 0)
+        if str(rec.get("test", "")).startswith("sign-flip") and n < MIN_EQUIVALENCE_N:
+            ci = rec.get("ci95")
+            lo, hi = (ci[0], ci[1]) if ci is not None and len(ci) == 2 else (math.nan, math.nan)
+            outside = lo > EQUIVALENCE_MARGIN or hi < -EQUIVALENCE_MARGIN
+            out.at[i, "margin"] = EQUIVALENCE_MARGIN
+            out.at[i, "verdict"] = REFUTED if float(rec.get("p_value", 1.0)) < alpha and outside else NOT_SEPARABLE
+        else:
+            out.at[i, "verdict"] = NOT_REJUDGED
+    return out
 
 
 def claim_verdicts(claims: pd.DataFrame, families: Mapping[str, str]) -> pd.DataFrame:

@@ -4,7 +4,9 @@ from Holm-adjusted p-values over one stated family, not from each test's own p.
 There is one family per paper: every *primary* claim of that paper (its first metric: MetaQA
 Hit@1, KG-Infused RAG Avg, SA-RAG judged correctness, TCR-QF EM) that a valid paired test decided.
 Claims not run, claims whose LLM judge failed its controls, and claims on which no question scores
-on either side carry no test and stay outside.
+on either side carry no test and stay outside. Each claim enters with its *decisive* p
+(`eval.paired.decisive_p`): the ordinary paired p for "A > B", the TOST p (`p_equiv`) for an
+"about the same" claim (`~`), since that is the test that confirms it.
 Each paper states its own hypotheses, so a report that tests two papers, or all four, judges each
 paper's claims as that paper's family would be judged alone. A claims table without a `paper`
 column is one family. Holm's step-down
@@ -23,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..eval.paired import CONFIRMED, NO_SIGNAL, NOT_RUN, NOT_SEPARABLE, REFUTED
+from ..eval.paired import CONFIRMED, NO_SIGNAL, NOT_RUN, NOT_SEPARABLE, REFUTED, decisive_p
 from .claims import JUDGE_UNINFORMATIVE
 
 PRIMARY, EXPLORATORY = "primary", "exploratory"
@@ -51,21 +53,33 @@ def relation(statement: str) -> str:
     return ">" if " > " in statement else "<" if " < " in statement else "~"
 
 
+def _col(claims: pd.DataFrame, name: str) -> pd.Series:
+    return claims[name] if name in claims else pd.Series([None] * len(claims), index=claims.index, dtype=object)
+
+
+def decisive_p_values(claims: pd.DataFrame) -> pd.Series:
+    """Each claim's decisive p (`eval.paired.decisive_p`): `p_equiv` for a `~` claim (where the
+    table has one), else `p_value`."""
+    p = pd.to_numeric(_col(claims, "p_value"), errors="coerce")
+    p_equiv = pd.to_numeric(_col(claims, "p_equiv"), errors="coerce")
+    return pd.Series([decisive_p(relation(str(st)), str(v), pv, pe) for st, v, pv, pe in
+                      zip(_col(claims, "statement"), _col(claims, "verdict"), p, p_equiv)],
+                     index=claims.index, dtype=float)
+
+
 def in_family(claims: pd.DataFrame, secondary_metrics: Sequence[str]) -> pd.Series:
     """Which claims belong to the Holm family (see module doc)."""
-    def col(name: str) -> pd.Series:
-        return claims[name] if name in claims else pd.Series([None] * len(claims), index=claims.index, dtype=object)
-
-    p = pd.to_numeric(col("p_value"), errors="coerce")
-    return ~col("metric").isin(secondary_metrics) & p.notna() & ~col("verdict").isin([NOT_RUN, JUDGE_UNINFORMATIVE, NO_SIGNAL])
+    p = decisive_p_values(claims)
+    return (~_col(claims, "metric").isin(secondary_metrics) & p.notna()
+            & ~_col(claims, "verdict").isin([NOT_RUN, JUDGE_UNINFORMATIVE, NO_SIGNAL]))
 
 
 def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float = 0.05) -> pd.DataFrame:
-    """Claims with `family` (primary / exploratory), `p_holm` (the family's Holm-adjusted p; empty
-    outside it), `unadjusted verdict` (what the claim's own p said) and `verdict` re-read from
-    p_holm: a confirmation or refutation whose adjusted p reaches `alpha` becomes 'not separable
-    at this n'. An equivalence (`~`) claim confirmed by its bound keeps its verdict (its p is
-    not what confirmed it)."""
+    """Claims with `family` (primary / exploratory), `p_holm` (the family's Holm-adjusted decisive
+    p; empty outside it), `unadjusted verdict` (what the claim's own p said) and `verdict` re-read
+    from p_holm: a confirmation or refutation whose adjusted p reaches `alpha` becomes 'not
+    separable at this n'. An equivalence (`~`) claim enters with its TOST p, so its confirmation
+    is adjusted like any other."""
     if claims.empty:
         return claims
     out = claims.copy()
@@ -73,17 +87,16 @@ def adjust(claims: pd.DataFrame, secondary_metrics: Sequence[str], alpha: float 
     metric = out["metric"] if "metric" in out else pd.Series([None] * len(out), index=out.index)
     out["family"] = np.where(metric.isin(secondary_metrics), EXPLORATORY, PRIMARY)
     out["p_holm"] = np.nan
+    decisive = decisive_p_values(out)
     papers = out[PAPER] if PAPER in out else pd.Series("", index=out.index)
     for _, members in out[fam].groupby(papers[fam].fillna(""), sort=False):
-        out.loc[members.index, "p_holm"] = holm(pd.to_numeric(members["p_value"]).to_numpy())
+        out.loc[members.index, "p_holm"] = holm(decisive[members.index].to_numpy())
     out["unadjusted verdict"] = out["verdict"]
     verdicts = []
     for rec, member in zip(out.to_dict("records"), fam):
         v = rec["verdict"]
-        # a verdict the p decided is undone when the adjusted p reaches alpha; an equivalence
-        # claim confirmed by its bound (not by p) keeps it
-        decided_by_p = v == REFUTED or (v == CONFIRMED and relation(str(rec.get("statement", ""))) != "~")
-        if member and decided_by_p and rec["p_holm"] >= alpha:
+        # a verdict its decisive p decided is undone when the adjusted p reaches alpha
+        if member and v in (CONFIRMED, REFUTED) and rec["p_holm"] >= alpha:
             v = NOT_SEPARABLE
         verdicts.append(v)
     out["verdict"] = verdicts
@@ -116,5 +129,6 @@ def changed_by_adjustment(claims: pd.DataFrame) -> pd.DataFrame:
     after = claims["statistical verdict"] if "statistical verdict" in claims else claims["verdict"]
     shown = (after != claims["unadjusted verdict"]) & ~claims["verdict"].astype(str).str.startswith("not testable")
     ch = claims[shown].assign(**{"adjusted verdict": after[shown]})
-    return ch[[c for c in (PAPER, "claim", "dataset", "metric", "p_value", "p_holm", "unadjusted verdict", "adjusted verdict")
+    return ch[[c for c in (PAPER, "claim", "dataset", "metric", "p_value", "p_equiv", "p_holm", "unadjusted verdict",
+                           "adjusted verdict")
                if c in ch]]

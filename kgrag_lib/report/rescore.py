@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..eval.bootstrap import bootstrap_ci
 from ..eval.metrics import get_metric
-from ..eval.paired import paired_test, verdict
+from ..eval.paired import claim_fields, paired_test, verdict
 
 RESCORED = ("em", "f1", "hit1", "hit1_exact", "hit1_first")   # per-question values a compact row recomputes
 KEPT = ("acc",)      # read the raw answer: stored value kept, except a failed question's, which scores 0
@@ -125,7 +125,7 @@ def _retest(rec: dict[str, Any], va: dict[str, float], vb: dict[str, float]) -> 
     r = paired_test([va[q] for q in both], [vb[q] for q in both])
     rel = ">" if " > " in rec["statement"] else "<" if " < " in rec["statement"] else "~"
     rec.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff, ci95=[round(v, 1) for v in r.ci95],
-               p_value=r.p_value, test=r.test, verdict=verdict(rel, r))
+               p_value=r.p_value, test=r.test, verdict=verdict(rel, r), **claim_fields(rel, r))
 
 
 def rescore_published(root: str | Path) -> list[str]:

@@ -22,16 +22,17 @@ import pandas as pd
 
 from ..eval.metrics import get_metric, score_items
 from ..eval.paired import paired_test
+from ..eval.power import n_for_equivalence
 from ..methods.registry import PAPERS, available_methods, paper_package
 from ..paths import shown_path
 from ..provenance import git_commit
 from ..rundir import PRED_FILE, read_predictions, read_summary
 from . import cross_method, multiplicity, preregistration
-from .accounting import account
-from .claims import re_decide_silent
+from .accounting import account, registered_count
+from .claims import BEFORE_TOST, EQUIVALENCE_CHANGE, re_decide_equivalence, re_decide_silent
 from .mechanism import (KG_VERDICT_RULE, NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
                         sa_rag_index_health)
-from .metaqa.readings import flip_notes, readings_table
+from .metaqa.readings import flip_notes, readings_table, retested_claims
 from .metaqa.readings import report_section as readings_section
 from .papers import PAPER_SETUP
 from .tables import COST_KEYS, to_markdown
@@ -207,7 +208,8 @@ def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
     if claims.empty:
         return claims
     cols = ["paper", "table", "claim", "dataset", "statement", "metric", "n_pairs", "ours_a", "ours_b", "diff", "ci95",
-            "p_value", "p_holm", "verdict", "statistical verdict", "unadjusted verdict", "mechanism"]
+            "p_value", "p_equiv", "p_holm", "verdict", "statistical verdict", "unadjusted verdict", "mechanism",
+            *EQUIVALENCE_DETAIL]
     df = claims[[c for c in cols if c in claims.columns]].copy()
     for c in ("ours_a", "ours_b", "diff"):
         if c in df:
@@ -216,6 +218,31 @@ def claims_table(claims: pd.DataFrame) -> pd.DataFrame:
 
 
 SECONDARY_METRICS = ("hit1_exact", "f1")   # claims also tested on another metric, listed apart
+EQUIVALENCE_DETAIL = ("sd_diff", "margin", "test", BEFORE_TOST)   # kept for the `~` claims' table, not the claims table
+
+
+def equivalence_table(claims: pd.DataFrame) -> pd.DataFrame:
+    """Every `~` claim that ran, under both rules (`claims.EQUIVALENCE_CHANGE`): its difference,
+    the spread of the per-question difference, the margin, the TOST p, the verdict of the rule
+    before TOST and today's verdict, and the n at which TOST would confirm it with 80% power if
+    the true difference were the one seen (`eval.power.n_for_equivalence`)."""
+    if claims.empty or BEFORE_TOST not in claims:
+        return pd.DataFrame()
+    rows = claims[claims[BEFORE_TOST].map(lambda v: isinstance(v, str))]
+    recs = []
+    for r in rows.to_dict("records"):
+        sd, diff, margin = (pd.to_numeric(pd.Series([r.get(k)]), errors="coerce").iloc[0]
+                            for k in ("sd_diff", "diff", "margin"))
+        n_needed = (n_for_equivalence(float(margin), float(sd), diff=float(diff),
+                                      binary=str(r.get("test", "")).startswith("mcnemar"))
+                    if pd.notna(sd) and sd > 0 and pd.notna(diff) and pd.notna(margin) else None)
+        recs.append({"claim": r["claim"], "dataset": r["dataset"], "metric": r.get("metric"),
+                     "n_pairs": r.get("n_pairs"), "diff": r.get("diff"), "sd_diff": sd, "margin": margin,
+                     "p_value": r.get("p_value"), "p_equiv": r.get("p_equiv"), "p_holm": r.get("p_holm"),
+                     BEFORE_TOST: r[BEFORE_TOST], "verdict (TOST)": str(r["verdict"]).split("; ")[0],
+                     "n for TOST at 80% power": "never (|diff| >= margin)" if n_needed is None and pd.notna(sd)
+                     and pd.notna(diff) and pd.notna(margin) and abs(diff) >= margin else n_needed})
+    return pd.DataFrame(recs)
 
 
 def verdict_counts(claims: pd.DataFrame) -> pd.DataFrame:
@@ -230,7 +257,7 @@ def verdict_counts(claims: pd.DataFrame) -> pd.DataFrame:
 
 
 def _md(df: pd.DataFrame, digits: int = 1) -> str:
-    for col in ("p_value", "p_holm"):
+    for col in ("p_value", "p_equiv", "p_holm"):
         if col in df:
             df = df.assign(**{col: df[col].map(format_p)})
     return to_markdown(df, digits=digits) if not df.empty else "(none)"
@@ -258,6 +285,7 @@ def assessed_claims(res: StudyResults, readings: pd.DataFrame | None = None) -> 
     caller has it already (it reads every MetaQA question file)."""
     every_run = pd.DataFrame(res.runs)
     claims = re_decide_silent(res.claims)
+    claims = re_decide_equivalence(claims, retested_claims(every_run))
     if not claims.empty and "notebook" in claims:
         claims = claims.assign(paper=claim_papers(claims, every_run))
     claims = claims_table(apply_testability(multiplicity.adjust(claims, SECONDARY_METRICS), every_run,
@@ -305,10 +333,14 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     parts += ["## The papers' claims, tested", "",
               "Each claim: both sides on the same questions; **confirmed** / **refuted** at p < 0.05 (McNemar's "
               "exact test on 0/1 scores, else a paired sign-flip permutation test), otherwise **not separable at this n**; `~` "
-              "claims need the difference bounded within ±5 points; where no question scores on either side (0 vs 0) "
+              "claims are confirmed by two one-sided tests (TOST, `p_equiv`) of the paired difference within ±5 points "
+              "(or the margin a paper states) and refuted by a significant difference whose interval lies wholly "
+              "outside them (see below); where no "
+              "question scores on either side (0 vs 0) "
               "the metric tests nothing and the claim reads **not testable on this metric**. `diff` and `ci95` are "
               "A − B in points. "
-              f"**Multiplicity**: the verdict is read from `p_holm`, the Holm-adjusted p over one family, {multiplicity.FAMILY_TEXT} "
+              "**Multiplicity**: the verdict is read from `p_holm`, the Holm-adjusted decisive p (`p_equiv` for a `~` "
+              f"claim TOST decides, else `p_value`) over one family, {multiplicity.FAMILY_TEXT} "
               f"({multiplicity.family_text(claims)}); `unadjusted verdict` is what the claim's own p said, as the "
               "notebooks print it. The claims on a second metric are exploratory: unadjusted, they confirm nothing. "
               "A claim whose KG holds no fact of its dataset, or none of its questions' own (a held-out KG), reads "
@@ -320,17 +352,25 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     changed = multiplicity.changed_by_adjustment(claims)
     if not changed.empty:
         parts += ["Verdicts the adjustment changed:", "", _md(changed), ""]
+    equivalence = equivalence_table(claims)
+    if not equivalence.empty:
+        parts += ["### `~` claims: the equivalence rule before and after TOST", "", EQUIVALENCE_CHANGE + " `sd_diff` is "
+                  "the standard deviation of the per-question difference (points); `n for TOST at 80% power` the "
+                  "questions TOST would need to confirm the claim if the true difference were the one seen.", "",
+                  _md(equivalence), ""]
     outcomes, idle = account(claims, profile, SECONDARY_METRICS)
     parts += ["### Every claim of the four papers", "",
-              "Each paper's registered claims (`report.<paper>.paper_numbers`: the tables' claims, KG-Infused RAG's "
+              f"**{registered_count()} claims are registered** across the four papers. Each paper's registered claims "
+              "(`report.<paper>.paper_numbers`: the tables' and figures' claims, KG-Infused RAG's "
               "plug-in, StrategyQA and DPO claims), by their outcome here on the primary metric; a claim with no row "
               "above counts as not run.", "", _md(outcomes, 0), "",
               "Why the claims not run were not run:", "", _md(idle, 0) if not idle.empty else "(every claim ran)", ""]
     if not claims.empty:
         secondary = claims["metric"].isin(SECONDARY_METRICS) if "metric" in claims else claims["claim"].isna()
-        parts += [_md(claims[~secondary]), "",
+        shown = claims.drop(columns=[c for c in EQUIVALENCE_DETAIL if c in claims])
+        parts += [_md(shown[~secondary]), "",
                   "The same claims on a second metric, exploratory (unadjusted p; MetaQA: Hit@1 exact, §4.2.1 read "
-                  "literally; SA-RAG and TCR-QF: F1):", "", _md(claims[secondary]), ""]
+                  "literally; SA-RAG and TCR-QF: F1):", "", _md(shown[secondary]), ""]
     parts += readings_section(readings, _md, format_p)
     main_model = runs["model"].dropna().astype(str).value_counts() if not runs.empty and "model" in runs else pd.Series(dtype=int)
     parts += preregistration.report_section(res.root, claims, runs, str(main_model.index[0]) if len(main_model) else "no model",

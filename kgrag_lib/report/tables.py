@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..eval.metrics import score_items
-from ..eval.paired import NOT_RUN, paired_test, verdict
+from ..eval.paired import NOT_RUN, claim_fields, paired_test, verdict
 from ..rundir import PRED_FILE, read_predictions
 
 SCORE_COLUMNS = ("hit1", "hit1_exact", "hit1_first", "em", "f1", "acc", "yesno_agree")
@@ -185,21 +185,29 @@ def check_paired_claims(claims: Iterable[tuple], side_values: Callable[[Side, st
                         label: Callable[[Side], str], alpha: float = 0.05, margin: float = 5.0) -> pd.DataFrame:
     """The "A beats B" claims of a paper, each tested on per-question scores paired on the same
     questions (`kgrag_lib.eval.paired`): confirmed, refuted, or not separable at this n, with the
-    difference (points), its 95% interval and p. A claim is the tuple
-    (claim id, table, dataset, side A, relation, side B, metric, quote); `side_values(side,
+    difference (points), its 95% interval and p; a `~` claim also with its TOST p (`p_equiv`),
+    margin and the verdict of the rule before TOST. A claim is the tuple
+    (claim id, table, dataset, side A, relation, side B, metric, quote[, margin]): the optional
+    margin (points) of a `~` claim where the paper states one, else `margin`; `side_values(side,
     dataset, metric)` gives a side's {qid: value in [0, 1]}, None when it was not run (the claim
     then reads 'not run'); `label(side)` names a side in the statement."""
     out = []
-    for cid, table, dataset, a, rel, b, metric, quote in claims:
+    for claim in claims:
+        if len(claim) not in (8, 9):
+            raise ConfigError(f"a claim is (id, table, dataset, side A, relation, side B, metric, quote[, margin]); "
+                              f"got {len(claim)} fields in {claim[:1]!r}")
+        cid, table, dataset, a, rel, b, metric, quote = claim[:8]
+        m = float(claim[8]) if len(claim) == 9 and claim[8] is not None else margin
         va, vb = side_values(a, dataset, metric), side_values(b, dataset, metric)
         rec = {"claim": cid, "table": table, "dataset": dataset, "statement": f"{label(a)} {rel} {label(b)}",
                "metric": metric, "n_pairs": 0, "ours_a": math.nan, "ours_b": math.nan, "diff": math.nan, "ci95": None,
-               "p_value": math.nan, "test": "", "verdict": NOT_RUN, "quote": quote}
+               "p_value": math.nan, "test": "", "verdict": NOT_RUN, "quote": quote, "p_equiv": math.nan,
+               "sd_diff": math.nan}
         if va is not None and vb is not None:
             both = [q for q in va if q in vb]
-            r = paired_test([va[q] for q in both], [vb[q] for q in both])
+            r = paired_test([va[q] for q in both], [vb[q] for q in both], margin=m)
             rec.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff,
                        ci95=[round(v, 1) for v in r.ci95], p_value=r.p_value, test=r.test,
-                       verdict=verdict(rel, r, alpha=alpha, margin=margin))
+                       verdict=verdict(rel, r, alpha=alpha, margin=m), **claim_fields(rel, r, alpha=alpha, margin=m))
         out.append(rec)
     return pd.DataFrame(out)

@@ -122,7 +122,8 @@ TABLE5 = {
 # Appendix B.1/B.2 text: the share removed by the filters (percent of the original).
 TABLE5_REMOVED_PCT = {"entities": 5.65, "relations": 2.17, "triples": 1.72}
 
-# Figure 2 (§5.4) prints no values; these are the paper's qualitative findings about it.
+# Figure 2 (§5.4) prints no values; these are the paper's qualitative findings about it (each is a
+# registered claim below: f2.round2_over_round1, f2.round1_peak, f2.kg_aug_over_kg_qe, f2.kg_qe_over_full).
 FIGURE2_SOURCE = "Figure 2 (§5.4): impact of the number of activation rounds (1..6); curves only, no printed values"
 FIGURE2_FINDINGS = (
     "2WikiMQA and MuSiQue see clear gains in the second activation round, then fluctuate slightly.",
@@ -139,6 +140,27 @@ TEXT_CLAIMS = {
     "dpo_gain_range": "§5.1: DPO on LLaMA3.1-8B raises Avg by 1.1% to 9.4% across the five datasets.",
     "recall_gain_range": "§5.4: KG-Based QE raises R@6 by 4.0% to 8.4% across four datasets (Table 4).",
 }
+
+
+# §5.3: combining both modules ("+ Both", the full method) is the strongest or close to it "in most
+# cases". One claim per multi-hop dataset and single module, its relation from Table 3's own
+# numbers as for the plug-in claims (`PLUGIN_CLAIM_MIN_GAP`): '>' where +Both leads by at least a
+# point, '<' where the module leads by that much (Bamboogle's KG-Aug Gen), '~' in between.
+CLAIM_MIN_GAP = 1.0
+_MODULE_ROWS = {"kg-qe-only": "+ KG-Based QE (w/ 2-Round)", "kg-aug-only": "+ KG-Aug Gen (w/ 2-Round)"}
+
+
+def _gap_relation(gap: float) -> str:
+    return ">" if gap >= CLAIM_MIN_GAP else "<" if gap <= -CLAIM_MIN_GAP else "~"
+
+
+BOTH_STRONGEST_CLAIMS = tuple(
+    (f"t3.both_strongest.{d}.over_{module.split('-')[1]}", "Table 3", d, ("kg-infused", 2),
+     _gap_relation(round(TABLE3["+ Both (w/ 2-Round)"][d]["avg"] - TABLE3[row][d]["avg"], 1)), (module, 2), "avg",
+     "§5.3: using both modules gives the best or a close result in most cases; Table 3 (Avg): +Both "
+     f"{TABLE3['+ Both (w/ 2-Round)'][d]['avg']} vs {row.split(' (')[0].lstrip('+ ')} {TABLE3[row][d]['avg']} "
+     f"({TABLE3['+ Both (w/ 2-Round)'][d]['avg'] - TABLE3[row][d]['avg']:+.1f})")
+    for d in DATASETS[:4] for module, row in _MODULE_ROWS.items())
 
 
 # The "A beats B" statements behind the tables, tested on paired per-question scores
@@ -163,6 +185,16 @@ CLAIMS = (
      "§5.4: 2WikiMQA sees clear gains in the second activation round"),
     ("f2.round1_peak.hotpotqa", "Figure 2", "hotpotqa", ("kg-infused", 1), ">", ("kg-infused", 2), "avg",
      "§5.4: HotpotQA peaks at the first activation round, followed by a slight drop"),
+    *BOTH_STRONGEST_CLAIMS,
+    # §5.4, read off Figure 2 (no printed values); Table 3's 2-round rows give the numbers.
+    *(("f2.kg_aug_over_kg_qe." + d, "Figure 2", d, ("kg-aug-only", 2), ">", ("kg-qe-only", 2), "avg",
+       "§5.4: on 2WikiMQA and MuSiQue the KG-Aug Gen module adds more to the method than KG-Based QE; Figure 2 "
+       f"prints no values; Table 3 (2 rounds, Avg): KG-Aug Gen {TABLE3['+ KG-Aug Gen (w/ 2-Round)'][d]['avg']} vs "
+       f"KG-Based QE {TABLE3['+ KG-Based QE (w/ 2-Round)'][d]['avg']}") for d in ("2wiki", "musique")),
+    ("f2.kg_qe_over_full.hotpotqa", "Figure 2", "hotpotqa", ("kg-qe-only", 2), ">", ("kg-infused", 2), "avg",
+     "§5.4: on HotpotQA, KG-Based QE on its own does better than the full method; Figure 2 prints no values, and "
+     f"Table 3's 2-round rows show the opposite (Avg: KG-Based QE {TABLE3['+ KG-Based QE (w/ 2-Round)']['hotpotqa']['avg']}"
+     f" vs +Both {TABLE3['+ Both (w/ 2-Round)']['hotpotqa']['avg']})"),
 )
 
 # A mechanism claim of this study (issue 56), not a row of the paper: the same method on the same
@@ -273,7 +305,7 @@ PLUGIN_TEXT_CLAIMS = {
 }
 # A plug-in claim's relation follows the paper's own numbers: '>' or '<' when the plug-in row is
 # at least this many points (Avg; Acc on StrategyQA) from its base row, '~' (no difference) below.
-PLUGIN_CLAIM_MIN_GAP = 1.0
+PLUGIN_CLAIM_MIN_GAP = CLAIM_MIN_GAP
 
 
 def _plugin_claims(table: str, source: str, rows: dict, base_label: str, base: str, plugin: str) -> tuple:

@@ -78,6 +78,7 @@ class Claim:
     quote: str
     fixed: dict[str, Any] = field(default_factory=dict)   # settings held fixed (e.g. {"top_k": 30})
     note: str = ""
+    margin: float | None = None   # a `~` claim's equivalence margin (points) where the paper states one
 
 
 NUMBERS: tuple[PaperNumber, ...] = (

@@ -62,9 +62,9 @@ def _question_rows(folder: str | Path) -> list[dict[str, Any]]:
     return []
 
 
-def reading_scores(runs: pd.DataFrame, prefix: str) -> pd.DataFrame:
-    """Per-question values of every reading for the MetaQA runs of the notebook `prefix`:
-    dataset, method, hops, top_k, seed, qid and one column per reading."""
+def reading_scores(runs: pd.DataFrame, prefix: str, metrics: tuple[str, ...] = READINGS) -> pd.DataFrame:
+    """Per-question values of every reading (or of `metrics`) for the MetaQA runs of the notebook
+    `prefix`: dataset, method, hops, top_k, seed, qid and one column per reading."""
     if runs.empty or "notebook" not in runs:
         return pd.DataFrame()
     mine = runs[runs["notebook"].astype(str).str.startswith(prefix)
@@ -72,11 +72,11 @@ def reading_scores(runs: pd.DataFrame, prefix: str) -> pd.DataFrame:
     rows = []
     for run in mine.to_dict("records"):
         qs = _question_rows(run["folder"])
-        items = score_items(qs, READINGS)
+        items = score_items(qs, metrics)
         for i, q in enumerate(qs):
             rows.append({"dataset": run["dataset"], "method": run["method"], "hops": run.get("hops"),
                          "top_k": run.get("top_k"), "seed": run.get("seed") or 0, "qid": q["qid"],
-                         **{m: items[m][i] for m in READINGS}})
+                         **{m: items[m][i] for m in metrics}})
     df = pd.DataFrame(rows)
     # a run repeated in a notebook (the same method, settings and sample) counts once
     return df.drop_duplicates(subset=[c for c in ("dataset", "method", "hops", "top_k", "seed", "qid")
@@ -147,6 +147,22 @@ def readings_table(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     out["flips"] = [", ".join(m for m in READINGS[1:] if rec.get(f"{m} verdict") not in (None, rec.get("hit1 verdict")))
                     for rec in out.to_dict("records")]
     return out
+
+
+def retested_claims(runs: pd.DataFrame, metrics: tuple[str, ...] = ("hit1", "hit1_exact")) -> pd.DataFrame:
+    """Every MetaQA claim that ran, re-tested by today's rules on the committed per-question files,
+    once per metric (the primary and the exploratory one): what `claims.re_decide_equivalence`
+    re-judges a stored `~` claim by."""
+    frames = []
+    for exp, prefix in NOTEBOOK_OF.items():
+        scores = reading_scores(runs, prefix, metrics)
+        claims = [c for c in CLAIMS if c.experiment == exp]
+        if scores.empty or not claims:
+            continue
+        for m in metrics:
+            df = check_claims(scores, claims, metric=m)
+            frames.append(df[df["verdict"] != NOT_RUN].assign(metric=m))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def flip_notes(readings: pd.DataFrame) -> Mapping[str, str]:

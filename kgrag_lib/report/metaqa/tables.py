@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import ConfigError
-from ...eval.paired import NOT_RUN, paired_test, verdict
+from ...eval.paired import NOT_RUN, claim_fields, paired_test, verdict
 from ..tables import require_columns
 from .paper_numbers import CLAIMS, NUMBERS, Claim, PaperNumber
 
@@ -173,7 +173,7 @@ def check_claims(scores: pd.DataFrame, claims: Sequence[Claim] | None = None, me
 
     The two sides of a claim are paired on the same (seed, question); the verdict is
     confirmed / refuted / not separable at this n (`kgrag_lib.eval.paired`: McNemar's exact
-    test for 0/1 scores, `~` claims by equivalence within ±`margin` points). Experiment-1
+    test for 0/1 scores, `~` claims by TOST within ±`margin` points, or the claim's own). Experiment-1
     claims compare kg-rag settings (`N=`/`K=`) with the claim's other settings held fixed. A
     claim whose two sides were not both run reads 'not run'.
     """
@@ -193,9 +193,11 @@ def check_claims(scores: pd.DataFrame, claims: Sequence[Claim] | None = None, me
                "test": "", "verdict": NOT_RUN, "source": c.source, "quote": c.quote}
         if a is not None and b is not None:
             both = a.index.intersection(b.index)
-            r = paired_test(a.loc[both].to_numpy(), b.loc[both].to_numpy())
+            m = margin if c.margin is None else float(c.margin)
+            r = paired_test(a.loc[both].to_numpy(), b.loc[both].to_numpy(), margin=m)
             row.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff,
                        ci95=[round(v, 1) for v in r.ci95], p_value=r.p_value, test=r.test,
-                       verdict=verdict(c.relation, r, alpha=alpha, margin=margin))
+                       verdict=verdict(c.relation, r, alpha=alpha, margin=m),
+                       **claim_fields(c.relation, r, alpha=alpha, margin=m))
         rows.append(row)
     return pd.DataFrame(rows)

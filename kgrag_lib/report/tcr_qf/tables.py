@@ -244,15 +244,35 @@ def check_claims(reports: Mapping[str, Any], claims: Sequence[tuple] | None = No
     """The paper's claims (`paper_numbers.CLAIMS`) on paired questions (`report.tables.check_paired_claims`).
 
     `reports` maps a dataset to the grid that ran it; a side is a method, the cell of that method
-    on the dataset (a claim whose side was not run reads 'not run')."""
-    def side_values(method: str, dataset: str, metric: str) -> dict[str, float] | None:
+    on the dataset (a claim whose side was not run reads 'not run'), or (method, round) for the
+    round claims (`paper_numbers.ROUND_CLAIMS`): that cell's answers at the round (None: final)."""
+    def side_values(side: str | tuple[str, int | None], dataset: str, metric: str) -> dict[str, float] | None:
+        method, rnd = side if isinstance(side, tuple) else (side, None)
         report = reports.get(dataset)
         cells = [c for c in (report.cells if report is not None else ()) if c.dataset == dataset
                  and c.run.method == method]
-        return question_values(cells[0].rows, metric) if cells else None
+        if not cells:
+            return None
+        rows = cells[0].rows if rnd is None else [at_round(row, rnd) for row in cells[0].rows]
+        return question_values(rows, metric)
 
-    return check_paired_claims(paper_numbers.CLAIMS if claims is None else claims, side_values, system_label, alpha=alpha,
+    return check_paired_claims(paper_numbers.CLAIMS if claims is None else claims, side_values, side_label, alpha=alpha,
                                margin=margin)
+
+
+def side_label(side: str | tuple[str, int | None]) -> str:
+    """A claim side's name: the variant's label, with its round for a (method, round) side."""
+    if isinstance(side, tuple):
+        method, rnd = side
+        return f"{system_label(method)} ({'final' if rnd is None else f'round {rnd}'})"
+    return system_label(side)
+
+
+def at_round(row: Mapping[str, Any], r: int) -> dict[str, Any]:
+    """A prediction row as it stood at round r (`answer_at`): its answer then, scored like any row;
+    only a question that failed and had no answer at round r counts as failed there."""
+    rounds = (row.get("trace") or {}).get("rounds") or []
+    return {**row, "prediction": answer_at(row, r), "failed": bool(row.get("failed")) and r >= len(rounds)}
 
 
 def claim_verdicts(claims: pd.DataFrame) -> pd.DataFrame:
