@@ -157,6 +157,21 @@ PROBES = [
      "test_cache_damage.py::test_cache_commands_on_a_read_only_cache_name_that_cache_never_the_default"),
     ("fuzzed kgrag sweep arguments and input files", "no traceback, no internal error",
      "test_cli_fuzz.py::test_no_sweep_argument_or_input_gives_a_traceback"),
+    # issue 59: server arguments, server specs
+    ("?args=[--api-key,sk-X] on llama-server:/vllm-serve: (manifest, run lock, server log)", "sent, written nowhere",
+     "test_server_args.py::test_an_api_key_in_server_args_reaches_the_server_but_no_file_and_no_output"),
+    ("vllm-serve:/nonexistent?args=[--api-key,sk-X]", "refused, no key printed",
+     "test_server_args.py::test_a_failing_spec_with_a_key_in_its_args_prints_no_key"),
+    ("kgrag study --model 'llama-server:...?args=[--api-key,sk-X]'", "refused; profile.yaml not written",
+     "test_server_args.py::test_a_study_refuses_a_key_in_server_args_instead_of_writing_it_into_its_profile"),
+    ("an API key of 3 characters echoed by a 401", "masked", "test_server_args.py::test_a_short_key_echoed_by_a_401_is_not_printed"),
+    ("llama-server:/llamacpp-server: ?args=[--host,0.0.0.0] or [--port=1]", "refused naming the flag",
+     "test_server_args.py::test_a_llama_server_may_not_be_moved_off_loopback_or_its_port"),
+    ("vllm-serve: ?args=[--served_model_name,x] / [--port=1] / an argparse prefix", "refused naming the flag",
+     "test_server_args.py::test_vllm_refuses_its_owned_flags_in_every_spelling"),
+    ("?max_num_seqs=010; ?gpu_memory_utilization=1e-9", "refused (ambiguous); a float, range-checked",
+     "test_server_args.py::test_spec_option_numbers_are_read_as_written"),
+    ("a spec option given twice", "refused", "test_server_args.py::test_an_option_given_twice_is_refused"),
 ]
 
 
