@@ -172,6 +172,10 @@ PROBES = [
     ("?max_num_seqs=010; ?gpu_memory_utilization=1e-9", "refused (ambiguous); a float, range-checked",
      "test_server_args.py::test_spec_option_numbers_are_read_as_written"),
     ("a spec option given twice", "refused", "test_server_args.py::test_an_option_given_twice_is_refused"),
+    ("data fetch of a URL with user:password@ and ?token=", "fetched (Basic auth), neither printed",
+     "test_data_fetch.py::test_a_url_with_user_password_and_a_token_is_fetched_but_neither_is_printed"),
+    ("a manifest path ../../x or /abs/x under data fetch", "refused naming the entry, nothing written",
+     "test_data_fetch.py::test_a_manifest_path_outside_the_data_root_is_refused_naming_the_entry"),
 ]
 
 
