@@ -176,6 +176,8 @@ PROBES = [
      "test_data_fetch.py::test_a_url_with_user_password_and_a_token_is_fetched_but_neither_is_printed"),
     ("a manifest path ../../x or /abs/x under data fetch", "refused naming the entry, nothing written",
      "test_data_fetch.py::test_a_manifest_path_outside_the_data_root_is_refused_naming_the_entry"),
+    ("run --show-config --set temperature=1.5; a generator spec with user:password@", "the value set; masked",
+     "test_bad_inputs.py::test_show_config_honours_set_and_the_flags_and_masks_a_token"),
 ]
 
 
