@@ -25,10 +25,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile="$2"; shift 2 ;;
     --commit) commit=1; shift ;;
-    --every) every="$2"; shift 2 ;;
+    --every) every="${2-}"; shift $(( $# > 1 ? 2 : 1 )) ;;
     *) break ;;
   esac
 done
+case "$every" in   # whole minutes > 0: -1 or abc would end the checkpoint loop at once, 0 would spin
+  ''|*[!0-9]*|0*) echo "reference_run: --every '$every': expected a whole number of minutes > 0, without leading zeros (e.g. 15)" >&2; exit 2 ;;
+esac
 books=("$@")
 if [ ${#books[@]} -eq 0 ]; then
   books=($(ls notebooks/[0-9][0-9]_*.ipynb | xargs -n1 basename | cut -c1-2 | grep -v '^90$'))

@@ -178,6 +178,10 @@ PROBES = [
      "test_data_fetch.py::test_a_manifest_path_outside_the_data_root_is_refused_naming_the_entry"),
     ("run --show-config --set temperature=1.5; a generator spec with user:password@", "the value set; masked",
      "test_bad_inputs.py::test_show_config_honours_set_and_the_flags_and_masks_a_token"),
+    ("reference_run.sh --commit --every -1|abc|0|010", "refused before anything runs",
+     "test_rehearse_script.py::test_reference_run_refuses_an_every_that_would_stop_or_spin_its_checkpoints"),
+    ("rehearse_gpu.py --every -1|0|nan|inf", "refused before anything is built",
+     "test_rehearse_script.py::test_every_must_be_a_positive_finite_number_of_minutes"),
 ]
 
 
