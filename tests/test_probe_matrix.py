@@ -182,6 +182,12 @@ PROBES = [
      "test_rehearse_script.py::test_reference_run_refuses_an_every_that_would_stop_or_spin_its_checkpoints"),
     ("rehearse_gpu.py --every -1|0|nan|inf", "refused before anything is built",
      "test_rehearse_script.py::test_every_must_be_a_positive_finite_number_of_minutes"),
+    ("report.publish on a scratch copy outside the checkout", "the checkout's README untouched",
+     "test_study_report.py::test_rebuilding_a_folder_outside_the_checkout_never_rewrites_the_checkout_readme"),
+    ("report.publish with a questions.jsonl cut in half, doubled or edited", "refused naming the file",
+     "test_study_report.py::test_a_damaged_questions_file_is_refused_naming_it"),
+    ("report.publish --profile bogus-profile", "refused",
+     "test_study_report.py::test_rebuild_refuses_a_profile_it_does_not_know_or_that_the_report_does_not_name"),
 ]
 
 
