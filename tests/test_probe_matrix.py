@@ -188,6 +188,8 @@ PROBES = [
      "test_study_report.py::test_a_damaged_questions_file_is_refused_naming_it"),
     ("report.publish --profile bogus-profile", "refused",
      "test_study_report.py::test_rebuild_refuses_a_profile_it_does_not_know_or_that_the_report_does_not_name"),
+    ("a passage store whose offsets go down inside their range", "refused naming the file (rebuilt in the cache)",
+     "test_passage_store.py::test_offsets_damaged_inside_their_range_are_refused_when_opened"),
 ]
 
 
