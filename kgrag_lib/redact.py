@@ -36,9 +36,9 @@ MASK = "***"
 KEY_ENV = ("KGRAG_OPENAI_API_KEY", "OPENAI_API_KEY")
 # scheme://user:password@ -- the password may hold '@', '#', '/', so take the authority up to its
 # last '@' before white space (a URL has no white space)
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s'\"]*@(?=[^\s@/'\"]+(?:[/?#\s'\")\]]|$))")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^\s'\"]*@(?=[^\s@/'\"]+(?:[/?#\s'\")\]]|$))")
 # the query of a URL: every value, up to the fragment or the end of the URL
-_URL_QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#'\"]*\?)([^\s#'\"]*)")
+_URL_QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]{0,31}://[^\s?#'\"]*\?)([^\s#'\"]*)")
 # elsewhere: keys such as api_key, apikey, api-key, key, token, access_token, password, sig, auth, code
 _QUERY_SECRET = re.compile(r"(?i)([?&;][^=&#\s?]*(?:key|token|secret|pass|pwd|auth|sig|cred|session|code)[^=&#\s?]*=)"
                            r"[^&#\s'\"]*")

@@ -58,6 +58,17 @@ def test_a_short_key_the_process_holds_is_masked_where_it_stands_alone(monkeypat
     assert redact('{"error": "bad key ab1"}') == f'{{"error": "bad key {MASK}"}}'
 
 
+def test_redact_stays_linear_on_long_runs_of_scheme_characters():
+    """A 100 kB line of `a-a-a-...` (a long flag list, a hash chain) took minutes: each position tried
+    a URL scheme up to the end of the line. A scheme is at most 32 characters now."""
+    import time
+
+    started = time.perf_counter()
+    assert redact("--" + "a-" * 50_000) == "--" + "a-" * 50_000
+    assert redact("x " + "a-" * 50_000 + " http://u:pw@h/v1?token=t") == "x " + "a-" * 50_000 + " http://***@h/v1?token=***"
+    assert time.perf_counter() - started < 5
+
+
 # ---- a full run through a fake llama-server ---------------------------------------------------------------------
 def _fake_llama_server(tmp_path: Path) -> Path:
     """A stand-in `llama-server`: listens where --host/--port say, lists --alias (owned_by llamacpp),
