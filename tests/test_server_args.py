@@ -300,3 +300,14 @@ def test_an_option_given_twice_is_refused(started, spec):
     """Issue 59: a key given twice kept the last value silently."""
     with pytest.raises(ConfigError, match=r"given twice after '\?'; give it once"):
         load_llm(spec, cache=False)
+
+
+def test_a_key_in_vllm_args_is_no_part_of_the_cache_identity(monkeypatch):
+    """The args join the weights' identity (hashed, written to the manifest); a key in them changes no
+    answer, and a short key could be found from its hash: it is hashed masked."""
+    from kgrag_lib.llm.vllm_env import args_identity
+
+    assert args_identity(["--api-key", "k1"]) == args_identity(["--api-key", "other-key"]) == args_identity(
+        ["--api-key", MASK])
+    assert args_identity(["--api-key", "k1", "--enforce-eager"]) != args_identity(["--api-key", "k1"])
+    assert args_identity(["--kv-cache-dtype", "fp8"]) != args_identity(["--kv-cache-dtype", "auto"])

@@ -229,8 +229,12 @@ def extra_args(args: Any) -> list[str]:
 
 def args_identity(args: Any) -> str:
     """The identity part of `server.args` (they may change the answers: --quantization, --kv-cache-dtype,
-    --chat-template, ...): '' without any, else ';args=' and a short hash of them in order."""
+    --chat-template, ...): '' without any, else ';args=' and a short hash of them in order. A secret
+    flag's value (`--api-key X`) is hashed masked: it changes no answer, and a hash of a short key
+    could be searched for it."""
     import hashlib
 
-    out = extra_args(args)
+    from ..redact import redact
+
+    out = redact(extra_args(args))
     return f";args={hashlib.sha256(chr(0).join(out).encode()).hexdigest()[:12]}" if out else ""
