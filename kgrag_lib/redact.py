@@ -49,7 +49,7 @@ _SECRET_FLAG = re.compile(rf"(?i)^{_FLAG_NAME}$")
 # ... and its value: after '=', white space, a list's ',' (quoted or not, URL-encoded or not) or a
 # YAML block list's next '- '; a value that is itself a long flag (--x) is the next flag, not a value
 _FLAG_VALUE = re.compile(rf"(?i)(?:(?<![\w-])|(?<=%5B)|(?<=%2C))({_FLAG_NAME})(=|['\"]?(?:\s*,\s*|\s*\n\s*-\s+|\s+|%2C)['\"]?)"
-                         r"(?!--)(?!\*\*\*)[^\s,'\"\[\]&#%]+")
+                         r"(?!--)(?!\*\*\*)[^\s,'\"\[\]()&#%]+")
 CREDENTIAL_KEY = re.compile(r"(?i)key|token|secret|pass|pwd|auth|sig|cred|session|code")   # a query key naming one
 _HELD: set[str] = set()   # keys the process was given (hold_secret), besides the environment's
 

@@ -38,6 +38,7 @@ SECRET = "sk-ARGSECRET42"
     ('["--api_key", "sk-X1"]', '["--api_key", "***"]'),
     ("args:\n- --api-key\n- sk-X1\n- --enforce-eager\n", "args:\n- --api-key\n- ***\n- --enforce-eager\n"),
     ("args=[--kv-cache-dtype,fp8,--enforce-eager]", "args=[--kv-cache-dtype,fp8,--enforce-eager]"),
+    ("a multi-token answer; the --api-key (a flag)", "a multi-token answer; the --api-key (a flag)"),   # prose
 ])
 def test_redact_masks_the_value_after_a_secret_bearing_flag(text, shown):
     assert redact(text) == shown
