@@ -190,6 +190,8 @@ PROBES = [
      "test_study_report.py::test_rebuild_refuses_a_profile_it_does_not_know_or_that_the_report_does_not_name"),
     ("a passage store whose offsets go down inside their range", "refused naming the file (rebuilt in the cache)",
      "test_passage_store.py::test_offsets_damaged_inside_their_range_are_refused_when_opened"),
+    ("report.publish with a summary.json of numbers; findings quoting a missing sibling", "refused in one line",
+     "test_study_report.py::test_rebuild_refuses_a_summary_of_non_objects_and_a_missing_sibling_in_one_line"),
 ]
 
 

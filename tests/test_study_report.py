@@ -282,6 +282,21 @@ def test_rebuild_refuses_a_profile_it_does_not_know_or_that_the_report_does_not_
     assert PUB.main([str(dest), "--profile", "cpu-smoke"]) == 0   # a known profile where the report names none
 
 
+def test_rebuild_refuses_a_summary_of_non_objects_and_a_missing_sibling_in_one_line(results, tmp_path, capsys):
+    """Issue 59: a summary.json holding a list of numbers, or findings quoting a sibling folder that is
+    not there, ended in a traceback."""
+    dest = _published(results, tmp_path)
+    good = (dest / "12_x" / "summary.json").read_text(encoding="utf-8")
+    (dest / "12_x" / "summary.json").write_text("[1, 2]", encoding="utf-8")
+    assert PUB.main([str(dest), "--profile", "p"]) == 2
+    assert "12_x/summary.json: row 0 is int '1'; expected a list of JSON objects" in capsys.readouterr().err
+    (dest / "12_x" / "summary.json").write_text(good, encoding="utf-8")
+    (dest / "FINDINGS.template.md").write_text("big holds {{ sibling('big').cost('12').runs }} runs\n", encoding="utf-8")
+    assert PUB.main([str(dest), "--profile", "p"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {dest.parent / 'big'}: No such file or directory" in err and "Traceback" not in err
+
+
 def test_publishing_a_folder_rebuilds_the_folders_whose_findings_quote_it(results, tmp_path):
     from kgrag_lib.llm.cache import LLMCache
 

@@ -126,6 +126,7 @@ def rebuild(dest: str | Path, profile: str) -> Path:
         raise ConfigError(f"{dest}: no REPORT.md, so not a published results folder (notebook 90 writes one "
                           "with publish_dir set)")
     check_profile(dest, profile)
+    check_summaries(dest)
     check_questions(dest)
     findings = read_findings(dest)   # renders FINDINGS.md afresh where the folder keeps a template
     if (dest / TEMPLATE_FILE).is_file():
@@ -152,6 +153,20 @@ def check_profile(dest: str | Path, profile: str) -> None:
     if named is None and profile not in available_profiles():
         raise ConfigError(f"--profile {profile!r}: not a profile kgrag knows; expected one of "
                           f"{', '.join(available_profiles())}")
+
+
+def check_summaries(dest: str | Path) -> None:
+    """Every notebook's summary.json must be JSON holding one object or a list of objects (its rows)."""
+    for path in sorted(Path(dest).glob("*/summary.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: not a JSON summary ({type(exc).__name__}); publish the notebook again") from None
+        rows = data if isinstance(data, list) else [data]
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise ConfigError(f"{path}: row {bad} is {type(rows[bad]).__name__} {str(rows[bad])[:40]!r}; expected a list of "
+                              "JSON objects (the rows a notebook writes); publish the notebook again")
 
 
 def check_questions(dest: str | Path) -> None:
@@ -254,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         out = rebuild(args.folder, args.profile)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:   # a read-only copy, a sibling folder its findings quote that is not beside it
+        print(f"error: {exc.filename or args.folder}: {exc.strerror or exc}; a rebuild writes FINDINGS.md and "
+              "REPORT.md/html into the folder and reads the sibling folders its findings quote "
+              "(sibling('<name>') lies beside it)", file=sys.stderr)
         return 2
     print(f"rebuilt {out / 'REPORT.md'} and {out / 'REPORT.html'}")
     return 0
