@@ -171,6 +171,8 @@ def main() -> int:
     ap.add_argument("--every", type=minutes, default=10.0, help="minutes between two parts of new answers (default 10)")
     a = ap.parse_args()
     work = Path(a.work).resolve()
+    if work.exists() and not work.is_dir():
+        ap.error(f"--work {a.work}: not a folder; give a folder to build the rehearsal in (made if absent)")
     answers = Path(a.answers).resolve()
     t0 = time.perf_counter()
     hf_home = build_cache(work)

@@ -192,6 +192,10 @@ PROBES = [
      "test_passage_store.py::test_offsets_damaged_inside_their_range_are_refused_when_opened"),
     ("report.publish with a summary.json of numbers; findings quoting a missing sibling", "refused in one line",
      "test_study_report.py::test_rebuild_refuses_a_summary_of_non_objects_and_a_missing_sibling_in_one_line"),
+    ("rehearse_gpu.py --work /etc/passwd", "refused in one line",
+     "test_rehearse_script.py::test_rehearse_refuses_a_work_path_that_is_a_file"),
+    ("reference_run.sh --profile bogus", "refused in one line",
+     "test_rehearse_script.py::test_reference_run_refuses_an_unknown_profile_in_one_line"),
 ]
 
 

@@ -76,3 +76,30 @@ def test_reference_run_refuses_an_every_that_would_stop_or_spin_its_checkpoints(
                               capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert proc.returncode == 2, (bad, proc.stderr)
         assert f"reference_run: --every '{bad}': expected a whole number of minutes > 0" in proc.stderr
+
+
+def test_rehearse_refuses_a_work_path_that_is_a_file(tmp_path):
+    """Issue 59: `rehearse_gpu.py --work /etc/passwd` ended in a traceback."""
+    import subprocess
+    import sys
+
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearse_gpu.py"), "--work", str(afile)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"--work {afile}: not a folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert afile.read_text() == "x"
+
+
+def test_reference_run_refuses_an_unknown_profile_in_one_line(tmp_path):
+    """Issue 59: `reference_run.sh --profile bogus` ended in a Python traceback."""
+    import subprocess
+
+    import pytest
+
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("reference_run.sh runs the checkout's .venv, which this checkout has not")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "reference_run.sh"), "--profile", "bogus", "99"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "reference_run: --profile 'bogus': profile 'bogus' not found" in proc.stderr
+    assert "Traceback" not in proc.stderr
