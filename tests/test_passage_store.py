@@ -226,6 +226,11 @@ def test_data_embed_shards_fill_the_cache_a_run_opens(tsv, tmp_path, monkeypatch
 @pytest.mark.parametrize("argv, message", [
     (["--shard", "3/3"], "expected I/N with 0 <= I < N"),
     (["--shard", "1"], "expected I/N"),
+    (["--shard", "\u00b2/3"], "expected I/N"),                 # issue 59: '²'.isdigit() is True
+    (["--batch-size", "0"], "--batch-size 0: expected a number of texts >= 1"),
+    (["--batch-size", "-1"], "--batch-size -1: expected a number of texts >= 1"),
+    (["--device", "bogus"], "--device 'bogus': expected cpu, cuda, cuda:N or mps"),
+    (["--device", "cuda:999"], "--device cuda:999: torch sees \\d+ CUDA device"),
     ([], "name exactly one of --corpus"),
 ])
 def test_data_embed_refuses_bad_arguments(argv, message, tmp_path):

@@ -196,6 +196,8 @@ PROBES = [
      "test_rehearse_script.py::test_rehearse_refuses_a_work_path_that_is_a_file"),
     ("reference_run.sh --profile bogus", "refused in one line",
      "test_rehearse_script.py::test_reference_run_refuses_an_unknown_profile_in_one_line"),
+    ("data embed --shard \u00b2/3, --batch-size 0|-1, --device bogus|cuda (none here)", "refused in one line",
+     "test_passage_store.py::test_data_embed_refuses_bad_arguments"),
 ]
 
 
