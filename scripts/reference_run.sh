@@ -25,16 +25,22 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile="$2"; shift 2 ;;
     --commit) commit=1; shift ;;
-    --every) every="$2"; shift 2 ;;
+    --every) every="${2-}"; shift $(( $# > 1 ? 2 : 1 )) ;;
     *) break ;;
   esac
 done
+case "$every" in   # whole minutes > 0: -1 or abc would end the checkpoint loop at once, 0 would spin
+  ''|*[!0-9]*|0*) echo "reference_run: --every '$every': expected a whole number of minutes > 0, without leading zeros (e.g. 15)" >&2; exit 2 ;;
+esac
 books=("$@")
 if [ ${#books[@]} -eq 0 ]; then
   books=($(ls notebooks/[0-9][0-9]_*.ipynb | xargs -n1 basename | cut -c1-2 | grep -v '^90$'))
 fi
-dest=$(.venv/bin/python -c "import sys; from kgrag_lib.studies.profiles import load_profile; \
-print((load_profile(sys.argv[1]).get('notebooks', {}).get('90_report') or {}).get('publish_dir') or '')" "$profile")
+dest=$(.venv/bin/python -c "import sys; from kgrag_lib.errors import KgragError; \
+from kgrag_lib.studies.profiles import load_profile
+try: prof = load_profile(sys.argv[1])
+except KgragError as e: sys.exit(f'reference_run: --profile {sys.argv[1]!r}: {e}')
+print((prof.get('notebooks', {}).get('90_report') or {}).get('publish_dir') or '')" "$profile") || exit 2
 if [ -z "$dest" ]; then echo "reference_run: profile $profile has no notebooks.90_report.publish_dir" >&2; exit 2; fi
 parts=$dest/llm-cache
 lock=results/.reference-publish.lock

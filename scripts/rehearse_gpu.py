@@ -146,6 +146,20 @@ def keep_answers(work: Path, answers: Path) -> None:
                          "--cache", str(cache)], cwd=REPO)
 
 
+def minutes(raw: str) -> float:
+    """`--every`: a positive, finite number of minutes (0, a negative number or nan would export the
+    cache in a busy loop; inf would never keep a part before the end)."""
+    import math
+
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{raw!r}: expected a positive number of minutes, e.g. 10")
+    return value
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
@@ -154,9 +168,11 @@ def main() -> int:
     ap.add_argument("--build-cache-only", action="store_true")
     ap.add_argument("--answers", default=str(REPO / "results" / "rehearsal" / "llm-cache"),
                     help="folder of answer parts kept between machines (default results/rehearsal/llm-cache)")
-    ap.add_argument("--every", type=float, default=10.0, help="minutes between two parts of new answers (default 10)")
+    ap.add_argument("--every", type=minutes, default=10.0, help="minutes between two parts of new answers (default 10)")
     a = ap.parse_args()
     work = Path(a.work).resolve()
+    if work.exists() and not work.is_dir():
+        ap.error(f"--work {a.work}: not a folder; give a folder to build the rehearsal in (made if absent)")
     answers = Path(a.answers).resolve()
     t0 = time.perf_counter()
     hf_home = build_cache(work)

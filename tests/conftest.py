@@ -7,6 +7,15 @@ import pytest
 from fakes import BagOfWordsEmbedder
 
 
+@pytest.fixture(autouse=True)
+def _forget_held_secrets():
+    """`redact` masks every key the process was given; a key one test gave is no other test's."""
+    yield
+    from kgrag_lib.redact import forget_secrets
+
+    forget_secrets()
+
+
 @pytest.fixture
 def fake_embedder() -> BagOfWordsEmbedder:
     """A fresh bag-of-words embedder (its call counters start at zero)."""

@@ -696,3 +696,21 @@ def test_a_seed_llama_cpp_reads_as_random_is_refused(tmp_path, metaqa_root, caps
                "--seed", "4294967295", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert rc == 2 and "'seed' must be an integer in [0, 2147483647]" in err
+
+
+def test_show_config_honours_set_and_the_flags_and_masks_a_token(capsys):
+    """Issue 59: `run --show-config --set temperature=1.5` showed the default (--set was ignored
+    there), and a generator or KG spec's `user:password@` was printed in full."""
+    assert main(["run", "--show-config", "--method", "kg-rag", "--profile", "cpu-smoke", "--set", "temperature=1.5",
+                 "--top-k", "7", "--set", "seed=3"]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
+    assert "1.5" in lines["temperature"] and "[command line]" in lines["temperature"]
+    assert "7" in lines["top_k"] and "[command line]" in lines["top_k"]
+    assert "3" in lines["run.seed"] and "[command line]" in lines["run.seed"]
+    assert main(["run", "--show-config", "--method", "kg-rag", "--profile", "cpu-smoke",
+                 "--set", "top_k=0"]) == 2   # checked as a run checks it
+    capsys.readouterr()
+    assert main(["run", "--show-config", "--method", "self-rag", "--set",
+                 "generator=openai:http://u:SECRET59@127.0.0.1:9/v1?api_key=SECRET60#m"]) == 0
+    out = capsys.readouterr().out
+    assert "SECRET59" not in out and "SECRET60" not in out and "openai:http://***@127.0.0.1:9/v1" in out

@@ -53,6 +53,7 @@ class Loopback:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.requests: list[tuple[str, str | None]] = []
+        self.auths: list[str | None] = []   # the Authorization header of each request
         self.sent: list[int] = []          # body bytes sent per request
         self.ignore_range = False
         self.content_type = "application/octet-stream"
@@ -71,6 +72,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0].lstrip("/")
         rng = self.headers.get("Range")
         state.requests.append((path, rng))
+        state.auths.append(self.headers.get("Authorization"))
         body = state.files.get(path)
         if body is None:
             self.send_error(404)
@@ -400,3 +402,56 @@ def test_download_fields_of_a_bad_form_are_refused_naming_the_file(tmp_path, cap
     manifest = _manifest(tmp_path, {"toy": {"files": [{"path": "toy/f.txt", **spec}]}})
     rc, _, err = _fetch(["toy", "--root", str(tmp_path), "--manifest", str(manifest)], capsys)
     assert rc == 2 and f"{manifest}: datasets.toy: toy/f.txt" in err and says in err
+
+
+def test_a_url_with_user_password_and_a_token_is_fetched_but_neither_is_printed(server, tmp_path, capsys):
+    """Issue 59: the URL's user:password and ?token= were printed in full, and urllib could not use the
+    userinfo (it took `user:pw@host` for the host name), so the download failed after its retries."""
+    import base64
+
+    state = server.state
+    state.files["psgs_w100.tsv.gz"] = gzip.compress(PSGS)
+    url = f"http://reader:pa55w0rd@127.0.0.1:{server.server_address[1]}/psgs_w100.tsv.gz?token=T0KEN99"
+    manifest = _manifest(tmp_path, {"wikipedia-2018": _wikipedia(url)})
+    root = tmp_path / "root"
+    rc, out, err = _fetch(["wikipedia-2018", "--root", str(root), "--manifest", str(manifest)], capsys)
+    assert rc == 0 and (root / "wikipedia" / "psgs_w100.tsv").read_bytes() == PSGS
+    assert state.auths == ["Basic " + base64.b64encode(b"reader:pa55w0rd").decode()]   # sent as Basic auth
+    assert "downloading http://***@127.0.0.1" in out and "token=***" in out
+    listed = fetch.list_fetchable(manifest, root)
+    for secret in ("pa55w0rd", "T0KEN99"):
+        assert secret not in out + err + listed
+        assert [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()] == []
+
+
+@pytest.mark.parametrize("path, says", [
+    ("../../escaped.txt", "leaves the data root"),
+    ("toy/../../escaped.txt", "leaves the data root"),
+    ("/tmp/kgrag-escaped.txt", "is absolute"),
+    ("~/escaped.txt", "is absolute"),
+    ("toy/", "names no file"),
+])
+def test_a_manifest_path_outside_the_data_root_is_refused_naming_the_entry(server, tmp_path, capsys, path, says):
+    """Issue 59: `path: ../../x` or an absolute path was installed outside --root (exit 0, "installed
+    under <root>"). Now refused before any request, naming the manifest entry."""
+    state = server.state
+    state.files["f.txt"] = b"payload\n"
+    manifest = _manifest(tmp_path, {"toy": {"files": [{"path": path, "url": state.url(server, "f.txt")}]}})
+    root = tmp_path / "a" / "root"
+    rc, out, err = _fetch(["toy", "--root", str(root), "--manifest", str(manifest)], capsys)
+    assert rc == 2 and f"{manifest}: datasets.toy: path {path!r} {says}" in err
+    assert state.requests == [] and "installed" not in out
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "a" / "escaped.txt").exists()
+    assert not Path("/tmp/kgrag-escaped.txt").exists()
+
+
+def test_an_installed_file_lies_under_the_root_it_names(server, tmp_path, capsys):
+    """'installed under <root>' is true: the file is there, and nothing else was written outside it."""
+    state = server.state
+    state.files["f.txt"] = b"payload\n"
+    manifest = _manifest(tmp_path, {"toy": {"files": [{"path": "toy/./f.txt", "url": state.url(server, "f.txt")}]}})
+    root = tmp_path / "root"
+    rc, out, _ = _fetch(["toy", "--root", str(root), "--manifest", str(manifest)], capsys)
+    assert rc == 0 and f"1 file(s) installed under {root}" in out
+    assert (root / "toy" / "f.txt").read_bytes() == b"payload\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["datasets.yaml", "root"]

@@ -125,6 +125,24 @@ def test_a_damaged_store_is_named_and_rebuilt(tsv, tmp_path, caplog):
     assert any("is damaged" in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("at, value", [(2, "offsets[0]"), (1500, "offsets[1499] - 1"), (2999, "offsets[2998] // 2")])
+def test_offsets_damaged_inside_their_range_are_refused_when_opened(tsv, tmp_path, caplog, at, value):
+    """Issue 59: only the first and last offsets were checked, so an offset damaged inside the range
+    opened (and embedded) passage 2 as empty text. Offsets must never go down."""
+    path, rows = tsv
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    offsets_path = store.folder / "texts.offsets.npy"
+    offsets = np.load(offsets_path)
+    offsets[at] = eval(value, {"offsets": offsets})   # still between the first and the last offset
+    assert offsets[0] <= offsets[at] <= offsets[-1]
+    np.save(offsets_path, offsets)
+    with pytest.raises(DataFormatError, match=rf"texts\.offsets\.npy: malformed input; expected non-decreasing row "
+                                              rf"offsets; got 'offset {at} \(\d+\) below offset {at - 1} \(\d+\)'"):
+        PassageStore.open(store.folder)
+    again = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)   # the cached store: rebuilt
+    assert again[at] == rows[at] and again[at - 1] == rows[at - 1]
+
+
 def test_wikipedia_corpus_is_the_store_and_its_embeddings_are_keyed_by_its_fingerprint(tsv, tmp_path):
     path, rows = tsv
     cache = tmp_path / "cache"
@@ -208,6 +226,11 @@ def test_data_embed_shards_fill_the_cache_a_run_opens(tsv, tmp_path, monkeypatch
 @pytest.mark.parametrize("argv, message", [
     (["--shard", "3/3"], "expected I/N with 0 <= I < N"),
     (["--shard", "1"], "expected I/N"),
+    (["--shard", "\u00b2/3"], "expected I/N"),                 # issue 59: '²'.isdigit() is True
+    (["--batch-size", "0"], "--batch-size 0: expected a number of texts >= 1"),
+    (["--batch-size", "-1"], "--batch-size -1: expected a number of texts >= 1"),
+    (["--device", "bogus"], "--device 'bogus': expected cpu, cuda, cuda:N or mps"),
+    (["--device", "cuda:999"], "--device cuda:999: torch sees \\d+ CUDA device"),
     ([], "name exactly one of --corpus"),
 ])
 def test_data_embed_refuses_bad_arguments(argv, message, tmp_path):

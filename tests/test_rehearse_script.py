@@ -45,3 +45,61 @@ def test_the_hub_id_resolves_to_the_snapshot_this_machine_uses(tmp_path):
     mod._place(hub, "Org/M", tmp_path / "gone", bf16)        # already placed: not copied again
     assert refs.read_text() == bf16
     assert (hub / "models--Org--M" / "snapshots" / bf16 / "config.json").is_file()
+
+
+def test_every_must_be_a_positive_finite_number_of_minutes(tmp_path):
+    """Issue 59: `rehearse_gpu.py --every -1|0|nan` exported the cache about a million times in 3 s."""
+    import argparse
+    import subprocess
+    import sys
+
+    import pytest
+
+    mod = _script()
+    assert mod.minutes("10") == 10.0 and mod.minutes("0.5") == 0.5
+    for bad in ("-1", "0", "nan", "inf", "abc", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a positive number of minutes"):
+            mod.minutes(bad)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearse_gpu.py"), "--every", "nan",
+                           "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "argument --every: 'nan': expected a positive number of minutes" in proc.stderr
+    assert not (tmp_path / "work").exists()   # refused before anything was built
+
+
+def test_reference_run_refuses_an_every_that_would_stop_or_spin_its_checkpoints(tmp_path):
+    """Issue 59: `reference_run.sh --commit --every -1|abc` killed the checkpoint loop (exit 0, no checkpoint);
+    `--every 0` exported the cache 1,016 times in 12 s. Refused before anything runs."""
+    import subprocess
+
+    for bad in ("-1", "abc", "0", "", "1.5", "010"):
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "reference_run.sh"), "--commit", "--every", bad, "99"],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert f"reference_run: --every '{bad}': expected a whole number of minutes > 0" in proc.stderr
+
+
+def test_rehearse_refuses_a_work_path_that_is_a_file(tmp_path):
+    """Issue 59: `rehearse_gpu.py --work /etc/passwd` ended in a traceback."""
+    import subprocess
+    import sys
+
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearse_gpu.py"), "--work", str(afile)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"--work {afile}: not a folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert afile.read_text() == "x"
+
+
+def test_reference_run_refuses_an_unknown_profile_in_one_line(tmp_path):
+    """Issue 59: `reference_run.sh --profile bogus` ended in a Python traceback."""
+    import subprocess
+
+    import pytest
+
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("reference_run.sh runs the checkout's .venv, which this checkout has not")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "reference_run.sh"), "--profile", "bogus", "99"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "reference_run: --profile 'bogus': profile 'bogus' not found" in proc.stderr
+    assert "Traceback" not in proc.stderr

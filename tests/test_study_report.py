@@ -218,13 +218,83 @@ def test_rebuild_makes_a_published_report_again_from_what_the_folder_holds(resul
     LLMCache(tmp_path / "llm.sqlite").close()
     dest = PUB.publish(ST.collect(results), tmp_path / "published", llm_cache=tmp_path / "llm.sqlite", profile="p")
     (dest / "FINDINGS.template.md").write_text("x holds {{ cost('12').runs }} runs\n", encoding="utf-8")
-    (dest / "REPORT.md").write_text("stale", encoding="utf-8")
+    (dest / "REPORT.md").write_text("# kgrag study report (p)\nstale", encoding="utf-8")
     assert PUB.main([str(dest), "--profile", "p"]) == 0
     text = (dest / "REPORT.md").read_text()
     assert text.startswith("# kgrag study report (p)") and "x holds 2 runs" in text and "### 13_y" in text
     assert (dest / "FINDINGS.md").read_text().strip() == "x holds 2 runs"
     assert PUB.main([str(tmp_path), "--profile", "p"]) == 2
     assert "no REPORT.md, so not a published results folder" in capsys.readouterr().err
+
+
+def _published(results, tmp_path):
+    from kgrag_lib.llm.cache import LLMCache
+
+    LLMCache(tmp_path / "llm.sqlite").close()
+    ST.write_report(ST.collect(results), results, "p")
+    return PUB.publish(ST.collect(results), tmp_path / "scratch", llm_cache=tmp_path / "llm.sqlite", profile="p")
+
+
+def test_rebuilding_a_folder_outside_the_checkout_never_rewrites_the_checkout_readme(results, tmp_path, capsys):
+    """Issue 59: publish on a scratch copy with edited numbers rewrote the checkout's README findings."""
+    from kgrag_lib.report import findings as F
+
+    dest = _published(results, tmp_path)
+    (dest / F.README_TEMPLATE_FILE).write_text("highest F1 `nor` 99.9\n", encoding="utf-8")
+    readme = F.CHECKOUT / "README.md"
+    before = readme.read_bytes()
+    assert not F.in_checkout(dest) and F.in_checkout(F.CHECKOUT / "results" / "reference")
+    assert F.update_readme(dest) is None
+    assert PUB.main([str(dest), "--profile", "p"]) == 0
+    assert readme.read_bytes() == before
+    assert f"README.md left as it is: {dest} lies outside this checkout" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda text: "".join(text.splitlines(True)[:2]), "2 question rows, but its run answered 4"),
+    (lambda text: text + text.splitlines(True)[0], "5 question rows, but its run answered 4"),
+    (lambda text: text[:-9], r"questions.jsonl:4: not a JSON line"),
+    (lambda text: text.replace('"q1"', '"q9"'), r"question ids are not its manifest.json's sample \(missing q1; "
+                                                r"not in the sample or twice: q9\)"),
+])
+def test_a_damaged_questions_file_is_refused_naming_it(results, tmp_path, capsys, damage, says):
+    """Issue 59: a questions.jsonl cut in half was published (exit 0) and the findings changed from
+    "12 of 30" to "4 of 15". It must hold one row per question of its manifest's sample."""
+    dest = _published(results, tmp_path)
+    qfile = dest / "12_x" / "runs" / "metaqa-1hop" / "llm" / "questions.jsonl"
+    qfile.write_text(damage(qfile.read_text(encoding="utf-8")), encoding="utf-8")
+    report = (dest / "REPORT.md").read_bytes()
+    assert PUB.main([str(dest), "--profile", "p"]) == 2
+    err = capsys.readouterr().err
+    assert str(qfile) in err and re.search(says, err) and "publish the run again" in err
+    assert (dest / "REPORT.md").read_bytes() == report   # nothing rebuilt from the damaged folder
+
+
+def test_rebuild_refuses_a_profile_it_does_not_know_or_that_the_report_does_not_name(results, tmp_path, capsys):
+    """Issue 59: `--profile bogus-profile` was accepted and retitled REPORT."""
+    dest = _published(results, tmp_path)
+    assert PUB.main([str(dest), "--profile", "bogus-profile"]) == 2
+    assert "--profile 'bogus-profile': " in capsys.readouterr().err and \
+        (dest / "REPORT.md").read_text().startswith("# kgrag study report (p)")
+    (dest / "REPORT.md").write_text("an old report without its head\n", encoding="utf-8")
+    assert PUB.main([str(dest), "--profile", "bogus-profile"]) == 2
+    assert "not a profile kgrag knows; expected one of" in capsys.readouterr().err
+    assert PUB.main([str(dest), "--profile", "cpu-smoke"]) == 0   # a known profile where the report names none
+
+
+def test_rebuild_refuses_a_summary_of_non_objects_and_a_missing_sibling_in_one_line(results, tmp_path, capsys):
+    """Issue 59: a summary.json holding a list of numbers, or findings quoting a sibling folder that is
+    not there, ended in a traceback."""
+    dest = _published(results, tmp_path)
+    good = (dest / "12_x" / "summary.json").read_text(encoding="utf-8")
+    (dest / "12_x" / "summary.json").write_text("[1, 2]", encoding="utf-8")
+    assert PUB.main([str(dest), "--profile", "p"]) == 2
+    assert "12_x/summary.json: row 0 is int '1'; expected a list of JSON objects" in capsys.readouterr().err
+    (dest / "12_x" / "summary.json").write_text(good, encoding="utf-8")
+    (dest / "FINDINGS.template.md").write_text("big holds {{ sibling('big').cost('12').runs }} runs\n", encoding="utf-8")
+    assert PUB.main([str(dest), "--profile", "p"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {dest.parent / 'big'}: No such file or directory" in err and "Traceback" not in err
 
 
 def test_publishing_a_folder_rebuilds_the_folders_whose_findings_quote_it(results, tmp_path):

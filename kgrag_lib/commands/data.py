@@ -60,9 +60,34 @@ def _shard(raw: str | None) -> tuple[int, int] | None:
     if raw is None:
         return None
     i, sep, n = raw.partition("/")
-    if not (sep and i.isdigit() and n.isdigit() and 0 <= int(i) < int(n)):
+    plain = all(part.isascii() and part.isdigit() for part in (i, n))   # '²'.isdigit() is True, int('²') fails
+    if not (sep and plain and 0 <= int(i) < int(n)):
         raise ConfigError(f"--shard {raw!r}: expected I/N with 0 <= I < N, e.g. 0/4 (shard 0 of 4)")
     return int(i), int(n)
+
+
+def _check_device(device: str | None) -> None:
+    """`--device`: cpu, cuda, cuda:N or mps, and one this machine has (checked before any data is read)."""
+    import re
+
+    if device is None:
+        return
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        raise ConfigError(f"--device {device!r}: expected cpu, cuda, cuda:N or mps (or leave it out: cuda when "
+                          "torch sees one, else cpu)")
+    if device.startswith("cuda"):
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.partition(":")[2] or 0)
+        if index >= count:
+            raise ConfigError(f"--device {device}: torch sees {count} CUDA device(s) here"
+                              + ("" if count else " (a CPU-only torch build, or no GPU)") + "; use cpu or leave it out")
+    elif device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise ConfigError("--device mps: torch sees no Apple GPU here; use cpu or leave it out")
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -79,6 +104,9 @@ def cmd_embed(args: argparse.Namespace) -> int:
     if bool(args.corpus) == bool(args.kg):
         raise ConfigError("kgrag data embed: name exactly one of --corpus (e.g. wikipedia) or --kg (e.g. wikidata5m)")
     shard = _shard(args.shard)
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size {args.batch_size}: expected a number of texts >= 1, e.g. 64")
+    _check_device(args.device)
     root, cache = data_root(args.root), cache_dir(args.cache_dir)
     if args.corpus:
         texts, kw = corpus_embedding_source(args.corpus, root, cache)

@@ -70,7 +70,7 @@ def handle(args: argparse.Namespace) -> int:
             print(f"{name:14s} [{spec.family}] {spec.summary}  (datasets: {', '.join(spec.datasets)})")
         return 0
     if args.show_config:
-        return _show_config(args.method, args.profile)
+        return _show_config(args.method, args.profile, _overrides(args))
     missing = [f for f in ("method", "dataset", "out") if not getattr(args, f)]
     if missing:
         raise ConfigError(f"kgrag run needs --{', --'.join(missing)} (see `kgrag run --help`)")
@@ -79,7 +79,17 @@ def handle(args: argparse.Namespace) -> int:
         if value is not None and not str(value).strip():
             raise ConfigError(f"--{flag.replace('_', '-')} is empty (an unset shell variable?); give a value or "
                               f"leave the flag out for the profile's")
+    profile = load_profile(args.profile)  # every section checked, not only those this run reads
+    metrics = run_experiment(args.method, args.dataset, args.out, profile=profile,
+                             progress=not args.no_progress, overwrite=args.overwrite, **_overrides(args))
+    print(json.dumps(metrics, indent=2))
+    print(cost_line(metrics))
+    print(f"wrote {args.out}/predictions.jsonl, metrics.json, manifest.json")
+    return 0
 
+
+def _overrides(args: argparse.Namespace) -> dict:
+    """What the command line sets (None: not given): run fields, each paper's flags and `--set`."""
     overrides = {
         "split": args.split, "qa_file": args.qa_file, "n": args.n, "seed": args.seed, "model": args.model,
         "embedder": args.embedder, "data_root": args.data_root, "cache_dir": args.cache_dir,
@@ -92,34 +102,38 @@ def handle(args: argparse.Namespace) -> int:
         if val is not None:
             overrides[key] = val
     overrides.update(_parse_set(args.set))
-    profile = load_profile(args.profile)  # every section checked, not only those this run reads
-    metrics = run_experiment(args.method, args.dataset, args.out, profile=profile,
-                             progress=not args.no_progress, overwrite=args.overwrite, **overrides)
-    print(json.dumps(metrics, indent=2))
-    print(cost_line(metrics))
-    print(f"wrote {args.out}/predictions.jsonl, metrics.json, manifest.json")
-    return 0
+    return overrides
 
 
-def _show_config(method: str | None, profile_name: str) -> int:
-    """A profile leaves out settings equal to their defaults: this prints all of them."""
+def _show_config(method: str | None, profile_name: str, overrides: dict | None = None) -> int:
+    """A profile leaves out settings equal to their defaults: this prints all of them, with what
+    the command line overrides (`--set`, each paper's flags) as the run would take it; a spec's
+    token is masked (`redact`)."""
     import dataclasses
 
     from ..config import field_help, profile_section
+    from ..experiment import RUN_FIELDS
     from ..errors import ConfigError
     from ..methods import available_methods
+    from ..redact import redact
     from ..studies import load_profile
 
     if not method:
         raise ConfigError("kgrag run --show-config needs --method (see `kgrag run --list`)")
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    method_over = {k: v for k, v in given.items() if k not in RUN_FIELDS}
     profile = load_profile(profile_name)
     section = profile_section(profile, "methods", method)
-    cfg = available_methods()[method].check_config(section, where=f"profile {profile['name']!r}, methods.{method}")
+    cfg = available_methods()[method].check_config({**section, **method_over},
+                                                   where=f"profile {profile['name']!r}, methods.{method} + overrides")
     helps = field_help(type(cfg))
     print(f"{method} under profile {profile['name']} ({type(cfg).__name__}):")
     for f in dataclasses.fields(cfg):
-        source = "profile" if f.name in section else "default"
-        print(f"  {f.name:24s} {getattr(cfg, f.name)!r:32s} [{source}]  {helps.get(f.name, '')}")
+        source = "command line" if f.name in method_over else "profile" if f.name in section else "default"
+        print(f"  {f.name:24s} {redact(repr(getattr(cfg, f.name))):32s} [{source}]  {helps.get(f.name, '')}")
+    for k, v in given.items():
+        if k in RUN_FIELDS:
+            print(f"  run.{k:20s} {redact(repr(v)):32s} [command line]")
     return 0
 
 

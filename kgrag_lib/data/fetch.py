@@ -37,7 +37,8 @@ from .. import __version__
 from ..errors import ConfigError, MissingDataError
 from ..paths import data_root
 from ..progress import progress
-from .manifest import MANIFEST_PATH, load_manifest, sha256_file
+from ..redact import redact
+from .manifest import MANIFEST_PATH, check_file_path, load_manifest, sha256_file
 
 UNPACK = ("gzip", "tar.gz")
 CHUNK = 1 << 20
@@ -91,15 +92,17 @@ def plan(name: str, entry: dict[str, Any], root: Path, where: str = "the manifes
         here = f"{where}: datasets.{name}: {spec['path']}"
         unpack = spec.get("unpack") or ""
         if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
-            raise ConfigError(f"{here}: url {url!r}; expected an http(s):// URL")
+            raise ConfigError(f"{here}: url {redact(url)!r}; expected an http(s):// URL")
         if unpack and unpack not in UNPACK:
             raise ConfigError(f"{here}: unpack {unpack!r}; accepted: {', '.join(UNPACK)} (or none)")
         if spec.get("member") and unpack != "tar.gz":
             raise ConfigError(f"{here}: 'member' needs unpack: tar.gz")
-        final = root / spec["path"]
+        final = root / check_file_path(spec["path"], f"{where}: datasets.{name}: path {spec['path']!r}")
+        if not os.path.abspath(final).startswith(os.path.join(os.path.abspath(root), "")):
+            raise ConfigError(f"{here}: path {spec['path']!r} leaves the data root {root}; expected a path inside it")
         known = spec.get("download_sha256") or (spec.get("sha256") if not unpack else None)
         if url not in downloads:
-            named = _url_name(url)
+            named = _url_name(url) if _url_name(url) not in (".", "..") else ""   # never a name outside the folder
             saved = final if not unpack else final.with_name(named if named and named != final.name
                                                              else final.name + ".download")
             if any(other.saved == saved for other in downloads.values()):
@@ -108,11 +111,11 @@ def plan(name: str, entry: dict[str, Any], root: Path, where: str = "the manifes
             downloads[url] = Download(url, unpack, saved, known, str(spec.get("approx_download") or ""))
         d = downloads[url]
         if d.unpack != unpack or (known and d.sha256 and known != d.sha256):
-            raise ConfigError(f"{here}: files sharing the url {url} must agree on unpack and download_sha256")
+            raise ConfigError(f"{here}: files sharing the url {redact(url)} must agree on unpack and download_sha256")
         d.sha256 = d.sha256 or known
         d.targets.append(Target(spec, final, str(spec.get("member") or final.name) if unpack == "tar.gz" else ""))
         if unpack != "tar.gz" and len(d.targets) > 1:
-            raise ConfigError(f"{here}: only a tar.gz download may yield several files (url {url})")
+            raise ConfigError(f"{here}: only a tar.gz download may yield several files (url {redact(url)})")
     return list(downloads.values())
 
 
@@ -146,7 +149,7 @@ def list_fetchable(manifest_path: str | Path | None = None, root: str | Path | N
         for d in downloads:
             size = d.approx or "size not recorded"
             sum_ = "sha256 known" if d.sha256 or all(t.spec.get("sha256") for t in d.targets) else "no sha256 known"
-            lines.append(f"  {_url_name(d.url) or d.url}  ({size}; {sum_}) -> "
+            lines.append(f"  {_url_name(d.url) or redact(d.url)}  ({size}; {sum_}) -> "
                          + ", ".join(t.spec["path"] for t in d.targets))
     others = [n for n in doc["datasets"] if n not in ready]
     if not lines:
@@ -201,7 +204,7 @@ def _hash_prefix(path: Path) -> "hashlib._Hash":
 def _check_space(folder: Path, need: int, url: str) -> None:
     free = shutil.disk_usage(folder).free
     if need > free:
-        raise FetchError(f"{folder}: {need / 2**30:.2f} GiB left to download from {url} but only {free / 2**30:.2f} "
+        raise FetchError(f"{folder}: {need / 2**30:.2f} GiB left to download from {redact(url)} but only {free / 2**30:.2f} "
                          "GiB free; free space or choose another data root (--root), then rerun: the bytes so far "
                          "are kept")
 
@@ -242,9 +245,24 @@ def download(d: Download, label: str, manual: str, say: Say, *, retries: int | N
         # None: the `.part` was dropped (it did not match the file served); the next try starts at byte 0
     have = d.part.stat().st_size if d.part.exists() else 0
     if have:
-        raise FetchError(f"{d.url}: download failed ({last}); the {have} bytes so far are kept in {d.part}: rerun "
+        raise FetchError(f"{redact(d.url)}: download failed ({last}); the {have} bytes so far are kept in {d.part}: rerun "
                          f"the same command to resume, {manual}")
-    raise FetchError(f"cannot download {d.url} ({last}); check the network (or a proxy: $https_proxy), {manual}")
+    raise FetchError(f"cannot download {redact(d.url)} ({last}); check the network (or a proxy: $https_proxy), {manual}")
+
+
+def _split_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """`https://user:pw@host/f` -> (`https://host/f`, Basic auth header): urllib cannot send a URL's
+    userinfo itself (it would try `user:pw@host` as the host name)."""
+    import base64
+    from urllib.parse import unquote, urlunparse
+
+    p = urlparse(url)
+    if "@" not in p.netloc:
+        return url, {}
+    userinfo, _, hostport = p.netloc.rpartition("@")
+    user, _, pw = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(pw)}".encode()).decode()
+    return urlunparse(p._replace(netloc=hostport)), {"Authorization": "Basic " + token}
 
 
 def _try_once(d: Download, label: str, manual: str, say: Say, timeout: float) -> str | None:
@@ -252,11 +270,12 @@ def _try_once(d: Download, label: str, manual: str, say: Say, timeout: float) ->
     `.part` had to be dropped, `_Retry` when the connection failed."""
     part = d.part
     offset = part.stat().st_size if part.exists() else 0
-    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+    url, auth = _split_userinfo(d.url)
+    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **auth}
     if offset:
         headers["Range"] = f"bytes={offset}-"
     try:
-        resp = urllib.request.urlopen(urllib.request.Request(d.url, headers=headers), timeout=timeout)
+        resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and offset:   # nothing past our bytes: complete, or the file changed size
             m = re.search(r"/(\d+)", exc.headers.get("Content-Range", "") or "")
@@ -267,13 +286,13 @@ def _try_once(d: Download, label: str, manual: str, say: Say, timeout: float) ->
             return None
         if exc.code >= 500 or exc.code == 429:
             raise _Retry(f"HTTP {exc.code} {exc.reason}") from None
-        raise FetchError(f"{d.url}: HTTP {exc.code} {exc.reason} (the link may have moved); {manual}") from None
+        raise FetchError(f"{redact(d.url)}: HTTP {exc.code} {exc.reason} (the link may have moved); {manual}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise _Retry(str(reason) or type(reason).__name__) from None
     with resp:
         if "text/html" in (resp.headers.get("Content-Type") or "") and not d.url.lower().endswith((".html", ".htm")):
-            raise FetchError(f"{d.url}: the server answered an HTML page, not the file (a link that moved or "
+            raise FetchError(f"{redact(d.url)}: the server answered an HTML page, not the file (a link that moved or "
                              f"needs a login); {manual}")
         if offset and resp.status == 206:
             start, total = _content_range(resp)
@@ -399,7 +418,7 @@ def _unpack(d: Download, todo: list[Target], label: str, manual: str, say: Say) 
                 _install(tmp, t, digest, manual, say)
                 wanted = {k: v for k, v in wanted.items() if v is not t}
             if wanted:
-                raise FetchError(f"{d.saved}: no member {', '.join(sorted(wanted))} in the archive from {d.url} "
+                raise FetchError(f"{d.saved}: no member {', '.join(sorted(wanted))} in the archive from {redact(d.url)} "
                                  f"(it holds {', '.join(names[:10]) or 'nothing'}); fix `member:` in the manifest, "
                                  f"{manual}")
     except (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError) as exc:
@@ -412,7 +431,10 @@ def _unpack(d: Download, todo: list[Target], label: str, manual: str, say: Say) 
 
 def fetch_dataset(name: str, root: str | Path | None = None, manifest_path: str | Path | None = None, *,
                   force: bool = False, say: Say = print, retries: int | None = None) -> int:
-    """Download and install the files of manifest entry `name`; returns how many were installed."""
+    """Download and install the files of manifest entry `name`; returns how many were installed.
+    A URL's user:password and query tokens are sent (Basic auth, the query as given) but every line
+    said shows them masked (`redact`)."""
+    shown, say = say, (lambda line: shown(redact(line)))
     doc = _load(manifest_path)
     entry = doc["datasets"].get(name)
     where = str(manifest_path or MANIFEST_PATH)
@@ -451,7 +473,7 @@ def _fetch_one(d: Download, force: bool, manual: str, say: Say, retries: int | N
         if d.sha256 and digest != d.sha256:
             raise _mismatch(d.saved, digest, d.sha256, _reject(d.saved), manual)
     else:
-        say(f"{label}: downloading {d.url}" + (f" ({d.approx})" if d.approx else ""))
+        say(f"{label}: downloading {redact(d.url)}" + (f" ({d.approx})" if d.approx else ""))
         digest = download(d, label, manual, say, retries=retries)
         named = d.saved if d.unpack else todo[0].path
         if d.sha256 and digest != d.sha256:

@@ -13,6 +13,7 @@ import csv
 import functools
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,21 @@ def _read(path: Path) -> dict[str, Any]:
                 or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in entry.get("files", [])):
             raise ConfigError(f"{path}: datasets.{name}: expected a mapping whose 'files' is a list of "
                               "{path: ..., sha256: ..., size: ..., rows: ...}")
+        for spec in entry.get("files", []):
+            check_file_path(spec["path"], f"{path}: datasets.{name}: path {spec['path']!r}")
     return doc
+
+
+def check_file_path(raw: str, where: str) -> str:
+    """A manifest file's `path`, refused unless it names a file inside the data root: relative,
+    in '/'-separated parts, none of them '..' (`data fetch` writes there, `data check` reads there)."""
+    parts = raw.split("/")
+    bad = ("is absolute" if raw.startswith(("/", "~")) or re.match(r"^[A-Za-z]:[/\\]", raw) else
+           "leaves the data root ('..')" if ".." in parts else
+           "names no file" if not raw.strip() or parts[-1] in ("", ".") or "\0" in raw else None)
+    if bad:
+        raise ConfigError(f"{where} {bad}; expected a path relative to the data root, e.g. metaqa/kb.txt")
+    return raw
 
 
 def load_manifest(path: str | Path | None = None) -> dict[str, Any]:

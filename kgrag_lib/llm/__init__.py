@@ -189,9 +189,12 @@ def _split_query(spec: str, text: str) -> tuple[str, dict[str, str]]:
     if not sep:
         return text, {}
     pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False)
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise ConfigError(f"llm spec {redact(spec)!r}: an option is given twice after '?'; give it once")
     unknown = sorted({k for k, _ in pairs} - {"flavor"})
     if unknown or not pairs:
-        raise ConfigError(f"llm spec {spec!r}: unknown option(s) {unknown or [query]} after '?'; accepted: "
+        raise ConfigError(f"llm spec {redact(spec)!r}: unknown option(s) {unknown or [query]} after '?'; accepted: "
                           f"flavor=<{'|'.join(('auto',) + FLAVORS)}>")
     return head, dict(pairs)
 
@@ -199,7 +202,7 @@ def _split_query(spec: str, text: str) -> tuple[str, dict[str, str]]:
 def _flavor_from_query(spec: str, query: dict[str, str], kw: dict[str, Any]) -> dict[str, Any]:
     if "flavor" in query:
         if "flavor" in kw and kw["flavor"] != query["flavor"]:
-            raise ConfigError(f"llm spec {spec!r} says flavor={query['flavor']!r} but flavor={kw['flavor']!r} "
+            raise ConfigError(f"llm spec {redact(spec)!r} says flavor={query['flavor']!r} but flavor={kw['flavor']!r} "
                               "was also given; give it once")
         kw = {**kw, "flavor": query["flavor"]}
     return kw
@@ -207,13 +210,15 @@ def _flavor_from_query(spec: str, query: dict[str, str], kw: dict[str, Any]) -> 
 
 def managed_server_options(spec: str, rest: str, server: Any) -> tuple[str, Any]:
     """`<model>?max_model_len=4096&dtype=bfloat16` -> (model, ServerConfig): the spec's options over
-    `server` (the profile's `server` section); each value is read as YAML, as `--set` reads it."""
+    `server` (the profile's `server` section); each value is read as YAML, as `--set` reads it
+    (`config.cli_yaml_value`: 1e-9 is a float; 010, 0x10 and 1_000, which YAML 1.1 reads as 8, 16
+    and 1000, are refused); a key given twice is refused."""
     import dataclasses
     from urllib.parse import parse_qsl
 
     import yaml
 
-    from ..config import ServerConfig, make_config
+    from ..config import ServerConfig, cli_yaml_value, make_config
 
     target, sep, query = rest.partition("?")
     options: dict[str, Any] = {}
@@ -223,10 +228,12 @@ def managed_server_options(spec: str, rest: str, server: Any) -> tuple[str, Any]
             raise ConfigError(f"llm spec {redact(spec)!r}: nothing after '?'; expected KEY=VALUE&... of "
                               f"{', '.join(f.name for f in dataclasses.fields(ServerConfig))}")
         for k, v in pairs:
-            try:
-                options[k] = yaml.safe_load(v) if v else None
+            if k in options:   # parse_qsl keeps both; the last would win silently
+                raise ConfigError(f"llm spec {redact(spec)!r}: option {k!r} is given twice after '?'; give it once")
+            try:   # as `--set` reads a value: 1e-3 is a number, 010 / 0x10 / 1_000 are refused, not 8 / 16 / 1000
+                options[k] = cli_yaml_value(v, f"llm spec {redact(spec)!r}: {k}=") if v else None
             except yaml.YAMLError:
-                raise ConfigError(f"llm spec {redact(spec)!r}: {k}={v!r} is not a YAML value") from None
+                raise ConfigError(f"llm spec {redact(spec)!r}: {k}={redact(v)!r} is not a YAML value") from None
     if isinstance(server, ServerConfig):
         server = dataclasses.asdict(server)
     cfg = make_config(ServerConfig, server or {}, options, where=f"llm spec {redact(spec)!r}")
@@ -260,7 +267,7 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any],
         else:
             target = preset.model
     elif target.lower().endswith(".gguf"):
-        gguf = check_gguf(target, f"llm spec {spec}")
+        gguf = check_gguf(target, f"llm spec {redact(spec)}")
         sha = file_sha256(gguf)
     else:
         prompt = prompt_options(target)
@@ -277,7 +284,7 @@ def _vllm_weights(spec: str, target: str, cfg: Any, kw: dict[str, Any],
 
         return str(folder.resolve()), f"hf-dir:{dir_fingerprint(folder)}{suffix}", dtype, prompt, None
     if target.startswith((".", "/", "~")):
-        raise ConfigError(f"llm spec {spec!r}: model folder {target!r} does not exist; expected "
+        raise ConfigError(f"llm spec {redact(spec)!r}: model folder {target!r} does not exist; expected "
                           "vllm-serve:<hf id | model folder | preset | .gguf>")
     from ..hub import hub_revision
     from .backends.hf import fetch_weights
@@ -322,7 +329,7 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
         if target in PRESETS:
             preset = PRESETS[target]
             if preset.backend != "llamacpp":
-                raise ConfigError(f"llm spec {spec!r}: preset {target!r} is not a GGUF model; {prefix}: takes a "
+                raise ConfigError(f"llm spec {redact(spec)!r}: preset {target!r} is not a GGUF model; {prefix}: takes a "
                                   f"GGUF preset ({', '.join(n for n, p in PRESETS.items() if p.backend == 'llamacpp')}) "
                                   "or a .gguf path (vllm-serve: serves hub models)")
             path, sha = resolve_gguf(preset, kw.pop("model_path", None))
@@ -331,7 +338,7 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
                     kw.setdefault(option, value)
             layers = preset.options.get("n_gpu_layers")
         else:
-            path = check_gguf(target, f"llm spec {spec}")
+            path = check_gguf(target, f"llm spec {redact(spec)}")
             sha = file_sha256(path)
         start = ms.start_llamacpp_python if prefix == "llamacpp-server" else ms.start_llama_server
         server = start(path, alias=alias or "local", config=cfg, n_gpu_layers=layers, log_dir=log_dir)

@@ -28,6 +28,8 @@ from typing import Any, Sequence
 from ..config import ServerConfig
 from ..errors import BackendUnavailableError, ConfigError
 from ..paths import cache_dir
+from ..redact import hold_flag_secrets, redact
+from .vllm_env import refuse_owned
 
 LLAMA_SERVER_ENV = "KGRAG_LLAMA_SERVER"   # path of the llama-server binary when not on PATH
 _LIVE: set["ManagedServer"] = set()
@@ -75,6 +77,7 @@ class ManagedServer:
     def __init__(self, cmd: Sequence[str], *, flavor: str, alias: str, port: int, log_path: Path,
                  startup_timeout: float, env: dict[str, str] | None = None, version: str | None = None) -> None:
         self.cmd = [str(c) for c in cmd]
+        hold_flag_secrets(self.cmd)     # a server echoing its --api-key (however short) is masked
         self.env = dict(env or {})      # set on top of ours for the child only
         self.version = version          # what the installed server says it is, when known
         self.flavor = flavor
@@ -94,7 +97,7 @@ class ManagedServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         shown_env = "".join(f"{k}={v} " for k, v in sorted(self.env.items()))
-        log.write(f"# kgrag started: {shown_env}{' '.join(self.cmd)}\n".encode())
+        log.write(f"# kgrag started: {redact(shown_env + ' '.join(self.cmd))}\n".encode())
         log.flush()
         _install_handlers()
         try:
@@ -248,6 +251,22 @@ def _log_path(kind: str, port: int, log_dir: str | os.PathLike | None) -> Path:
     return folder / f"{kind}-{port}.log"
 
 
+# What kgrag sets on a llama.cpp server's command line (besides the listening address, the model and
+# the alias kgrag waits for): given again in `server.args`, the last value would win silently (a
+# --host 0.0.0.0 would serve the model on every interface, without a key).
+LLAMA_SERVER_OWNED = {
+    "--host": "kgrag (loopback only)", "--port": "kgrag (a free port)", "-m": "the spec", "--model": "the spec",
+    "-mu": "the spec", "--model-url": "the spec", "-hf": "the spec", "-hfr": "the spec", "--hf-repo": "the spec",
+    "-hff": "the spec", "--hf-file": "the spec", "-a": "kgrag's alias", "--alias": "kgrag's alias",
+    "-c": "server.max_model_len", "--ctx-size": "server.max_model_len", "-ngl": "server.n_gpu_layers",
+    "--gpu-layers": "server.n_gpu_layers", "--n-gpu-layers": "server.n_gpu_layers"}
+# llama-cpp-python's server: argparse over its settings' field names (underscores), abbreviations allowed
+LLAMACPP_PYTHON_OWNED = {
+    "--host": "kgrag (loopback only)", "--port": "kgrag (a free port)", "--model": "the spec",
+    "--model_alias": "kgrag's alias", "--n_ctx": "server.max_model_len", "--n_gpu_layers": "server.n_gpu_layers",
+    "--config_file": "kgrag (a config file would replace every setting kgrag gives, the address included)"}
+
+
 def _missing_modules(names: Sequence[str]) -> list[str]:
     return [n for n in names if importlib.util.find_spec(n) is None]
 
@@ -269,25 +288,28 @@ def start_llamacpp_python(path: str | os.PathLike, *, alias: str = "local", conf
                           n_gpu_layers: int | None = None, log_dir: str | os.PathLike | None = None) -> ManagedServer:
     """llama-cpp-python's server (`python -m llama_cpp.server`) on our own llama.cpp build.
     `n_gpu_layers` is the preset's (its server's own default is 0: all on the CPU)."""
+    cfg, n_ctx, layers = _llama_options(config, n_gpu_layers)   # a bad setting is refused before anything else
+    extra = refuse_owned(cfg.args, LLAMACPP_PYTHON_OWNED, "llama-cpp-python's server", abbrev=True)
     missing = _missing_modules(["llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context",
                                 "pydantic_settings"])
     if missing:
         raise BackendUnavailableError(f"llamacpp-server: needs llama-cpp-python's server extra; missing {missing}: "
                                       "pip install 'llama-cpp-python[server]' (a CUDA build on a GPU: "
                                       "docs/INSTALL-GPU.md)")
-    cfg, n_ctx, layers = _llama_options(config, n_gpu_layers)
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", alias,
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx)]
     if layers is not None:
         cmd += ["--n_gpu_layers", str(layers)]
-    return ManagedServer([*cmd, *map(str, cfg.args)], flavor="llama-cpp-python", alias=alias, port=port,
+    return ManagedServer([*cmd, *extra], flavor="llama-cpp-python", alias=alias, port=port,
                          log_path=_log_path("llamacpp-server", port, log_dir), startup_timeout=cfg.startup_timeout).start()
 
 
 def start_llama_server(path: str | os.PathLike, *, alias: str = "local", config: Any = None,
                        n_gpu_layers: int | None = None, log_dir: str | os.PathLike | None = None) -> ManagedServer:
     """llama.cpp's `llama-server` binary ($KGRAG_LLAMA_SERVER, else from PATH)."""
+    cfg, n_ctx, layers = _llama_options(config, n_gpu_layers)
+    extra = refuse_owned(cfg.args, LLAMA_SERVER_OWNED, "llama-server", abbrev=False)
     binary = os.environ.get(LLAMA_SERVER_ENV) or shutil.which("llama-server")
     if not binary:
         raise BackendUnavailableError(
@@ -295,12 +317,11 @@ def start_llama_server(path: str | os.PathLike, *, alias: str = "local", config:
             "from a llama.cpp release (github.com/ggml-org/llama.cpp/releases), a package manager (brew install "
             "llama.cpp), or build it (cmake -B build && cmake --build build --target llama-server); or use "
             "llamacpp-server:<gguf>, which runs llama-cpp-python's server from this environment")
-    cfg, n_ctx, layers = _llama_options(config, n_gpu_layers)
     port = free_port()
     cmd = [binary, "-m", str(path), "--alias", alias, "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx)]
     if layers is not None:
         cmd += ["-ngl", str(999 if layers < 0 else layers)]   # 999: every layer, in every llama.cpp release
-    return ManagedServer([*cmd, *map(str, cfg.args)], flavor="llama-server", alias=alias, port=port,
+    return ManagedServer([*cmd, *extra], flavor="llama-server", alias=alias, port=port,
                          log_path=_log_path("llama-server", port, log_dir), startup_timeout=cfg.startup_timeout).start()
 
 

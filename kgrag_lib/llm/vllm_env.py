@@ -192,25 +192,49 @@ def server_args(engine: VllmEngine, cfg: Any, *, dtype: str) -> tuple[list[str],
 # What kgrag itself sets on the command line: given again in `server.args`, argparse's last value would
 # win silently, the identity would name the other one, or the alias kgrag waits for would never be listed.
 OWNED_FLAGS = {"--dtype": "server.dtype", "--revision": "the spec (a hub id is pinned to the commit it resolves to)",
-               "--served-model-name": "kgrag's alias", "--host": "kgrag (loopback)", "--port": "kgrag (a free port)",
+               "--served-model-name": "kgrag's alias", "--host": "kgrag (loopback only)", "--port": "kgrag (a free port)",
                "--model": "the spec"}
 
 
-def extra_args(args: Any) -> list[str]:
-    """`server.args` as strings, refusing a flag kgrag sets itself (`OWNED_FLAGS`)."""
+def refuse_owned(args: Any, owned: dict[str, str], server: str, *, abbrev: bool,
+                 dashes: bool = False) -> list[str]:
+    """`server.args` as strings, refusing a flag kgrag sets itself (`owned`, in the server's own
+    spelling) in every spelling the server's parser takes: `--flag=value`; with `dashes`, '_' for '-'
+    (vLLM reads `--served_model_name` as `--served-model-name`); with `abbrev` (an argparse parser),
+    a prefix of the flag (`--ho` for `--host`)."""
     out = [str(a) for a in (args or [])]
-    for a in out:
-        flag = a.split("=", 1)[0]
-        if flag in OWNED_FLAGS:
-            raise ConfigError(f"server.args: {flag} is set by {OWNED_FLAGS[flag]}; remove it from args"
-                              + (" and set server.dtype" if flag == "--dtype" else ""))
+    for word in out:
+        if not word.startswith("-"):
+            continue
+        given = word.split("=", 1)[0].strip()
+        canon = given.replace("_", "-") if dashes and given.startswith("--") else given
+        how = ""
+        hit = canon if canon in owned else None
+        if hit is not None and hit != given:
+            how = f" ({server} reads it as {hit})"
+        if hit is None and abbrev and canon.startswith("--") and len(canon) > 3:
+            hit = next((f for f in owned if f.startswith("--") and f.startswith(canon)), None)
+            how = f" ({server}'s parser takes it as short for {hit})"
+        if hit is not None:
+            raise ConfigError(f"server.args: {given} is set by {owned[hit]}{how}; remove it from args"
+                              + (f" and set {owned[hit]}" if owned[hit].startswith("server.") else ""))
     return out
+
+
+def extra_args(args: Any) -> list[str]:
+    """`server.args` as strings, refusing a flag kgrag sets itself (`OWNED_FLAGS`) in any spelling
+    vLLM's parser takes (`--served_model_name`, `--port=1`, an argparse prefix)."""
+    return refuse_owned(args, OWNED_FLAGS, "vLLM", abbrev=True, dashes=True)
 
 
 def args_identity(args: Any) -> str:
     """The identity part of `server.args` (they may change the answers: --quantization, --kv-cache-dtype,
-    --chat-template, ...): '' without any, else ';args=' and a short hash of them in order."""
+    --chat-template, ...): '' without any, else ';args=' and a short hash of them in order. A secret
+    flag's value (`--api-key X`) is hashed masked: it changes no answer, and a hash of a short key
+    could be searched for it."""
     import hashlib
 
-    out = extra_args(args)
+    from ..redact import redact
+
+    out = redact(extra_args(args))
     return f";args={hashlib.sha256(chr(0).join(out).encode()).hexdigest()[:12]}" if out else ""

@@ -539,12 +539,21 @@ def replace_readme_block(readme: str, block: str, name: str = "README.md") -> st
     return readme[:head_end] + block + readme[end:]
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]   # the checkout whose README.md holds the findings block
+
+
+def in_checkout(folder: str | Path) -> bool:
+    """Does `folder` lie inside this checkout? Only such a folder's results may speak in its README: a
+    scratch copy elsewhere (edited numbers, another machine's run) must not rewrite it."""
+    return Path(folder).resolve().is_relative_to(CHECKOUT)
+
+
 def update_readme(folder: str | Path) -> Path | None:
     """Rewrite README.md's findings block from `<folder>`'s README template; the README, or None
-    when the folder keeps no such template."""
-    if not (Path(folder) / README_TEMPLATE_FILE).is_file():
+    when the folder keeps no such template or lies outside this checkout (`in_checkout`)."""
+    if not (Path(folder) / README_TEMPLATE_FILE).is_file() or not in_checkout(folder):
         return None
-    readme = Path(__file__).resolve().parents[2] / "README.md"
+    readme = CHECKOUT / "README.md"
     _write(readme, replace_readme_block(readme.read_text(encoding="utf-8"), readme_block(folder)))
     return readme
 

@@ -125,14 +125,97 @@ def rebuild(dest: str | Path, profile: str) -> Path:
     if not (dest / "REPORT.md").is_file():
         raise ConfigError(f"{dest}: no REPORT.md, so not a published results folder (notebook 90 writes one "
                           "with publish_dir set)")
+    check_profile(dest, profile)
+    check_summaries(dest)
+    check_questions(dest)
     findings = read_findings(dest)   # renders FINDINGS.md afresh where the folder keeps a template
     if (dest / TEMPLATE_FILE).is_file():
         print(f"wrote {dest / FINDINGS_FILE}")
     readme = F.update_readme(dest)
     if readme:
         print(f"rewrote the findings block of {readme}")
+    elif (dest / F.README_TEMPLATE_FILE).is_file():
+        print(f"README.md left as it is: {dest} lies outside this checkout ({F.CHECKOUT}), and only the "
+              "checkout's own published folders write its findings block")
     write_report(collect(dest), dest, profile, findings=findings)
     return dest
+
+
+def check_profile(dest: str | Path, profile: str) -> None:
+    """`profile` must be the one the folder's REPORT.md names (a rebuild must not retitle it), or,
+    where its first line names none, a profile kgrag knows."""
+    from ..config import available_profiles
+
+    named = _named_profile(Path(dest))
+    if named is not None and profile != named:
+        raise ConfigError(f"--profile {profile!r}: {Path(dest) / 'REPORT.md'} is the report of profile {named!r}; "
+                          f"rebuild it with --profile {named}")
+    if named is None and profile not in available_profiles():
+        raise ConfigError(f"--profile {profile!r}: not a profile kgrag knows; expected one of "
+                          f"{', '.join(available_profiles())}")
+
+
+def check_summaries(dest: str | Path) -> None:
+    """Every notebook's summary.json must be JSON holding one object or a list of objects (its rows)."""
+    for path in sorted(Path(dest).glob("*/summary.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: not a JSON summary ({type(exc).__name__}); publish the notebook again") from None
+        rows = data if isinstance(data, list) else [data]
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise ConfigError(f"{path}: row {bad} is {type(rows[bad]).__name__} {str(rows[bad])[:40]!r}; expected a list of "
+                              "JSON objects (the rows a notebook writes); publish the notebook again")
+
+
+def check_questions(dest: str | Path) -> None:
+    """Every published run's questions.jsonl must be whole: one JSON object per question of its
+    manifest's sample (`config.qids`), and as many as its metrics.json's n. A file cut short would
+    change every count the findings quote ("4 of 15" instead of "12 of 30") with no error."""
+    dest = Path(dest)
+    found = (set(dest.glob("*/runs/**/manifest.json")) | set(dest.glob("*/*/runs/**/manifest.json"))
+             | set(dest.glob("*/run/manifest.json")))
+    for man in sorted(found):
+        qfile = man.parent / "questions.jsonl"
+        try:
+            config = json.loads(man.read_text(encoding="utf-8")).get("config") or {}
+            n = json.loads((man.parent / "metrics.json").read_text(encoding="utf-8")).get("n")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{man.parent}: its manifest.json or metrics.json cannot be read "
+                              f"({type(exc).__name__}); publish the run again") from None
+        if not qfile.is_file():
+            raise ConfigError(f"{qfile}: missing; a published run keeps one row per question (publish it again)")
+        qids = []
+        with open(qfile, encoding="utf-8", errors="replace") as fh:
+            for i, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    raise ConfigError(f"{qfile}:{i}: not a JSON line (a cut or edited file); publish the run "
+                                      "again") from None
+                if not isinstance(row, dict) or "qid" not in row:
+                    raise ConfigError(f"{qfile}:{i}: expected a JSON object with a qid; publish the run again")
+                qids.append(str(row["qid"]))
+        want = [str(q) for q in config.get("qids") or ()]
+        answered = n if isinstance(n, int) else len(want)
+        if len(qids) != answered or (want and len(qids) != len(want)):
+            raise ConfigError(f"{qfile}: {len(qids)} question rows, but its run answered {answered} (manifest.json's "
+                              "sample, metrics.json's n): the file is cut, doubled or edited; publish the run again")
+        if want and sorted(qids) != sorted(want):
+            missing, extra = sorted(set(want) - set(qids)), sorted(set(qids) - set(want))
+            raise ConfigError(f"{qfile}: its question ids are not its manifest.json's sample (missing "
+                              f"{', '.join(missing[:3]) or 'none'}; not in the sample or twice: "
+                              f"{', '.join(extra[:3]) or 'a repeated id'}); publish the run again")
+
+
+def _named_profile(dest: Path) -> str | None:
+    try:
+        return report_profile(dest)
+    except (ConfigError, OSError, UnicodeDecodeError):
+        return None
 
 
 _REPORT_HEAD = re.compile(r"^# kgrag study report \((?P<profile>[^)]+)\)")
@@ -186,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         out = rebuild(args.folder, args.profile)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:   # a read-only copy, a sibling folder its findings quote that is not beside it
+        print(f"error: {exc.filename or args.folder}: {exc.strerror or exc}; a rebuild writes FINDINGS.md and "
+              "REPORT.md/html into the folder and reads the sibling folders its findings quote "
+              "(sibling('<name>') lies beside it)", file=sys.stderr)
         return 2
     print(f"rebuilt {out / 'REPORT.md'} and {out / 'REPORT.html'}")
     return 0

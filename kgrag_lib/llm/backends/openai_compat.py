@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, unquote, urlparse, urlunparse
 
 from ...concurrency import check_workers
 from ...errors import BackendUnavailableError, ConfigError
-from ...redact import redact
+from ...redact import CREDENTIAL_KEY, hold_secret, redact
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
 from ..parsing import LLMParseError
 from .. import server_flavors as sf
@@ -80,7 +80,12 @@ def split_credentials(url: str) -> tuple[str, dict[str, str], dict[str, str]]:
     if "@" in p.netloc:
         pair = f"{unquote(p.username or '')}:{unquote(p.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-    return normalize_base_url(public_url(url.strip())), headers, dict(parse_qsl(p.query, keep_blank_values=True))
+        hold_secret(unquote(p.password or ""))   # a server echoing it back is masked, however short
+    query = dict(parse_qsl(p.query, keep_blank_values=True))
+    for k, value in query.items():
+        if CREDENTIAL_KEY.search(k):
+            hold_secret(value)
+    return normalize_base_url(public_url(url.strip())), headers, query
 
 
 def api_key_from(given: str | None = None) -> str | None:
@@ -90,6 +95,7 @@ def api_key_from(given: str | None = None) -> str | None:
     if any(ord(c) < 32 or ord(c) == 127 for c in key):
         raise ConfigError("the API key ($KGRAG_OPENAI_API_KEY / $OPENAI_API_KEY) holds a control character inside "
                           "it; write the key alone on one line")
+    hold_secret(key)   # a 401 echoing a key shorter than 6 characters is masked too
     return key or None
 
 
