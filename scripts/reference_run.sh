@@ -48,11 +48,13 @@ mkdir -p "$dest"
 if [ -d "$parts" ]; then .venv/bin/kgrag cache import "$parts"; fi
 if [ -f "$dest/llm-cache.jsonl.gz" ]; then .venv/bin/kgrag cache import "$dest/llm-cache.jsonl.gz"; fi
 
-commit_reference() {  # $1: message; commits only $dest, retrying while git is busy
+commit_reference() {  # $1: message; commits $dest with what its publishing rewrote beside it (README's
+  # findings block, and the REPORT/FINDINGS of a results folder whose findings quote $dest), retrying while git is busy
   [ "$commit" = 1 ] || return 0
-  [ -n "$(git status --porcelain "$dest")" ] || return 0
+  local paths=("$dest" README.md results/reference*/FINDINGS.md results/reference*/REPORT.md results/reference*/REPORT.html)
+  [ -n "$(git status --porcelain -- "${paths[@]}")" ] || return 0
   for try in 1 2 3 4 5; do
-    git add "$dest" && git commit -q -m "$1" -- "$dest" && return 0 || sleep 10
+    git add -- "${paths[@]}" && git commit -q -m "$1" -- "${paths[@]}" && return 0 || sleep 10
   done
   echo "reference_run: could not commit ($1); the files stay in $dest" >&2
 }
