@@ -105,7 +105,7 @@ def _show_config(method: str | None, profile_name: str) -> int:
     """A profile leaves out settings equal to their defaults: this prints all of them."""
     import dataclasses
 
-    from ..config import field_help, profile_section
+    from ..config import field_help, fill_run_n, profile_section
     from ..errors import ConfigError
     from ..methods import available_methods
     from ..studies import load_profile
@@ -113,6 +113,7 @@ def _show_config(method: str | None, profile_name: str) -> int:
     if not method:
         raise ConfigError("kgrag run --show-config needs --method (see `kgrag run --list`)")
     profile = load_profile(profile_name)
+    profile = fill_run_n(profile, profile_section(profile, "run").get("n"), f"profile {profile['name']!r}")  # at its n
     section = profile_section(profile, "methods", method)
     cfg = available_methods()[method].check_config(section, where=f"profile {profile['name']!r}, methods.{method}")
     helps = field_help(type(cfg))
