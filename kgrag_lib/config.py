@@ -102,31 +102,35 @@ def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck,
                 read_profile(q, *checks, _children=chain)
         data = _extend(data, p, where, seen=(p.resolve(),))
     check_profile_basics(data, where)
-    data = _fill_n(data, where)
     for check in checks:
         check(data, where)
     return data
 
 
-def _fill_n(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """`{n}` in a method's string setting (a KG spec, `text:{dataset}:n={n}:seed={seed}`) is the profile's
-    `run.n`, filled in when the profile is read: a variant with another n (gpu-smoke's 2) needs no copy of
-    every spec, and a run's identity holds the number, as it did when it was written out. (`{dataset}` and
-    `{seed}` are the run's own, filled in when the KG is built.)"""
-    methods = data.get("methods")
-    if not isinstance(methods, dict):
-        return data
-    n = (data.get("run") or {}).get("n")
-    filled = {}
-    for name, section in methods.items():
-        if isinstance(section, dict) and any(isinstance(v, str) and "{n}" in v for v in section.values()):
-            if isinstance(n, bool) or not isinstance(n, int):
-                key = next(k for k, v in section.items() if isinstance(v, str) and "{n}" in v)
-                raise ConfigError(f"{where}, methods.{name}.{key}: {section[key]!r} uses {{n}}, the profile's run.n, "
-                                  f"but run.n is {n!r}; set run.n to a number or write the number in the spec")
-            section = {k: v.replace("{n}", str(n)) if isinstance(v, str) else v for k, v in section.items()}
-        filled[name] = section
-    return {**data, "methods": filled}
+def fill_n(section: dict[str, Any], n: Any, where: str) -> dict[str, Any]:
+    """`{n}` in a method's string setting (a KG spec, `text:{dataset}:n={n}:seed={seed}`) is the run's n,
+    filled per run like `{dataset}` and `{seed}` (`methods.common.resolve_spec`): `kgrag run --n 20` builds its
+    KG from the same 20-question sample it answers, and a variant with another n (gpu-smoke's 2) needs no
+    copy of every spec. Filled before the run's identity is taken, so the identity holds the number, as it
+    did when the spec was written out. `where` names the section in an error."""
+    if not any(isinstance(v, str) and "{n}" in v for v in section.values()):
+        return section
+    if isinstance(n, bool) or not isinstance(n, int):
+        key = next(k for k, v in section.items() if isinstance(v, str) and "{n}" in v)
+        raise ConfigError(f"{where}, parameter {key!r}: {section[key]!r} uses {{n}}, the run's n, but the run's n is {n!r} "
+                          f"(all questions); give the run an n (--n or the profile's run.n) or write the number "
+                          f"in the spec")
+    return {k: v.replace("{n}", str(n)) if isinstance(v, str) else v for k, v in section.items()}
+
+
+def fill_run_n(profile: dict[str, Any], n: Any, where: str) -> dict[str, Any]:
+    """`profile` with `{n}` filled with `n` in every method section that can take it (`fill_n`); a
+    section using `{n}` while `n` is not a number is left as written (the run that reads it refuses)."""
+    methods = profile.get("methods")
+    if not isinstance(methods, dict) or isinstance(n, bool) or not isinstance(n, int):
+        return profile
+    return {**profile, "methods": {name: fill_n(section, n, f"{where}, methods.{name}") if isinstance(section, dict)
+                                   else section for name, section in methods.items()}}
 
 
 def _is_name(profile: str | Path) -> bool:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig, ServerConfig, absent_values, make_config, profile_section, read_profile
+from .config import (RunConfig, ServerConfig, absent_values, fill_n, fill_run_n, make_config, profile_section,
+                     read_profile)
 from .data.registry import load_questions
 from .errors import ConfigError
 from .llm import DEFAULT_SPEC
@@ -73,8 +74,11 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
         run_cfg.qa_file = str(Path(run_cfg.qa_file).expanduser().resolve())
     run_cfg.model = resolve_model(prof, spec.family, run_over.get("model"))
     run_cfg.embedder = resolve_embedder(prof, spec.family, run_over.get("embedder"))
-    method_cfg = {**profile_section(prof, "methods", method), **method_over}
-    typed = spec.check_config(method_cfg, where=f"method {method} (profile {prof['name']!r} + overrides)")
+    where = f"method {method} (profile {prof['name']!r} + overrides)"
+    # `{n}` is this run's n (after --n), like `{dataset}` and `{seed}`: the KG is built from the sample answered
+    method_cfg = fill_n({**profile_section(prof, "methods", method), **method_over}, run_cfg.n, where)
+    prof = fill_run_n(prof, run_cfg.n, f"profile {prof['name']!r}")
+    typed = spec.check_config(method_cfg, where=where)
     return ResolvedRun(spec, run_cfg, method_cfg, prof, typed)
 
 

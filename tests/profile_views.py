@@ -9,13 +9,14 @@ import dataclasses
 import json
 from typing import Any
 
-from kgrag_lib.config import RunConfig, make_config, profile_section
+from kgrag_lib.config import RunConfig, fill_run_n, make_config, profile_section
 from kgrag_lib.methods.registry import available_methods
 from kgrag_lib.studies import NOTEBOOKS, load_profile, notebook_settings
 
 
 def resolved_view(name: str) -> dict[str, Any]:
     prof = load_profile(name)
+    prof = fill_run_n(prof, profile_section(prof, "run").get("n"), name)   # `{n}`: a run at the profile's n
     view = {"run": dataclasses.asdict(make_config(RunConfig, profile_section(prof, "run"), where=name)),
             "models": prof.get("models") or {}, "embedders": prof.get("embedders") or {},
             "server": prof.get("server") or {}}

@@ -22,6 +22,7 @@ from kgrag_lib import cli
 
 CASES = 160
 SEEDS = (20261127, 1, 5, 7)
+DEEP_YAML = 600
 
 
 def _inputs(tmp: Path) -> list[str]:
@@ -36,7 +37,9 @@ def _inputs(tmp: Path) -> list[str]:
         "bom.jsonl": "\ufeff" + json.dumps({"prediction": "x", "answers": ["x"]}) + "\n",
         "noqid.jsonl": json.dumps({"prediction": "x"}) + "\n",
         "list.yaml": "- 1\n- 2\n",
-        "deep.yaml": "a: " + "[" * 3000 + "]" * 3000 + "\n",
+        # deeper than the YAML composer recurses (2+ frames a level), yet shallow enough that the pure-Python
+        # scanner's look-ahead, quadratic in the depth, stays cheap (3,000 cost ~1.5 s a read, 600 ~0.2 s)
+        "deep.yaml": "a: " + "[" * DEEP_YAML + "]" * DEEP_YAML + "\n",
         "huge.jsonl": json.dumps({"prediction": "x", "answers": ["x"], "n": 10 ** 30}) + "\n",
         "notjson.ipynb": "this is not a notebook",
     }
@@ -121,6 +124,17 @@ def test_no_argument_or_input_file_gives_a_traceback(tmp_path, offline_parts, me
             internal.append((argv, err.strip().splitlines()[-1][:200]))
     # the guard held for every case; an internal error behind it is still a bug: none is left
     assert internal == [], "\n".join(f"{argv} -> {line}" for argv, line in internal)
+
+
+def test_the_deep_inputs_nest_deeper_than_python_reads(tmp_path):
+    """The nested inputs reach the RecursionError path they exist for (the CLI refuses it in one line)."""
+    import yaml
+
+    folder = tmp_path / "in"
+    _inputs(folder)
+    for name, read in (("deep.json", json.loads), ("deep.yaml", yaml.safe_load)):
+        with pytest.raises(RecursionError):
+            read((folder / name).read_text(encoding="utf-8"))
 
 
 def test_the_guard_turns_an_unexpected_exception_into_one_line_and_a_log(monkeypatch, capsys, tmp_path):

@@ -117,3 +117,23 @@ def test_stats_bad_arguments(tmp_path, capsys):
         run(["data", "stats", "--dataset", "hotpotqa", "--root", str(tmp_path)], capsys)
     with pytest.raises(SystemExit):
         run(["data", "stats", "--dataset", "nq"], capsys)
+
+
+def test_a_dataset_registered_in_the_registry_alone_is_accepted_by_stats(tmp_path, monkeypatch, capsys):
+    """Issue 60: `kgrag data stats` reads the registry (before, its own list refused a new dataset); a
+    family by manifest key (`metaqa`) still reads its first dataset's loader and default split."""
+    from kgrag_lib.data import registry
+    from kgrag_lib.data.check import stats_datasets, stats_default
+    from kgrag_lib.data.hotpotqa import FORM, load_hotpotqa
+
+    rows = [{"_id": f"q{i}", "question": f"Q{i}?", "answer": "a", "context": [[f"T{i}", ["s."]], ["Shared", ["x."]]]}
+            for i in range(3)]
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    spec = registry.DatasetSpec("toyqa", "toyqa", load_hotpotqa, {"dev": "toy/dev.jsonl"}, "dev", "pooled", FORM)
+    monkeypatch.setitem(registry.DATASETS, "toyqa", spec)
+    assert stats_datasets()["toyqa"] is spec and stats_default("metaqa") == "metaqa-1hop"
+    rc, out = run(["data", "stats", "--dataset", "toyqa", "--root", str(tmp_path)], capsys)
+    doc = json.loads(out)
+    assert rc == 0 and (doc["dataset"], doc["questions"], doc["passages"]) == ("toyqa", 3, 4)
+    assert "answers" not in doc and "yes" not in doc   # neither many answers (MetaQA) nor facts (StrategyQA)

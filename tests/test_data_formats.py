@@ -374,3 +374,25 @@ def test_a_bom_is_dropped_and_a_nul_past_the_head_is_refused_naming_its_line(tmp
     qa.write_bytes((lines + "who directed [Bad\0Film]\tX\n").encode("utf-8"))
     with pytest.raises(DataFormatError, match=r"qa_test\.txt:401: .*NUL byte"):
         load_metaqa_qa(qa)
+
+
+def test_what_a_dataset_is_known_by_is_written_on_its_registry_entry(tmp_path):
+    """Issue 60: the record marks every loader refuses, the corpus reader of a file corpus and the extra
+    files a loader reads (2Wiki's aliases) are fields of `DatasetSpec`, not tables keyed by name."""
+    from kgrag_lib.data.common import DATASET_MARKS
+    from kgrag_lib.data.registry import DATASETS, DatasetSpec
+    from kgrag_lib.data.twowiki import load_2wiki_corpus
+
+    assert DATASET_MARKS == {name: spec.marks for name, spec in DATASETS.items() if spec.marks}
+    assert set(DATASET_MARKS) == {"hotpotqa", "2wiki", "musique", "strategyqa", "bamboogle"}
+    assert DATASETS["2wiki"].corpus_loader is load_2wiki_corpus and DATASETS["2wiki"].loader_files is not None
+    assert [n for n, s in DATASETS.items() if s.many_answers] == ["metaqa-1hop", "metaqa-2hop", "metaqa-3hop"]
+    with pytest.raises(ConfigError, match="corpus 'toy/corpus.json' is a file, so the DatasetSpec needs its "
+                                          "corpus_loader"):
+        DatasetSpec("toy", "toy", load_hotpotqa, {"dev": "toy/dev.jsonl"}, "dev", "toy/corpus.json", "{...}")
+    # a HotpotQA file read as MuSiQue is refused through the marks the registry gave the loaders
+    p = tmp_path / "h.jsonl"
+    p.write_text(json.dumps({"_id": "a", "question": "Q?", "answer": "x", "level": "easy",
+                             "paragraphs": [{"title": "T", "paragraph_text": "t", "idx": 0}]}) + "\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="'level', a field of hotpotqa records"):
+        load_musique(p)

@@ -29,7 +29,12 @@ def test_the_tables_it_names_are_defined_where_it_says():
              "describe_specs": "kgrag_lib/llm/__init__.py", "_load_managed": "kgrag_lib/llm/__init__.py",
              "build_body": "kgrag_lib/llm/server_flavors.py", "detect": "kgrag_lib/llm/server_flavors.py",
              "check_profile_methods": "kgrag_lib/methods/registry.py", "ServerConfig": "kgrag_lib/config.py"}
-    for name, file in where.items():
+    # issue 60: what a newcomer adding a dataset or a reusing method met outside the guide
+    where.update({"DatasetSpec": "kgrag_lib/data/registry.py", "read_json_records": "kgrag_lib/data/common.py",
+                  "VARIANTS": "kgrag_lib/methods/sa_rag/pipeline.py", "offline_parts": "tests/conftest.py",
+                  "metaqa_root": "tests/conftest.py", "NAMES": "tests/test_sa_rag.py"})
+    for name, file in [*where.items(), ("METHODS", "kgrag_lib/methods/kg_infused/__init__.py"),
+                       ("METHODS", "kgrag_lib/studies/cross_method.py")]:
         assert f"`{name}`" in DOC, name
         text = (REPO_ROOT / file).read_text(encoding="utf-8")
         assert re.search(rf"^(?:def|class) {name}\b|^{name}\b\s*[:=]", text, re.M), f"{name} is not defined in {file}"
@@ -48,3 +53,14 @@ def test_every_spec_kind_is_in_the_help_and_loads_through_its_table(monkeypatch)
                                                     "toy:<name>", "toy:<name>: a test backend", False))
     assert load_llm("toy:abc", cache=False) == "loaded" and seen == ["abc"]
     assert "toy:<name>: a test backend" in describe_specs() and "toy:<name>" in spec_help()
+
+
+def test_the_guide_says_how_to_regenerate_the_profile_snapshot():
+    """A new method changes every profile's resolved view (`tests/profile_views.py`), so the snapshot test
+    fails until the snapshot is regenerated: the guide gives the command the snapshot test's docstring gives."""
+    command = "PYTHONPATH=. .venv/bin/python tests/profile_views.py"
+    assert command in DOC
+    assert command in (REPO_ROOT / "tests" / "test_profiles_resolved.py").read_text(encoding="utf-8")
+    views = (REPO_ROOT / "tests" / "profile_views.py").read_text(encoding="utf-8")
+    assert 'if __name__ == "__main__":' in views and '"resolved_profiles.json"' in views
+    assert "available_methods()" in views   # every registered method is in the view: a new one changes it

@@ -15,8 +15,27 @@ from kgrag_lib.report import findings as F
 from kgrag_lib.report.publish import read_findings
 
 PUBLISHED = ["reference", "reference-1.5b"]
+_COMMITTED_FACTS: dict = {}
 
 
+@pytest.fixture
+def committed_facts_read_once(monkeypatch):
+    """The committed folders' `Facts` (their results collected, claims assessed) made once for this module's
+    renders of them: FINDINGS of both folders and README's block render from the same reads (1.5B's findings
+    quote the 0.5B folder), each still through `render_folder` / `readme_block`. Only these tests, which never
+    change the committed results, share them."""
+    real = F.Facts
+
+    def facts(folder):
+        key = str(folder.resolve() if hasattr(folder, "resolve") else folder)
+        if key not in _COMMITTED_FACTS:
+            _COMMITTED_FACTS[key] = real(folder)
+        return _COMMITTED_FACTS[key]
+
+    monkeypatch.setattr(F, "Facts", facts)
+
+
+@pytest.mark.usefixtures("committed_facts_read_once")
 @pytest.mark.parametrize("name", PUBLISHED)
 def test_committed_findings_are_what_the_results_render(name):
     folder = REPO_ROOT / "results" / name
@@ -25,6 +44,7 @@ def test_committed_findings_are_what_the_results_render(name):
         f"results/{name}/FINDINGS.md is stale: run `.venv/bin/python -m kgrag_lib.report.findings results/{name}`")
 
 
+@pytest.mark.usefixtures("committed_facts_read_once")
 def test_readme_findings_block_is_what_the_results_render():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     block = F.readme_block(REPO_ROOT / "results" / "reference")

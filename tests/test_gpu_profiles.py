@@ -67,9 +67,9 @@ def test_gpu_smoke_is_two_questions_per_notebook_on_a_small_hf_model():
             assert s.n == 2, name
         if hasattr(s, "n_questions"):   # DPO data: 8 training questions (2 gave no pair: every decoding agreed)
             assert s.n_questions == (8 if name == "26_dpo_data" else 2), name
-    # the SA-RAG / TCR-QF KGs name the run's n (each notebook pools its own sample)
-    assert prof["methods"]["sa-rag"]["kg"] == "text:{dataset}:n=2:seed={seed}"
-    assert prof["methods"]["tcr-qf"]["kg"] == "tcr:{dataset}:n=2:seed={seed}"
+    # the SA-RAG / TCR-QF KGs name the run's n (each notebook pools its own sample): 2 at this profile's n
+    assert resolve_run("sa-rag", "musique", "o", prof).method_config.kg == "text:{dataset}:n=2:seed={seed}"
+    assert resolve_run("tcr-qf", "musique", "o", prof).method_config.kg == "tcr:{dataset}:n=2:seed={seed}"
     dpo = notebook_settings("27_dpo_training", prof)
     cfg = dpo_config(dpo.training, **dpo.training_overrides)
     assert cfg.base_model == "hf:Qwen/Qwen2.5-0.5B-Instruct" and cfg.lora and cfg.bf16

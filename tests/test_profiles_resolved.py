@@ -1,7 +1,8 @@
 """Every shipped profile resolves to the settings recorded in tests/data/resolved_profiles.json: rewriting
 a profile as a variant of another (`extends:`), or any other edit of its text, cannot change a run's
 settings, so committed runs keep their identities and still resume and replay (issue 42). A deliberate
-change of settings regenerates the file: `cd tests && ../.venv/bin/python profile_views.py`."""
+change of settings (a new method too) regenerates the file, from the repository root:
+`PYTHONPATH=. .venv/bin/python tests/profile_views.py` (docs/EXTENDING.md says so)."""
 
 from __future__ import annotations
 

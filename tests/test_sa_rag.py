@@ -545,7 +545,9 @@ def test_kg_spec_template_and_paper_defaults(world):
 
 @pytest.mark.parametrize("profile", ["cpu-smoke", "cpu-reference", "gpu-paper", "gpu-smoke"])
 def test_shipped_profiles_configure_all_seven(profile):
-    prof = load_profile(profile)
+    from kgrag_lib.config import fill_run_n
+
+    prof = fill_run_n(load_profile(profile), load_profile(profile)["run"].get("n"), profile)   # `{n}`: a run at run.n
     for name in NAMES:
         cfg = dict(prof["methods"][name])
         assert cfg["kg"].startswith("text:{dataset}:n=") and cfg["kg"].endswith(":seed={seed}")

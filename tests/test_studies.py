@@ -77,8 +77,9 @@ def test_every_notebook_has_settings_and_every_shipped_profile_resolves():
 
     assert sorted(p.stem for p in study_notebooks()) == sorted(NOTEBOOKS)
     for profile in available_profiles():
+        prof = load_profile(profile)   # read from its file once, then resolved for every notebook
         for name in NOTEBOOKS:
-            notebook_settings(name, profile)
+            notebook_settings(name, prof)
 
 
 # ------------------------------------------------------------------ profiles

@@ -6,7 +6,7 @@ import argparse
 import json
 import time
 
-from ..data.check import STATS_DATASETS, check_data, dataset_stats, format_check, statuses_to_json, MISMATCH
+from ..data.check import MISMATCH, check_data, dataset_stats, format_check, stats_datasets, stats_default, statuses_to_json
 from ..data.fetch import fetch_dataset, list_fetchable
 from ..data.manifest import MANIFEST_PATH, refresh_manifest
 from ..data.registry import default_path
@@ -25,13 +25,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if any(s.status == MISMATCH for s in statuses) else 0
 
 
-_STATS_DEFAULT = {"metaqa": "metaqa-1hop"}
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
     path = args.path
     if path is None:
-        path = default_path(_STATS_DEFAULT.get(args.dataset, args.dataset), getattr(args, "split", None),
+        path = default_path(stats_default(args.dataset), getattr(args, "split", None),
                             getattr(args, "root", None), must_exist=True)
     print(json.dumps(dataset_stats(args.dataset, path), ensure_ascii=False))
     return 0
@@ -144,7 +141,8 @@ def register(subparsers) -> None:
     c.set_defaults(func=cmd_check)
 
     s = sub.add_parser("stats", help="counts of one dataset file as one JSON object")
-    s.add_argument("--dataset", required=True, choices=STATS_DATASETS)
+    s.add_argument("--dataset", required=True, choices=list(stats_datasets()),
+                   help="a registered dataset (kgrag_lib/data/registry.py), or a family of them by manifest key")
     s.add_argument("--path", default=None, help="the file (default: the dataset's default split under --root; "
                                                 "for metaqa a QA file)")
     s.add_argument("--split", default=None, help="split used when --path is not given")

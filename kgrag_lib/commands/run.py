@@ -111,7 +111,7 @@ def _show_config(method: str | None, profile_name: str, overrides: dict | None =
     token is masked (`redact`)."""
     import dataclasses
 
-    from ..config import field_help, profile_section
+    from ..config import field_help, fill_run_n, profile_section
     from ..experiment import RUN_FIELDS
     from ..errors import ConfigError
     from ..methods import available_methods
@@ -123,6 +123,8 @@ def _show_config(method: str | None, profile_name: str, overrides: dict | None =
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     method_over = {k: v for k, v in given.items() if k not in RUN_FIELDS}
     profile = load_profile(profile_name)
+    profile = fill_run_n(profile, given.get("n", profile_section(profile, "run").get("n")),
+                         f"profile {profile['name']!r}")  # `{n}` at the run's n: --n, else the profile's
     section = profile_section(profile, "methods", method)
     cfg = available_methods()[method].check_config({**section, **method_over},
                                                    where=f"profile {profile['name']!r}, methods.{method} + overrides")

@@ -14,14 +14,10 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..paths import data_root
-from .bamboogle import load_bamboogle
 from .common import read_json_records
-from .hotpotqa import load_hotpotqa
 from .manifest import load_manifest, sha256_file
-from .metaqa import load_metaqa_qa
-from .musique import load_musique
-from .strategyqa import fact_passages, load_strategyqa
-from .twowiki import load_2wiki, load_2wiki_corpus
+from .registry import DATASETS, DatasetSpec
+from .strategyqa import fact_passages
 
 PRESENT, MISSING, MISMATCH, UNVERIFIED = "present", "missing", "checksum-mismatch", "present (no checksum)"
 
@@ -96,28 +92,40 @@ def statuses_to_json(statuses: list[FileStatus]) -> list[dict[str, Any]]:
     return [asdict(s) for s in statuses]
 
 
-STATS_DATASETS = ("metaqa", "hotpotqa", "2wiki", "musique", "bamboogle", "strategyqa")
+def stats_datasets() -> dict[str, DatasetSpec]:
+    """What `kgrag data stats --dataset` accepts, read from the registry: every dataset, and a family
+    of datasets by its manifest key (`metaqa`: the MetaQA files, read with the MetaQA loader)."""
+    out = dict(DATASETS)
+    for spec in DATASETS.values():
+        out.setdefault(spec.manifest_key, spec)
+    return dict(sorted(out.items()))
 
 
-def _is_2wiki_corpus(path: Path) -> bool:
-    for rec in read_json_records(path, "{title, text} or a 2Wiki question record"):
+def stats_default(dataset: str) -> str:
+    """The registry dataset whose default split `kgrag data stats --dataset <dataset>` reads without --path."""
+    return stats_datasets()[dataset].name
+
+
+def _is_corpus(path: Path) -> bool:
+    for rec in read_json_records(path, "{title, text} or a question record"):
         return "question" not in rec.data and "text" in rec.data and "title" in rec.data
     return False
 
 
 def dataset_stats(dataset: str, path: str | Path) -> dict[str, Any]:
-    """Counts of one file read with its dataset's loader (for metaqa, a QA file)."""
+    """Counts of one file read with its dataset's loader (for metaqa, a QA file); a dataset whose corpus
+    is a file (2wiki) also counts a corpus file given as `path`."""
     path = Path(path)
-    if dataset not in STATS_DATASETS:
-        raise ConfigError(f"--dataset {dataset!r}; accepted: {', '.join(STATS_DATASETS)}")
+    accepted = stats_datasets()
+    if dataset not in accepted:
+        raise ConfigError(f"--dataset {dataset!r}; accepted: {', '.join(accepted)}")
+    spec = accepted[dataset]
     if not path.exists():
         raise ConfigError(f"--path {path}: no such file")
-    if dataset == "2wiki" and _is_2wiki_corpus(path):
-        corpus = load_2wiki_corpus(path)
+    if spec.corpus_loader is not None and _is_corpus(path):
+        corpus = spec.corpus_loader(path)
         return {"dataset": dataset, "path": str(path), "kind": "corpus", "questions": 0, "passages": len(corpus)}
-    loader = {"metaqa": load_metaqa_qa, "hotpotqa": load_hotpotqa, "2wiki": load_2wiki, "musique": load_musique,
-              "bamboogle": load_bamboogle, "strategyqa": load_strategyqa}[dataset]
-    questions = loader(path, dataset=dataset)
+    questions = spec.loader(path, dataset=dataset)
     pids = {p.pid for q in questions for p in q.context}
     out: dict[str, Any] = {
         "dataset": dataset, "path": str(path), "kind": "questions",
@@ -126,7 +134,7 @@ def dataset_stats(dataset: str, path: str | Path) -> dict[str, Any]:
         "questions_with_context": sum(bool(q.context) for q in questions),
     }
     n_answers = [len(q.answers) for q in questions]
-    if dataset == "metaqa":
+    if spec.many_answers:
         out["answers"] = {
             "total": sum(n_answers),
             "mean": round(statistics.fmean(n_answers), 3) if n_answers else 0.0,
@@ -143,7 +151,7 @@ def dataset_stats(dataset: str, path: str | Path) -> dict[str, Any]:
         out["distinct_triples"] = len({t for q in questions for t in q.evidence})
     if any(q.supporting for q in questions):
         out["supporting_per_question_mean"] = round(statistics.fmean(len(q.supporting) for q in questions), 3)
-    if dataset == "strategyqa":
+    if spec.corpus == "facts":   # yes/no questions with annotated facts (StrategyQA)
         out["yes"] = sum(q.answers == ["yes"] for q in questions)
         out["no"] = sum(q.answers == ["no"] for q in questions)
         out["facts"] = len({p.pid for q in questions for p in fact_passages(q)})

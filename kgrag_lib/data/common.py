@@ -159,13 +159,9 @@ def _first_char(path: Path, expected: str) -> str:
 # Fields only one dataset's records carry: a file of another dataset read under this one's name
 # would otherwise load (the layouts overlap: HotpotQA and 2Wiki share every required field, and
 # Bamboogle accepts any {question, answer}) and be scored and labelled as the wrong dataset.
-DATASET_MARKS: dict[str, tuple[str, ...]] = {
-    "hotpotqa": ("level",),
-    "2wiki": ("evidences", "entity_ids", "evidences_id", "answer_id"),
-    "musique": ("paragraphs", "question_decomposition", "answerable"),
-    "strategyqa": ("facts", "term", "description"),
-    "bamboogle": ("Question", "Q1", "Q2"),
-}
+# dataset -> the record fields that mark its files; filled from `DatasetSpec.marks` by `registry` (which
+# `kgrag_lib.data` imports before any loader runs), so a dataset's marks are written where it is registered
+DATASET_MARKS: dict[str, tuple[str, ...]] = {}
 
 
 def refuse_other_dataset(rec: Record, own: str) -> None:

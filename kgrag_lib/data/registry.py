@@ -19,7 +19,7 @@ from ..paths import data_root
 from ..records import Passage, Question
 from . import bamboogle, hotpotqa, musique, strategyqa, twowiki
 from .bamboogle import load_bamboogle
-from .common import check_file, pool_passages
+from .common import DATASET_MARKS, check_file, pool_passages
 from .hotpotqa import load_hotpotqa
 from .manifest import obtain_hint
 from .metaqa import QA_FORM, load_metaqa_qa
@@ -42,6 +42,20 @@ class DatasetSpec:
     form: str  # the question record form, for error messages
     qtypes: dict[str, str] = field(default_factory=dict)  # MetaQA: split -> aligned qtype file
     note: str = ""
+    # the record fields only this dataset's files carry: every other dataset's loader refuses a record with
+    # one, naming this dataset (a 2Wiki file read as HotpotQA fails on its first record, not in the scores)
+    marks: tuple[str, ...] = ()
+    # reads `corpus` when it is a file (a path, not none/pooled/facts), with the form its errors show
+    corpus_loader: Callable[[Path], list[Passage]] | None = None
+    corpus_form: str = ""
+    # extra keyword files the loader reads beside the question file, by data root (2Wiki's id aliases)
+    loader_files: Callable[[str | Path | None], dict[str, Path]] | None = None
+    many_answers: bool = False  # several gold answers per question (MetaQA): `kgrag data stats` shows their spread
+
+    def __post_init__(self) -> None:
+        if self.corpus not in ("none", "pooled", "facts") and self.corpus_loader is None:
+            raise ConfigError(f"dataset {self.name!r}: corpus {self.corpus!r} is a file, so the DatasetSpec needs "
+                              f"its corpus_loader (and corpus_form)")
 
 
 def _metaqa(k: int) -> DatasetSpec:
@@ -51,8 +65,14 @@ def _metaqa(k: int) -> DatasetSpec:
         splits={"test": f"metaqa/{k}-hop/vanilla/qa_test.txt", "dev": f"metaqa/{k}-hop/vanilla/qa_dev.txt"},
         default_split="test", corpus="none", form=f"one question per line: {QA_FORM}",
         qtypes={"test": f"metaqa/qtype/{k}hop_qa_test_qtype.txt", "dev": f"metaqa/qtype/{k}hop_qa_dev_qtype.txt"},
-        note="KG question answering over metaqa/kb.txt (see metaqa_kb_path); no text corpus.",
+        note="KG question answering over metaqa/kb.txt (see metaqa_kb_path); no text corpus.", many_answers=True,
     )
+
+
+def _twowiki_files(root: str | Path | None) -> dict[str, Path]:
+    """2Wiki's id aliases (the official scorer's) beside its questions, when there are any."""
+    aliases = twowiki_aliases_path(root)
+    return {"aliases_path": aliases} if aliases is not None else {}
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -63,6 +83,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "distractor500", "pooled", hotpotqa.FORM,
         note="corpus = pooled, de-duplicated context paragraphs of the question file; in the 500-question "
              "file 349 questions lack at least one gold page in their context (meta['gold_in_context']).",
+        marks=("level",),
     ),
     "2wiki": DatasetSpec(
         "2wiki", "2wiki", load_2wiki,
@@ -74,6 +95,8 @@ DATASETS: dict[str, DatasetSpec] = {
         "corpus354", "2wiki/HippoRAG_2wiki_1000q_corpus.json", twowiki.FORM,
         note="default split = the 354 dev questions whose gold pages are all in the 6,119-passage "
              "HippoRAG corpus, so open retrieval over that corpus can find the evidence.",
+        marks=("evidences", "entity_ids", "evidences_id", "answer_id"),
+        corpus_loader=load_2wiki_corpus, corpus_form=twowiki.CORPUS_FORM, loader_files=_twowiki_files,
     ),
     "musique": DatasetSpec(
         "musique", "musique", load_musique,
@@ -81,12 +104,14 @@ DATASETS: dict[str, DatasetSpec] = {
          "dev2417": "musique/lag_musique_ans_dev_2417_noparagraphs.json"},
         "dev200", "pooled", musique.FORM,
         note="corpus = pooled, de-duplicated paragraphs of the 200 questions with paragraphs.",
+        marks=("paragraphs", "question_decomposition", "answerable"),
     ),
     "bamboogle": DatasetSpec(
         "bamboogle", "bamboogle", load_bamboogle,
         {"test": "bamboogle/bamboogle.json", "csv": "bamboogle/bamboogle.csv"},
         "test", "none", f"{bamboogle.FORM} (JSON), or {bamboogle.CSV_FORM}",
         note="no corpus ships with Bamboogle (its questions were written against Google search).",
+        marks=("Question", "Q1", "Q2"),
     ),
     "strategyqa": DatasetSpec(
         "strategyqa", "strategyqa", load_strategyqa,
@@ -95,8 +120,11 @@ DATASETS: dict[str, DatasetSpec] = {
         "train", "facts", strategyqa.FORM,
         note="corpus = the annotated facts (pid 'fact:...'): a gold-derived stand-in for the missing "
              "evidence paragraphs, easier than real retrieval; say so in every table built on it.",
+        marks=("facts", "term", "description"),
     ),
 }
+# the loaders (below this module) read the marks of every registered dataset from here
+DATASET_MARKS.update({spec.name: spec.marks for spec in DATASETS.values() if spec.marks})
 
 WIKIPEDIA_PATH = "wikipedia/psgs_w100.tsv"
 WIKIDATA5M_DIR = "wikidata5m"
@@ -222,11 +250,7 @@ def load_questions(
         file = default_path(name, split, root, must_exist=True)
     else:
         file = _checked(Path(path), None, spec.manifest_key, name, True, spec.form)
-    kwargs = {}
-    if spec.name == "2wiki":
-        aliases = twowiki_aliases_path(root)
-        if aliases is not None:
-            kwargs["aliases_path"] = aliases
+    kwargs: dict[str, Path] = dict(spec.loader_files(root)) if spec.loader_files else {}
     if spec.qtypes:
         qsplit = split if path is None else next((s for s, rel in spec.splits.items()
                                                    if (data_root(root) / rel).resolve() == file.resolve()), None)
@@ -261,7 +285,7 @@ def load_corpus(
 ) -> list[Passage]:
     """The passages a dataset ships, as a retrieval corpus.
 
-    - 2wiki: HippoRAG's 6,119-passage corpus (pid = title).
+    - a file corpus, read by the spec's `corpus_loader`: 2wiki, HippoRAG's 6,119-passage corpus (pid = title).
     - hotpotqa, musique: the pooled, de-duplicated context paragraphs of every question in the file.
     - strategyqa: the pooled annotated facts, pid `fact:<digest>` — a gold-derived stand-in.
     - bamboogle, metaqa-*: none (empty list); Bamboogle has no corpus, MetaQA is KG-only.
@@ -272,11 +296,12 @@ def load_corpus(
     if spec.corpus == "none":
         return []
     if spec.corpus not in ("pooled", "facts"):
+        assert spec.corpus_loader is not None   # (DatasetSpec refuses a file corpus without its reader)
         file = _checked(Path(path) if path else data_root(root) / spec.corpus, None if path else data_root(root),
-                        spec.manifest_key, f"{name} corpus", True, twowiki.CORPUS_FORM)
-        passages = load_2wiki_corpus(file)
+                        spec.manifest_key, f"{name} corpus", True, spec.corpus_form)
+        passages = spec.corpus_loader(file)
         if not passages:
-            raise DataFormatError(file, None, f"at least one passage, each {twowiki.CORPUS_FORM}", "no passages")
+            raise DataFormatError(file, None, f"at least one passage, each {spec.corpus_form}", "no passages")
         return passages
     questions = load_questions(name, split=split, path=path, root=root)
     if spec.corpus == "facts":
