@@ -159,7 +159,9 @@ def test_blockers_follow_the_reports_and_the_not_run_reasons():
     assert status["c1.x.hotpotqa.tog"] == P.NOT_RUN          # ... never run on HotpotQA
     assert status["table2.self-rag-kg-infused.r2.2wiki"] == P.MODEL   # Self-RAG's own 7B
     assert status["t1.q.musique"] == P.DATA                  # no KG holds MuSiQue's facts
-    assert status["t1.q.2wiki"] == P.DATA
+    # held out at the committed run, but notebook 21 now runs the full 2Wiki KG: not run there, planned
+    assert status["t1.q.2wiki"] == P.NOT_RUN and "2wiki-evidence-full" in dict(zip(plan.claims["claim"],
+                                                                              plan.claims["evidence"]))["t1.q.2wiki"]
     assert status["table21.s.r1.2wiki"] == P.DATA             # never run, and its only 2Wiki KG is held out
     assert status["t1.retrieval_over_nor.musique"] == P.NOT_RUN   # needs a corpus, not a KG
     assert status["t1.retrieval_over_nor.bamboogle"] == P.DATA    # Bamboogle ships no corpus
@@ -174,7 +176,7 @@ def test_blockers_follow_the_reports_and_the_not_run_reasons():
     # m: the TCR-QF claims a test decided or the plan runs (all five); the KG-Infused data claim that carries a p
     assert plan.meta["m"]["tcr_qf"] == 5 and plan.meta["m"]["kg_infused"] == 2   # + retrieval_over_nor.musique
     counts = dict(zip(plan.blocker_counts["status"], plan.blocker_counts["claims"]))
-    assert counts == {"verdict": 1, "n": 2, "data": 4, "model": 2, "not run": 2}
+    assert counts == {"verdict": 1, "n": 2, "data": 3, "model": 2, "not run": 3}
 
 
 def test_units_are_capped_costed_and_ranked_by_verdicts_per_core_hour():
@@ -400,3 +402,44 @@ def test_committed_probes_keep_sa_rag_judged_claims_out_of_the_1_5b_plan():
     # TCR-QF's answer line and KG-Infused RAG's subgraph run at 1.5B: their model-blocked claims are planned
     tcr_kgi = c[c["paper"].isin(["tcr_qf", "kg_infused"]) & (c["remedy"] != "")]
     assert len(tcr_kgi) > 0 and (tcr_kgi["remedy"] == P.KNOWN_REMEDY).all() and tcr_kgi["planned"].all()
+
+
+def test_without_a_full_kg_notebook_a_held_out_2wiki_claim_stays_blocked_by_the_data():
+    plan = P.build_plan(_outcomes(), P.PlanConfig(results=("a",), full_kg_notebooks=()), reg=_registry())
+    row = plan.claims.set_index("claim").loc["t1.q.2wiki"]
+    assert row["status"] == P.DATA and not row["planned"]
+
+
+def test_an_equivalence_claim_is_planned_by_tost_inside_the_margin_and_by_refutation_beyond_it():
+    from kgrag_lib.eval.power import n_for_equivalence, n_for_power
+
+    inside = P.Effect(2.0, "own run", sd=20.0)
+    n, what = inside.equivalence_n(5.0, 0.01, 0.8)
+    assert n == n_for_equivalence(5.0, 20.0, 0.01, 0.8, diff=2.0) and "TOST" in what
+    assert inside.equivalence_power(int(n), 5.0, 0.01) >= 0.8 > inside.equivalence_power(int(n) - 5, 5.0, 0.01)
+    beyond = P.Effect(-9.0, "own run", sd=20.0)
+    n, what = beyond.equivalence_n(5.0, 0.01, 0.8)
+    assert n == n_for_power(4.0, 20.0, 0.01, 0.8) and "refute" in what
+    assert P.Effect(5.0, "own run", sd=20.0).equivalence_n(5.0, 0.01, 0.8)[0] == float("inf")
+    # 0/1 scores: the sd of the difference from the discordant shares (0.1 and 0.05: sd = 100 sqrt(0.15 - 0.0025))
+    assert abs(P.Effect(5.0, "x", p_a=0.10, p_b=0.05).sd_points - 100 * (0.15 - 0.05 ** 2) ** 0.5) < 1e-9
+
+
+def test_the_committed_plan_plans_the_placebo_claim_on_the_full_kg_with_its_committed_effect():
+    plan = P.make_plan()
+    row = plan.claims.set_index("claim").loc["m1.kg_over_placebo.2wiki"]
+    assert row["planned"] and row["status"] == P.NOT_RUN and row["notebook"] == "21_kg_infused_main"
+    assert "2wiki-evidence-oracle minus 2wiki-evidence-heldout" in row["effect_source"] and row["effect"] > 0
+    unit = plan.units[(plan.units["notebook"] == "21_kg_infused_main") & (plan.units["dataset"] == "2wiki")].iloc[0]
+    assert unit["kg"].startswith("2wiki-evidence-full") and "placebo arm" in unit["cost_source"]
+    # every `~` claim the plan runs has a TOST (or refutation) n
+    tilde = plan.claims[plan.claims["planned"] & (plan.claims["relation"] == "~")]
+    assert len(tilde) and tilde["note"].str.startswith("equivalence (~): ").all()
+
+
+def test_the_full_kg_notebooks_are_the_ones_the_reference_profile_runs_on_the_full_kg():
+    from kgrag_lib.studies.profiles import load_profile
+
+    books = load_profile("cpu-reference")["notebooks"]
+    assert {nb for nb, sec in books.items() if (sec or {}).get("kg") == "2wiki-evidence-full"} == \
+        set(P.PlanConfig().full_kg_notebooks)

@@ -49,9 +49,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..eval.paired import CONFIRMED, NO_SIGNAL, NOT_SEPARABLE, REFUTED
-from ..eval.power import n_for_power, n_for_power_discordant, power_discordant, power_paired
+from ..eval.paired import CONFIRMED, EQUIVALENCE_MARGIN, NO_SIGNAL, NOT_SEPARABLE, REFUTED
+from ..eval.power import (n_for_equivalence, n_for_power, n_for_power_discordant, power_discordant, power_equivalence,
+                          power_paired)
 from ..errors import ConfigError
+from ..kg.sources import FULL_KG
 from ..provenance import git_commit
 from .accounting import PAPER_NAMES, REFERENCE_REASONS
 from .claims import JUDGE_UNINFORMATIVE
@@ -98,7 +100,10 @@ TABLE_NOTEBOOK = {("metaqa", "exp1"): "11_metaqa_parameter_grid", ("metaqa", "ex
                   ("kg_infused", "f2"): "23_activation_rounds", ("kg_infused", "t4"): "24_retrieval_recall",
                   ("kg_infused", "table2"): "28_plugins", ("kg_infused", "table21"): "28_plugins",
                   ("sa_rag", "c1"): "31_sa_rag_main", ("sa_rag", "c2"): "31_sa_rag_main",
-                  ("tcr_qf", "c1"): "41_tcr_qf_main"}
+                  ("sa_rag", "c3"): "31_sa_rag_main", ("sa_rag", "c4"): "31_sa_rag_main",
+                  ("tcr_qf", "c1"): "41_tcr_qf_main", ("tcr_qf", "c5"): "42_tcr_qf_ablation",
+                  ("tcr_qf", "c6"): "42_tcr_qf_ablation", ("kg_infused", "m1"): "21_kg_infused_main"}
+ORACLE_KG, HELDOUT_KG = "2wiki-evidence-oracle", "2wiki-evidence-heldout"
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,10 @@ class PlanConfig:
                 "planned model runs a mechanism a smaller model failed; None: no probe read (every such "
                 "remedy is untested)"})
 
+    full_kg_notebooks: tuple[str, ...] = field(default=("21_kg_infused_main",), metadata={
+        "help": f"notebooks the reference profiles now run on {FULL_KG} (issue 56; profiles/cpu-reference.yaml, "
+                "`kg:`): their KG-Infused 2Wiki claims, not testable on the held-out KG, are planned there"})
+
     def __post_init__(self) -> None:
         if not self.results:
             raise ConfigError("results: expected at least one published results folder, e.g. results/reference")
@@ -132,11 +141,13 @@ class PlanConfig:
 def registry() -> pd.DataFrame:
     """paper, claim, table, dataset, relation, sides (a, b) and primary metric of every registered claim."""
     rows = [{"paper": "metaqa", "claim": c.cid, "table": c.source, "dataset": c.dataset, "relation": c.relation,
-             "a": c.a, "b": c.b, "metric": "hit1"} for c in mq.CLAIMS]
-    for paper, claims in (("kg_infused", (*kgi.CLAIMS, *kgi.PLUGIN_CLAIMS, *kgi.UNTESTED_CLAIMS)),
+             "a": c.a, "b": c.b, "metric": "hit1", "margin": getattr(c, "margin", None) or EQUIVALENCE_MARGIN}
+            for c in mq.CLAIMS]
+    for paper, claims in (("kg_infused", (*kgi.CLAIMS, *kgi.PLUGIN_CLAIMS, *kgi.UNTESTED_CLAIMS, *kgi.MECHANISM_CLAIMS)),
                           ("sa_rag", sar.CLAIMS), ("tcr_qf", tcr.CLAIMS)):
         rows += [{"paper": paper, "claim": c[0], "table": c[1], "dataset": c[2], "relation": c[4], "a": c[3],
-                  "b": c[5], "metric": c[6]} for c in claims]
+                  "b": c[5], "metric": c[6],
+                  "margin": c[8] if len(c) > 8 and isinstance(c[8], (int, float)) else EQUIVALENCE_MARGIN} for c in claims]
     return pd.DataFrame(rows)
 
 
@@ -221,6 +232,42 @@ class Effect:
         except ValueError:
             return math.inf
         return math.inf
+
+    @property
+    def sd_points(self) -> float | None:
+        """The sd of the per-question difference in points (0/1 scores: from the discordant shares)."""
+        if self.p_a is not None and self.p_b is not None:
+            spread = self.p_a + self.p_b - (self.p_a - self.p_b) ** 2
+            return 100 * math.sqrt(spread) if spread > 0 else None
+        return self.sd or None
+
+    def equivalence_n(self, margin: float, alpha: float, power: float) -> tuple[float, str]:
+        """Questions a `~` claim needs at `alpha` with `power`, and what that n decides: TOST confirms
+        |A - B| < margin when the effect seen is inside the margin (`eval.power.n_for_equivalence`);
+        an effect at or beyond it can only be refuted, by an interval wholly outside the margin,
+        planned as the power to tell |effect| - margin from 0. inf when neither can be planned."""
+        sd = self.sd_points
+        if not sd:
+            return math.inf, "no spread of the per-question difference to plan from"
+        binary = self.p_a is not None
+        if abs(self.delta) < margin:
+            n = n_for_equivalence(margin, sd, alpha, power, diff=self.delta, binary=binary)
+            return (float(n) if n else math.inf), f"TOST at margin {margin:g} (confirms equivalence)"
+        if abs(self.delta) == margin:
+            return math.inf, f"the effect seen equals the margin {margin:g}: no n decides it"
+        try:
+            return float(n_for_power(abs(self.delta) - margin, sd, alpha, power)), \
+                f"|effect| beyond the margin {margin:g}: n to refute (interval outside the margin)"
+        except ValueError:
+            return math.inf, "no n reaches the power"
+
+    def equivalence_power(self, n: int, margin: float, alpha: float) -> float:
+        sd = self.sd_points
+        if not sd or n < 2:
+            return 0.0
+        if abs(self.delta) < margin:
+            return power_equivalence(n, margin, sd, alpha, self.delta)
+        return power_paired(abs(self.delta) - margin, sd, n, alpha) if abs(self.delta) > margin else 0.0
 
     def power_at(self, n: int, alpha: float) -> float:
         if self.p_a is not None and self.p_b is not None:
@@ -546,8 +593,8 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
                      "notebook": notebook, "tried_at_planned": planned in statuses})
     claims = pd.DataFrame(recs)
     # notebooks of claims never run: the same claim on another dataset, else the table's notebook
-    nb_of_key = {k: nb for k, nb in zip(claims["key"], claims["notebook"]) if nb}
-    claims["notebook"] = [nb or nb_of_key.get(k) or TABLE_NOTEBOOK.get((p, c.split(".")[0]))
+    nb_of_key = {k: nb for k, nb in zip(claims["key"], claims["notebook"]) if isinstance(nb, str) and nb}
+    claims["notebook"] = [(nb if isinstance(nb, str) and nb else None) or nb_of_key.get(k) or TABLE_NOTEBOOK.get((p, c.split(".")[0]))
                           or TABLE_NOTEBOOK.get((p, c.split("_")[0])) or "?"
                           for nb, k, p, c in zip(claims["notebook"], claims["key"], claims["paper"], claims["claim"])]
     # a model block seen at another model than the planned one (not one the CPU cannot run): is the
@@ -566,6 +613,16 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
         ats.append(r["at"] if to_remedy or not blocked else f"{planned} (mechanism probe)")
         evidences.append("; ".join(x for x in (r["evidence"], why) if x) if to_remedy or blocked else r["evidence"])
     claims = claims.assign(status=statuses, at=ats, evidence=evidences, remedy=kinds)
+    # KG-Infused claims on 2Wiki, not testable on the held-out KG, in a notebook the reference
+    # profiles now run on the full 2Wiki KG: not run there yet, so planned (their effect: `_effect`)
+    switch = ((claims["paper"] == "kg_infused") & (claims["dataset"] == "2wiki") & (claims["status"] == DATA)
+              & claims["notebook"].isin(config.full_kg_notebooks))
+    claims = claims.assign(
+        on_full_kg=switch, status=claims["status"].where(~switch, NOT_RUN),
+        evidence=[(f"registered before its runs (issue 56): {nb} runs KG-Infused RAG on {FULL_KG} and, as the "
+                   f"placebo arm, on {HELDOUT_KG}; not yet run" if c.startswith("m1.") else
+                   f"{e}; {nb} now runs on {FULL_KG} (issue 56), not yet run there") if sw else e
+                  for c, e, nb, sw in zip(claims["claim"], claims["evidence"], claims["notebook"], switch)])
     # what the plan runs: blocked by n, never run, or blocked at another model than the planned one
     # where the planned model is not known to fail the same way
     to_try = (claims["status"] == MODEL) & ~claims["tried_at_planned"] & (claims["at"] != "") & \
@@ -574,16 +631,19 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
     in_family = {p: int(((claims["paper"] == p) & (claims["planned"] | _tested(claims, rows_at))).sum())
                  for p in claims["paper"].unique()}
     eff_rows = []
+    every_run = _all_runs(outcomes)
     for r in claims.to_dict("records"):
         if not r["planned"]:
             eff_rows.append({})
             continue
         alpha_m = config.alpha / max(in_family[r["paper"]], 1)
-        eff = _effect(r, claims, rows_at, planned)
+        eff = _effect(r, claims, rows_at, planned, every_run)
         if r["relation"] == "~":
-            eff_rows.append({"alpha_m": alpha_m, "effect": eff.delta if eff else None, "effect_source": eff.source if eff else None,
-                             "note": "equivalence (~): its n follows the equivalence test (TOST, issue 56 item 3), "
-                                     "not this power rule"})
+            margin = float(r.get("margin") or EQUIVALENCE_MARGIN)
+            need, what = eff.equivalence_n(margin, alpha_m, config.power) if eff else (math.nan, "")
+            eff_rows.append({"alpha_m": alpha_m, "effect": eff.delta if eff else None,
+                             "effect_source": eff.source if eff else "no effect to plan from (no run, no printed number)",
+                             "n_needed": need, "_eff": eff, "note": f"equivalence (~): {what}" if what else None})
             continue
         need = eff.n_needed(alpha_m, config.power) if eff else math.nan
         eff_rows.append({"alpha_m": alpha_m, "effect": eff.delta if eff else None,
@@ -601,7 +661,7 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
         eff = r.get("_eff")
         planned_n.append(n)
         hours.append(h)
-        power_n.append(round(eff.power_at(int(n), r["alpha_m"]), 3) if isinstance(eff, Effect) and n else None)
+        power_n.append(round(_power(r, eff, int(n)), 3) if isinstance(eff, Effect) and n else None)
     claims = claims.assign(planned_n=planned_n, power=power_n, unit_core_hours=hours)
     claims = claims.drop(columns=[c for c in ("_eff", "tried_at_planned") if c in claims])
     commit = git_commit()
@@ -613,6 +673,13 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
             "probes": [{"mechanism": f.mechanism, "model": f.model, "works": f.works, "source": f.source}
                        for f in findings]}
     return Plan(claims, units, meta)
+
+
+def _power(r: dict[str, Any], eff: Effect, n: int) -> float:
+    """A planned claim's power at n: TOST's (or, beyond the margin, refutation's) for `~`, else the paired test's."""
+    if r.get("relation") == "~":
+        return eff.equivalence_power(n, float(r.get("margin") or EQUIVALENCE_MARGIN), r["alpha_m"])
+    return eff.power_at(n, r["alpha_m"])
 
 
 def _tested(claims: pd.DataFrame, rows_at: dict[str, dict[str, dict]]) -> pd.Series:
@@ -635,10 +702,22 @@ def _usable(row: dict[str, Any]) -> bool:
     return int(row.get("n_pairs") or 0) > 0 and v not in (JUDGE_UNINFORMATIVE, NO_SIGNAL) and _status(v) != NOT_RUN
 
 
-def _effect(r: dict[str, Any], claims: pd.DataFrame, rows_at: dict[str, dict[str, dict]], planned: str) -> Effect | None:
+def _effect(r: dict[str, Any], claims: pd.DataFrame, rows_at: dict[str, dict[str, dict]], planned: str,
+            outcomes_runs: pd.DataFrame | None = None) -> Effect | None:
     """The claim's own run (the planned model first), else the same claim on the nearest dataset
     or model (the most questions, the planned model first), else the paper's printed difference."""
     order = [planned, *[m for m in rows_at if m != planned]]
+    if r.get("on_full_kg"):
+        # the held-out KG's row says nothing about the full KG; the oracle KG (77 % of the evaluated
+        # evidence, the full KG 100 %) is the nearest run, and the placebo claim is oracle minus held-out
+        if r["claim"].startswith("m1.kg_over_placebo"):
+            return placebo_effect(outcomes_runs, order)
+        for m in order:
+            row = rows_at.get(m, {}).get(f"{r['claim']}@{ORACLE_KG}")
+            if row and _usable(row):
+                eff = effect_from_row(row, f"the same claim on {ORACLE_KG} ({m}, n = {int(row['n_pairs'])})")
+                if eff:
+                    return eff
     for m in order:
         row = rows_at.get(m, {}).get(r["claim"])
         if row and _usable(row):
@@ -657,6 +736,42 @@ def _effect(r: dict[str, Any], claims: pd.DataFrame, rows_at: dict[str, dict[str
     return effect_from_paper(vals) if vals else None
 
 
+def placebo_effect(runs: pd.DataFrame | None, models: Iterable[str]) -> Effect | None:
+    """The placebo claim's effect from the committed runs: KG-Infused RAG on the oracle KG minus the
+    same method on the held-out KG, same questions (notebook 21), per-question Avg (mean of EM, F1,
+    Acc), at the first of `models` that ran both."""
+    from ..eval.metrics import get_metric
+    from .mechanism import _rows
+
+    if runs is None or runs.empty:
+        return None
+    for m in models:
+        sel = runs[(runs["model"] == m) & (runs["notebook"] == "21_kg_infused_main") & (runs["method"] == "kg-infused")
+                   & (runs["dataset"] == "2wiki")]
+        a, b = sel[sel["kg"] == ORACLE_KG], sel[sel["kg"] == HELDOUT_KG]
+        if a.empty or b.empty:
+            continue
+
+        def avg(folder: str) -> dict[str, float]:
+            out = {}
+            for row in _rows(folder):
+                vals = [get_metric(k)(row) for k in ("em", "f1", "acc")]
+                if all(v is not None for v in vals):
+                    out[row["qid"]] = 100 * sum(vals) / 3
+            return out
+        va, vb = avg(a["folder"].iloc[0]), avg(b["folder"].iloc[0])
+        common = sorted(set(va) & set(vb))
+        if len(common) < 2:
+            continue
+        d = np.array([va[q] - vb[q] for q in common])
+        sd = float(d.std(ddof=1))
+        if sd <= 0:
+            continue
+        return Effect(float(d.mean()), f"{ORACLE_KG} minus {HELDOUT_KG}, same method and questions ({m}, n = {len(common)})",
+                      sd=sd)
+    return None
+
+
 def available_questions(dataset: str, split: str | None) -> int | None:
     return SPLIT_QUESTIONS.get((dataset, split or DEFAULT_SPLIT.get(dataset, "")))
 
@@ -673,21 +788,37 @@ def _units(claims: pd.DataFrame, outcomes: list[Outcomes], planned: str, config:
         paper = g["paper"].iloc[0]
         runs = all_runs[(all_runs["notebook"] == nb) & (all_runs["dataset"] == ds)] if not all_runs.empty else all_runs
         kgs = sorted({str(k) for k in runs["kg"].dropna()}) if not runs.empty and "kg" in runs else []
+        if paper == "kg_infused" and ds == "2wiki" and nb in config.full_kg_notebooks:
+            kgs = [f"{FULL_KG} (placebo {HELDOUT_KG}, upper bound {ORACLE_KG})"]
         split = next((s for s in (runs["split"].dropna() if not runs.empty else []) if s), None) \
             or PAPER_SPLIT.get((paper, ds)) or DEFAULT_SPLIT.get(ds)
         cap = available_questions(ds, split)
         needs = [n for n in g["n_needed"] if n is not None and not pd.isna(n) and not math.isinf(n)]
-        n = int(max(needs)) if needs else (cap or 0)
-        n = min(n, cap) if cap else n
-        effs = [e for e in g["_eff"] if isinstance(e, Effect)]
-        alpha_m = float(g["alpha_m"].iloc[0])
-        powers = [e.power_at(n, alpha_m) for e in effs]
         per_q, cost_source = question_seconds(all_runs, nb, ds, planned, ratio)
+        if paper == "kg_infused" and ds == "2wiki" and nb in config.full_kg_notebooks and per_q is not None:
+            # the placebo arm is one more KG-Infused RAG run per question than the committed grid had
+            kgi_runs = runs[(runs["method"] == "kg-infused") & (runs["model"] == planned)] if not runs.empty else runs
+            if not kgi_runs.empty:
+                per_q += float(kgi_runs["llm_seconds_per_q"].min())
+                cost_source += " + one KG-Infused run per question for the placebo arm"
         build = kg_build_seconds(outcomes, paper, ds, planned, ratio)
-        core_h = config.cores * (per_q * n + build * n) / 3600 if per_q is not None else math.nan
+        recs_g = g.to_dict("records")
+
+        def expected(n: int) -> float:
+            return float(sum(_power(r, e, n) for r, e in zip(recs_g, g["_eff"]) if isinstance(e, Effect)))
+
+        def hours(n: int) -> float:
+            return config.cores * (per_q * n + build * n) / 3600 if per_q is not None else math.nan
+        # the unit's n: among the n its claims need (capped), the one with the most expected verdicts
+        # per core-hour (the smaller on a tie), so one claim needing thousands does not price the rest
+        candidates = sorted({min(int(x), cap) if cap else int(x) for x in needs}) or [cap or 0]
+        n = max(candidates, key=lambda k: ((expected(k) / hours(k)) if hours(k) and hours(k) > 0 else expected(k), -k))
+        powers = [expected(n)]
+        core_h = hours(n)
         now = int(runs["n"].max()) if not runs.empty and runs["n"].notna().any() else 0
         recs.append({"notebook": nb, "dataset": ds, "model": planned, "kg": ", ".join(kgs) or "–", "split": split,
                      "available": cap, "n": n, "n_now": now, "claims": len(g), "reachable": len(needs),
+                     "decided_at_n": int(sum(1 for x in needs if x <= n)),
                      "expected_verdicts": round(float(sum(powers)), 2),
                      "llm_s_per_q": round(per_q, 1) if per_q is not None else None,
                      "kg_build_s_per_q": round(build, 1), "core_hours": round(core_h, 2),
