@@ -18,7 +18,7 @@ def test_shipped_variant_merges_over_its_parent():
     nb = p["notebooks"]["21_kg_infused_main"]                   # mappings merge key by key ...
     # (cpu-reference's n: null, the run's n, is replaced by the child's n: 100; issue 41)
     assert nb == {"upper_bound_kg": "2wiki-evidence-oracle", "kg": "2wiki-evidence-full",
-                  "placebo_kg": "2wiki-evidence-heldout", "datasets": ["2wiki"], "n": 100}
+                  "placebo_kg": "2wiki-evidence-heldout", "datasets": ["2wiki"], "n": 237}   # the frozen plan's n (issue 56)
     assert base["notebooks"]["21_kg_infused_main"]["n"] is None
     assert p["notebooks"]["23_activation_rounds"]["rounds"] == [1, 2]
     grid = p["notebooks"]["11_metaqa_parameter_grid"]              # null drops the parent's per-dataset grids
