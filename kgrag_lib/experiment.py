@@ -10,14 +10,15 @@ write the same files and share the LLM cache.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .config import (RunConfig, ServerConfig, absent_values, fill_n, fill_run_n, make_config, profile_section,
                      read_profile)
 from .data.registry import load_questions
-from .errors import ConfigError
+from .errors import ConfigError, KgragError
 from .llm import DEFAULT_SPEC
 from .methods.base import MethodSpec, RunContext
 from .methods.prompt_digest import prompt_digests
@@ -172,3 +173,109 @@ def run_experiment(method: str, dataset: str, out: str | Path, *, profile: str |
                         [q.qid for q in questions], answer_aliases=aliases)
     return run_method(runner_method, questions, out, config, llm=llm, progress=progress, overwrite=overwrite,
                       concurrency=r.run.concurrency)
+
+
+# ---- `kgrag run --dry-run`: the first requests of a run, through the scripted LLM ---------------------------
+
+DRY_RUN_ANSWER = "(scripted answer: a dry run loads no model)"
+DRY_RUN_MAX_REQUESTS = 30   # a text KG's extraction sends one request per chunk: the first ones show its prompt
+
+
+class DryRunStop(BaseException):
+    """Raised by the dry run's scripted LLM once it has the requests it shows. A BaseException, so a
+    method's `except Exception` (a failed extraction recorded and skipped) does not swallow it."""
+
+
+@dataclass
+class DryRun:
+    """What `dry_run` saw: the run's resolved settings, the questions shown and each request sent
+    (with the index of the question it was sent for), and why it ended early, if it did."""
+
+    resolved: ResolvedRun
+    questions: list[Any]
+    requests: list[tuple[int | None, str, Any]]   # (question index, None for a whole-sample round; LLM spec; ScriptedRequest)
+    stopped: list[str] = dataclasses.field(default_factory=list)
+
+
+@contextmanager
+def _no_model(scripted: Any) -> Iterator[None]:
+    """Within it, `llm.load_llm` (which a method calls for a model of its own, as Self-RAG's generator)
+    returns a scripted stand-in: a dry run loads no model, whichever part asks for one."""
+    from . import llm as llm_module
+
+    real = llm_module.load_llm
+    llm_module.load_llm = scripted
+    try:
+        yield
+    finally:
+        llm_module.load_llm = real
+
+
+def dry_run(method: str, dataset: str, *, profile: str | Path | dict = "cpu-smoke", questions: int = 1,
+            max_requests: int = DRY_RUN_MAX_REQUESTS, **overrides: Any) -> DryRun:
+    """The requests a run of `method` on `dataset` sends first, without a model (lm-evaluation-harness's
+    `write_out`, for a pipeline): the settings, the question sample and the method are made exactly
+    as `run_experiment` makes them, but the LLM is a `ScriptedLLM` that answers every request with
+    `DRY_RUN_ANSWER`, so only the first request of each step is what a model would be sent; what
+    follows a scripted answer is the method's reaction to that text. The first `questions` questions of
+    the sample are answered, up to `max_requests` requests. Nothing is written: no run folder, no LLM
+    call cache, and what the method builds (indexes, KGs) goes to a temporary cache folder deleted after."""
+    import tempfile
+
+    from .llm.base import Generation, TokenLogprob
+    from .llm.fake import ScriptedLLM, ScriptedRequest
+    from .paths import cache_dir_scope
+    from .runner import resolve_concurrency
+
+    if questions < 1 or max_requests < 1:
+        raise ConfigError(f"a dry run shows at least one question and one request (questions={questions}, "
+                          f"max_requests={max_requests})")
+    r = resolve_run(method, dataset, "(dry run: no output folder)", profile, **overrides)
+    sent: list[tuple[int | None, str, Any]] = []
+    current: list[int | None] = [None]
+
+    def scripted(spec: str, *_: Any, **__: Any) -> Any:
+        """A scripted stand-in for the LLM `spec`: the run's, or one a method loads itself (Self-RAG's generator)."""
+        def respond(messages: Any, params: Any) -> Any:
+            if len(sent) >= max_requests:
+                raise DryRunStop
+            sent.append((current[0], spec, ScriptedRequest([dict(m) for m in messages], params)))
+            if params.logprobs:   # Self-RAG reads its reflection tokens' log-probabilities: each word certain
+                return Generation(DRY_RUN_ANSWER, tuple(TokenLogprob(w, 0.0, ((w, 0.0),)) for w in DRY_RUN_ANSWER.split()))
+            return DRY_RUN_ANSWER
+
+        return ScriptedLLM(respond, name=f"dry-run:{spec}", identity=f"dry-run:{spec}", cache=None)
+
+    llm = scripted(r.run.model)
+    stopped: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="kgrag-dry-run-") as tmp, cache_dir_scope(tmp), _no_model(scripted):
+        ctx = make_context(dataclasses.replace(r.run, cache_dir=tmp), r.profile)
+        ctx.llm = llm
+        sample = load_questions(dataset, split=r.run.split, path=r.run.qa_file, root=ctx.data_root,
+                                n=r.run.n, seed=r.run.seed)
+        shown = sample[:questions]
+        m = r.spec.factory(ctx, r.method_config, r.run.seed)
+        m.resume([])
+        try:
+            if m.answers_sample:   # its rounds run over the whole sample, as in a run; stop once the shown are closed
+                closed = 0
+                for _q, _pred, _meter in m.answer_sample(sample, set(), resolve_concurrency(1, llm, m)):
+                    closed += 1
+                    if closed >= len(shown):
+                        break
+            else:
+                for i, q in enumerate(shown):
+                    current[0] = i
+                    try:
+                        m.answer(q)
+                    except Exception as exc:   # a scripted answer the method cannot take ends that question only
+                        if isinstance(exc, KgragError) and not sent:   # a setting or a file a real run refuses too
+                            raise
+                        stopped.append(f"question {i + 1} ended on a scripted answer: {type(exc).__name__}: {exc}")
+        except DryRunStop:
+            stopped.append(f"stopped after {max_requests} requests (the cap of a dry run)")
+        except Exception as exc:
+            if isinstance(exc, KgragError) and not sent:
+                raise
+            stopped.append(f"the method stopped on a scripted answer: {type(exc).__name__}: {exc}")
+    return DryRun(r, shown, sent, stopped)

@@ -63,7 +63,7 @@ VALUES = ["", "0", "-1", "-3", "1", "2", "inf", "nan", "1e309", "010", "0x10", "
 
 COMMANDS = [
     ("run", ["--method", "--dataset", "--n", "--seed", "--out", "--concurrency", "--model", "--set", "--top-k",
-             "--request-timeout", "--request-retries", "--overwrite", "--no-progress", "--questions"]),
+             "--request-timeout", "--request-retries", "--overwrite", "--no-progress", "--questions", "--dry-run"]),
     ("score", ["", "--metrics", "--ci", "--seed", "--dataset", "--json"]),
     ("data check", ["--manifest", "--root"]),
     ("data stats", ["", "--root"]),
@@ -86,7 +86,7 @@ def _case(rng: random.Random, inputs: list[str], out: Path) -> list[str]:
     for _ in range(rng.randrange(1, 4)):
         flag = rng.choice(flags)
         value = rng.choice(inputs) if rng.random() < 0.5 else rng.choice(VALUES)
-        if flag in ("--overwrite", "--no-progress", "--ci", "--json", "--parts"):
+        if flag in ("--overwrite", "--no-progress", "--ci", "--json", "--parts", "--dry-run"):
             argv.append(flag)
         elif flag == "":
             argv.append(value)

@@ -56,6 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "were recorded), discard it and start again (without this flag such a folder is refused; "
                         "a run with the same settings resumes)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the first requests (messages and sampling parameters) the run would send for the "
+                        "first question of its sample (the first --n with --n), answered by a scripted LLM: no model "
+                        "is loaded, the answers are not a model's, and nothing is written (--out not needed)")
     p.set_defaults(func=handle)
 
 
@@ -71,7 +75,8 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     if args.show_config:
         return _show_config(args.method, args.profile, _overrides(args))
-    missing = [f for f in ("method", "dataset", "out") if not getattr(args, f)]
+    dry = getattr(args, "dry_run", False)
+    missing = [f for f in ("method", "dataset", *(() if dry else ("out",))) if not getattr(args, f)]
     if missing:
         raise ConfigError(f"kgrag run needs --{', --'.join(missing)} (see `kgrag run --help`)")
     for flag in ("model", "embedder", "qa_file", "data_root", "cache_dir"):   # an unset $MODEL must not mean the default
@@ -80,11 +85,50 @@ def handle(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{flag.replace('_', '-')} is empty (an unset shell variable?); give a value or "
                               f"leave the flag out for the profile's")
     profile = load_profile(args.profile)  # every section checked, not only those this run reads
+    if dry:
+        return _dry_run(args, profile)
     metrics = run_experiment(args.method, args.dataset, args.out, profile=profile,
                              progress=not args.no_progress, overwrite=args.overwrite, **_overrides(args))
     print(json.dumps(metrics, indent=2))
     print(cost_line(metrics))
     print(f"wrote {args.out}/predictions.jsonl, metrics.json, manifest.json")
+    return 0
+
+
+def _dry_run(args: argparse.Namespace, profile: dict) -> int:
+    """Print what `dry_run` saw: the run's identity (model named, not loaded; prompt digests), then each
+    request as the method sent it, then why it ended and that its answers were scripted."""
+    import dataclasses
+
+    from ..experiment import DRY_RUN_ANSWER, dry_run
+    from ..methods.prompt_digest import prompt_digests
+    from ..redact import redact
+
+    d = dry_run(args.method, args.dataset, profile=profile, questions=args.n or 1, **_overrides(args))
+    r = d.resolved
+    print(f"kgrag run --dry-run: {args.method} on {args.dataset} ({r.run.split or 'default split'}), profile "
+          f"{r.profile['name']}, n={r.run.n}, seed={r.run.seed}")
+    print(f"model {redact(r.run.model)} NOT loaded: every request below is answered by a scripted LLM with "
+          f"{DRY_RUN_ANSWER!r}, not by a model")
+    print("prompts: " + ", ".join(f"{mod} {dig}" for mod, dig in prompt_digests(r.spec).items()))
+    for i, q in enumerate(d.questions):
+        print(f"question {i + 1} [{q.qid}]: {q.question}")
+    default = dataclasses.asdict(type(d.requests[0][2].params)()) if d.requests else {}
+    for k, (qi, spec, req) in enumerate(d.requests, 1):
+        params = {f: v for f, v in dataclasses.asdict(req.params).items() if f in ("max_tokens", "temperature", "seed")
+                  or v != default.get(f)}
+        where = f"question {qi + 1}" if qi is not None else "a round over the sample"
+        if spec != r.run.model:   # a model the method loads itself (Self-RAG's generator)
+            where += f", to {redact(spec)}"
+        print(f"\n=== request {k} ({where}) sampling: {json.dumps(params, default=str)}")
+        for msg in req.messages:
+            print(f"--- {msg['role']}\n{msg['content']}")
+    print()
+    for line in d.stopped:
+        print(f"note: {line}")
+    print(f"{len(d.requests)} request(s) shown; the answers were scripted ({DRY_RUN_ANSWER!r}), so what follows "
+          f"the first request of each step is the method's reaction to that text, not to a model's answer. "
+          f"Nothing was written (no run folder, no cache).")
     return 0
 
 
