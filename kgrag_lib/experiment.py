@@ -193,7 +193,8 @@ class DryRun:
 
     resolved: ResolvedRun
     questions: list[Any]
-    requests: list[tuple[int | None, str, Any]]   # (question index, None for a whole-sample round; LLM spec; ScriptedRequest)
+    # (question index, None for a whole-sample round; the LLM spec it went to; the ScriptedRequest)
+    requests: list[tuple[int | None, str, Any]]
     stopped: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -241,7 +242,8 @@ def dry_run(method: str, dataset: str, *, profile: str | Path | dict = "cpu-smok
                 raise DryRunStop
             sent.append((current[0], spec, ScriptedRequest([dict(m) for m in messages], params)))
             if params.logprobs:   # Self-RAG reads its reflection tokens' log-probabilities: each word certain
-                return Generation(DRY_RUN_ANSWER, tuple(TokenLogprob(w, 0.0, ((w, 0.0),)) for w in DRY_RUN_ANSWER.split()))
+                words = DRY_RUN_ANSWER.split()
+                return Generation(DRY_RUN_ANSWER, tuple(TokenLogprob(w, 0.0, ((w, 0.0),)) for w in words))
             return DRY_RUN_ANSWER
 
         return ScriptedLLM(respond, name=f"dry-run:{spec}", identity=f"dry-run:{spec}", cache=None)
