@@ -147,3 +147,40 @@ def refuse_secret(value: Any, where: str, written_to: str) -> None:
                           "token in $KGRAG_OPENAI_API_KEY (sent as the bearer token, written nowhere); a server "
                           "kgrag starts reads its own key from its environment ($VLLM_API_KEY, $LLAMA_API_KEY) "
                           "instead of --api-key")
+
+
+# the HTTP clients kgrag's backends use log each request's URL (httpx at INFO: "HTTP Request: GET
+# http://host/v1/models?token=X"); a user's logging setup (a notebook's, `logging.basicConfig`)
+# would print the query's token
+# (a filter acts on the records of the logger it is added to, not its children's: each is named)
+HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore.connection", "httpcore.http11", "httpcore2",
+                "httpcore2.connection", "httpcore2.http11", "openai", "openai._base_client",
+                "urllib3.connectionpool", "requests")
+
+
+class RedactingFilter:
+    """A logging filter that keeps a record but masks its message as `redact` does (the arguments
+    are merged in first, so a URL given as an argument is masked too)."""
+
+    def filter(self, record: Any) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:   # a record that cannot format is logging's own error to report
+            return True
+        shown = redact(message)
+        if shown != message:
+            record.msg, record.args = shown, ()
+        return True
+
+
+_LOG_FILTER = RedactingFilter()
+
+
+def guard_http_logs() -> None:
+    """Mask secrets in what the HTTP client libraries log (idempotent)."""
+    import logging
+
+    for name in HTTP_LOGGERS:
+        logger = logging.getLogger(name)
+        if _LOG_FILTER not in logger.filters:
+            logger.addFilter(_LOG_FILTER)

@@ -21,11 +21,18 @@ cd "$(dirname "$0")/.."
 commit=0
 every=15
 profile=cpu-reference
+usage="accepted: [--profile P] [--commit] [--every MINUTES] [NOTEBOOK_PREFIX ...]"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --profile) profile="$2"; shift 2 ;;
+    --profile)
+      if [ $# -lt 2 ] || [ -z "${2// /}" ]; then
+        echo "reference_run: --profile needs a profile name, e.g. --profile cpu-reference-1.5b" >&2; exit 2
+      fi
+      profile="$2"; shift 2 ;;
     --commit) commit=1; shift ;;
     --every) every="${2-}"; shift $(( $# > 1 ? 2 : 1 )) ;;
+    --) shift; break ;;
+    -*) echo "reference_run: unknown option '$1'; $usage" >&2; exit 2 ;;
     *) break ;;
   esac
 done
@@ -36,10 +43,21 @@ books=("$@")
 if [ ${#books[@]} -eq 0 ]; then
   books=($(ls notebooks/[0-9][0-9]_*.ipynb | xargs -n1 basename | cut -c1-2 | grep -v '^90$'))
 fi
+for nb in "${books[@]}"; do   # each names a notebook (as `kgrag study --only` matches it), before anything runs
+  found=""
+  case "$nb" in
+    ''|-*|*/*|*[*?[]*) ;;
+    *) for f in notebooks/"$nb"*.ipynb; do [ -e "$f" ] && found=1; done ;;
+  esac
+  if [ -z "$found" ]; then
+    echo "reference_run: '$nb' is no notebook prefix (options come first); expected e.g. 11 or 20_hotpotqa; $usage" >&2
+    exit 2
+  fi
+done
 dest=$(.venv/bin/python -c "import sys; from kgrag_lib.errors import KgragError; \
 from kgrag_lib.studies.profiles import load_profile
 try: prof = load_profile(sys.argv[1])
-except KgragError as e: sys.exit(f'reference_run: --profile {sys.argv[1]!r}: {e}')
+except (KgragError, OSError, ValueError, RecursionError) as e: sys.exit(f'reference_run: --profile {sys.argv[1]!r}: {e}')
 print((prof.get('notebooks', {}).get('90_report') or {}).get('publish_dir') or '')" "$profile") || exit 2
 if [ -z "$dest" ]; then echo "reference_run: profile $profile has no notebooks.90_report.publish_dir" >&2; exit 2; fi
 parts=$dest/llm-cache

@@ -239,3 +239,56 @@ def test_data_embed_refuses_bad_arguments(argv, message, tmp_path):
     corpus = [] if argv == [] else ["--corpus", "wikipedia:/nonexistent.tsv"]
     with pytest.raises(ConfigError, match=message):
         _data_cli(["data", "embed", *corpus, *argv, "--cache-dir", str(tmp_path)])
+
+
+def test_a_non_utf8_byte_in_a_stored_blob_names_the_file_and_the_row(tmp_path, capsys, monkeypatch):
+    """Issue 59: a non-UTF-8 byte in a passage store's blob (damaged or edited; the build writes UTF-8
+    only) ended in a UnicodeDecodeError traceback, at access or in `data embed`. Now a DataFormatError
+    naming the blob, the row and the byte, and `data embed` refuses in one line (exit 2)."""
+    from kgrag_lib import cli
+    from kgrag_lib.retrieval import embedder as embedder_mod
+
+    path = tmp_path / "psgs_w100.tsv"
+    rows = write_psgs(path, 40)
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    blob = store.folder / "texts.bin"
+    at = int(np.load(store.folder / "texts.offsets.npy")[7])   # the first byte of row 7's text
+    data = bytearray(blob.read_bytes())
+    data[at] = 0xFF
+    blob.write_bytes(bytes(data))
+    store = PassageStore.open(store.folder)   # opens: sizes and offsets are as built
+    assert store[6] == rows[6]
+    says = rf"{blob}: malformed input; expected UTF-8 text .*got 'row 7: byte 0xff at blob offset {at} is not UTF-8'"
+    with pytest.raises(DataFormatError, match=says):
+        store[7]
+    with pytest.raises(DataFormatError, match=says):
+        list(store.iter_texts(block=16))
+
+    monkeypatch.setattr(embedder_mod, "load_embedder", lambda *a, **k: BagOfWordsEmbedder())
+    monkeypatch.delenv("KGRAG_DEBUG", raising=False)
+    capsys.readouterr()
+    rc = cli.main(["data", "embed", "--corpus", f"wikipedia:{path}", "--cache-dir", str(tmp_path / "cache"),
+                   "--root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    [line] = [ln for ln in err.splitlines() if "error" in ln]   # beside kgrag's INFO line "opened passage store"
+    assert line.startswith(f"kgrag: error: {blob}: malformed input") and "row 7" in line
+
+
+def test_a_source_path_with_a_non_utf8_byte_builds_and_reopens(tmp_path):
+    """A TSV whose name holds a non-UTF-8 byte (str keeps it as a surrogate) failed in the fingerprint
+    with a UnicodeEncodeError traceback; its bytes are hashed as the file system gives them."""
+    path = tmp_path / os.fsdecode(b"psgs-\xff.tsv")
+    rows = write_psgs(path, 20)
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    assert list(store) == rows and store.folder.name.startswith("psgs-_-")
+    again = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    assert again.folder == store.folder and again.fingerprint == source_fingerprint(path)
+    plain = tmp_path / "plain.tsv"
+    write_psgs(plain, 3)   # an ordinary name hashes as before (str.encode and os.fsencode agree)
+    st = plain.stat()
+    import hashlib
+
+    h = hashlib.sha256(f"{plain.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    h.update(plain.read_bytes())
+    assert source_fingerprint(plain) == h.hexdigest()

@@ -198,6 +198,19 @@ PROBES = [
      "test_rehearse_script.py::test_reference_run_refuses_an_unknown_profile_in_one_line"),
     ("data embed --shard \u00b2/3, --batch-size 0|-1, --device bogus|cuda (none here)", "refused in one line",
      "test_passage_store.py::test_data_embed_refuses_bad_arguments"),
+    ("a secret (env key, URL user:password and token, ?args=[--api-key,X], a short key a 401 echoes) grepped "
+     "for in every file a run, study, fetch and --show-config write, every printed line, warning and log record",
+     "nowhere (httpx's request-URL log line masked)",
+     "test_secret_grep.py::test_no_secret_reaches_a_file_a_printed_line_a_warning_or_a_log"),
+    ("fuzz of data embed, data fetch, report.publish, report.plan, reference_run.sh (seeds 20261207 and 3)",
+     "every hostile case refused in one line, exit 2; nothing run",
+     "test_cli_fuzz_doors.py::test_reference_run_refuses_every_hostile_option_in_one_line_before_anything_runs"),
+    ("data fetch/embed --root '' or ' ' (an unset variable); data fetch --list --root <file>", "refused in one line",
+     "test_cli_fuzz_doors.py::test_data_fetch_refuses_every_hostile_value_in_one_line"),
+    ("report.plan --freeze <file>/x", "refused before the plan is made (was a traceback)",
+     "test_cli_fuzz_doors.py::test_plan_refuses_a_freeze_folder_below_a_file_before_reading_any_result"),
+    ("a non-UTF-8 byte in a passage store's blob", "refused naming the blob and the row (was a traceback)",
+     "test_passage_store.py::test_a_non_utf8_byte_in_a_stored_blob_names_the_file_and_the_row"),
 ]
 
 

@@ -14,8 +14,27 @@ from ..errors import ConfigError
 from ..paths import data_root
 
 
+def _given(args: argparse.Namespace, *names: str) -> None:
+    """A path or name flag given empty or blank (`--root "$UNSET"`) is refused: `''` would silently
+    mean the default (another data root, the shipped manifest) and `' '` a folder named blank."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"--{name.replace('_', '-')} {value!r} is empty (an unset shell variable?); "
+                              "give a value or leave the flag out")
+
+
+def _root_folder(root: str | None) -> None:
+    """`--root` that exists must be a folder (a file or a device would fail later, or not at all)."""
+    from pathlib import Path
+
+    if root is not None and Path(root).exists() and not Path(root).is_dir():
+        raise ConfigError(f"--root {root}: not a folder; expected the data root, a folder holding the datasets")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 1 when a file's checksum differs from the manifest; missing files are reported, exit 0."""
+    _given(args, "root", "manifest")
     root = data_root(getattr(args, "root", None))
     statuses = check_data(root, getattr(args, "manifest", None))
     if getattr(args, "json", False):
@@ -26,6 +45,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    _given(args, "path", "split", "root")
     path = args.path
     if path is None:
         path = default_path(stats_default(args.dataset), getattr(args, "split", None),
@@ -35,6 +55,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_refresh_manifest(args: argparse.Namespace) -> int:
+    _given(args, "root", "manifest")
     updated = refresh_manifest(data_root(getattr(args, "root", None)), getattr(args, "manifest", None))
     print(f"updated sha256/size/rows of {len(updated)} files in {getattr(args, 'manifest', None) or MANIFEST_PATH}")
     return 0
@@ -42,6 +63,8 @@ def cmd_refresh_manifest(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     """Download one manifest entry (resumable, checked); `--list` shows what can be fetched."""
+    _given(args, "name", "root", "manifest")
+    _root_folder(args.root)
     if args.list:
         print(list_fetchable(args.manifest, args.root))
         return 0
@@ -98,12 +121,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from ..retrieval import cache_path, embed_cached, embed_shard, shard_path
     from ..retrieval.embedder import load_embedder
 
+    _given(args, "corpus", "kg", "embedder", "root", "cache_dir")
     if bool(args.corpus) == bool(args.kg):
         raise ConfigError("kgrag data embed: name exactly one of --corpus (e.g. wikipedia) or --kg (e.g. wikidata5m)")
     shard = _shard(args.shard)
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: expected a number of texts >= 1, e.g. 64")
     _check_device(args.device)
+    _root_folder(args.root)
     root, cache = data_root(args.root), cache_dir(args.cache_dir)
     if args.corpus:
         texts, kw = corpus_embedding_source(args.corpus, root, cache)

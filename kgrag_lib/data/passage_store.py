@@ -49,7 +49,8 @@ def source_fingerprint(path: str | os.PathLike) -> str:
     """sha256 hex over the file's resolved path, size, mtime_ns and its first and last MiB."""
     path = Path(path).resolve()
     st = path.stat()
-    h = hashlib.sha256(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    # the path as the file system's bytes: a name with a non-UTF-8 byte (str holds it as a surrogate) hashes too
+    h = hashlib.sha256(os.fsencode(str(path)) + f"\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     with open(path, "rb") as f:
         h.update(f.read(EDGE_BYTES))
         if st.st_size > EDGE_BYTES:
@@ -182,19 +183,31 @@ class _Utf8Column:
     """One memory-mapped UTF-8 column: row i is blob[offsets[i]:offsets[i+1]] (the layout of the
     KG's string tables, read here without them: data sits below the KG layer)."""
 
-    def __init__(self, blob: np.ndarray, offsets: np.ndarray):
-        self._blob, self._offsets = blob, offsets
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray, path: Path | None = None):
+        self._blob, self._offsets, self._path = blob, offsets, path
+
+    def _decode(self, raw: bytes, row: int, at: int) -> str:
+        """Row `row`'s bytes (from blob offset `at`) as text; a byte that is not UTF-8 (a damaged or
+        edited blob: the build writes UTF-8 only) is a DataFormatError naming the blob and the row."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(self._path or "passage store column", None,
+                                  "UTF-8 text in every row (as the build wrote it; delete the store's folder "
+                                  "to build it again)",
+                                  f"row {row}: byte 0x{raw[exc.start]:02x} at blob offset {at + exc.start} is not UTF-8"
+                                  ) from None
 
     def __getitem__(self, i: int) -> str:
         a, b = int(self._offsets[i]), int(self._offsets[i + 1])
-        return bytes(self._blob[a:b]).decode("utf-8")
+        return self._decode(bytes(self._blob[a:b]), i, a)
 
     def decode_range(self, a: int, b: int) -> list[str]:
         """Rows [a, b): one read of their bytes, one decode per row."""
         offs = np.asarray(self._offsets[a:b + 1], dtype=np.int64)
         raw = bytes(self._blob[int(offs[0]):int(offs[-1])]) if b > a else b""
         rel = (offs - offs[0]).tolist()
-        return [raw[rel[k]:rel[k + 1]].decode("utf-8") for k in range(b - a)]
+        return [self._decode(raw[rel[k]:rel[k + 1]], a + k, int(offs[0]) + rel[k]) for k in range(b - a)]
 
 
 def _first_decrease(offsets: np.ndarray, block: int = 1 << 22) -> int | None:
@@ -229,7 +242,7 @@ def _load_column(folder: Path, name: str, rows: int) -> _Utf8Column:
         raise DataFormatError(offsets_path, None, "non-decreasing row offsets",
                               f"offset {bad + 1} ({int(offsets[bad + 1])}) below offset {bad} ({int(offsets[bad])})")
     blob = np.memmap(blob_path, dtype=np.uint8, mode="r") if size else np.empty(0, dtype=np.uint8)
-    return _Utf8Column(blob, offsets)
+    return _Utf8Column(blob, offsets, blob_path)
 
 
 class PassageStore(Sequence):

@@ -927,16 +927,40 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--planned-model", default=None, help=PlanConfig.__dataclass_fields__["planned_model"].metadata["help"])
     args = ap.parse_args(list(argv) if argv is not None else None)
     try:
+        _check_arguments(args)
         plan = make_plan(PlanConfig(results=tuple(args.results), planned_model=args.planned_model,
                                     probes=args.probes or None))
+        written = freeze(plan, args.freeze) if args.freeze else ()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:   # --freeze below a file, on a read-only disk, ...
+        print(f"error: --freeze {args.freeze}: {exc.filename or args.freeze}: {exc.strerror or exc}; expected a "
+              "folder to write the plan into, e.g. results/claims-plan", file=sys.stderr)
+        return 2
     print(plan.to_markdown())
-    if args.freeze:
-        for p in freeze(plan, args.freeze):
-            print(f"wrote {p}")
+    for p in written:
+        print(f"wrote {p}")
     return 0
+
+
+def _check_arguments(args: Any) -> None:
+    """The command line's values, before the plan is made (which reads every results folder): an
+    empty value (`--freeze "$UNSET"`) would silently mean "not given", a folder named twice counts
+    its runs twice, and a --freeze that cannot be a folder fails only after the work."""
+    for flag, value in (("--freeze", args.freeze), ("--planned-model", args.planned_model)):
+        if value is not None and not str(value).strip():
+            raise ConfigError(f"{flag} {value!r} is empty (an unset shell variable?); give a value or leave the "
+                              "flag out")
+    resolved = [Path(r).resolve() for r in args.results]
+    if len(set(resolved)) != len(resolved):
+        raise ConfigError(f"--results {' '.join(args.results)}: a folder is named twice; name each once")
+    if args.freeze:
+        dest = Path(args.freeze)
+        blocker = next((p for p in (dest, *dest.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            raise ConfigError(f"--freeze {args.freeze}: {blocker} is not a folder; expected a folder to write the "
+                              "plan into, e.g. results/claims-plan")
 
 
 if __name__ == "__main__":

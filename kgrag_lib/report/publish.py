@@ -266,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", required=True, help="the profile named in its REPORT, e.g. cpu-reference")
     args = ap.parse_args(argv)
     try:
+        folder = Path(args.folder)
+        if (folder / "REPORT.md").is_file() and not any(folder.glob("*/summary.json")):
+            raise ConfigError(f"{folder}: holds a REPORT.md but no notebook's results (<notebook>/summary.json), so "
+                              "there is nothing to rebuild it from; publish the notebooks again (notebook 90)")
         out = rebuild(args.folder, args.profile)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

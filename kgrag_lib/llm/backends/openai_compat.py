@@ -36,11 +36,12 @@ from urllib.parse import parse_qsl, unquote, urlparse, urlunparse
 
 from ...concurrency import check_workers
 from ...errors import BackendUnavailableError, ConfigError
-from ...redact import CREDENTIAL_KEY, hold_secret, redact
+from ...redact import CREDENTIAL_KEY, guard_http_logs, hold_secret, redact
 from ..base import LLM, Completion, Messages, PromptTooLongError, SamplingParams, TokenLogprob, flatten_messages
 from ..parsing import LLMParseError
 from .. import server_flavors as sf
 
+guard_http_logs()   # httpx logs each request's URL, query token included
 _WARNED: set[str] = set()
 _WARNED_CAVEATS: set[tuple[str, str]] = set()
 

@@ -1,0 +1,200 @@
+"""Issue 59, "done when": one secret grep over everything the entry points that take a secret write
+and print. A run against a loopback OpenAI-compatible server (key from the environment, and in the
+spec's URL), a run that starts a fake `llama-server` with `?args=[--api-key,X]`, a managed-server spec
+that fails, `kgrag study` writing its profile, `data fetch` of a URL with user:password and a token,
+and `--show-config`; then every file under the test's folder (results, caches, server logs, locks,
+manifests, profile.yaml, downloads) and every captured line, warning and log record is searched for
+the secrets, in plain text and in the forms they travel in (base64 Basic auth, URL-encoded).
+Loopback servers and fake binaries only: no model is loaded."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import logging
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kgrag_lib.cli import main
+from kgrag_lib.data import fetch
+from kgrag_lib.llm import managed_server as ms
+from test_data_fetch import PSGS, Handler as FileHandler, Loopback, _manifest, _wikipedia
+from test_server_args import _fake_llama_server
+
+KEY = "sk-GREPKEY5150"            # the API key, in the environment and in a server's args
+PASSWORD = "pw-GREPPASS8086"      # a URL's user:password
+TOKEN = "tk-GREPTOKEN6502"        # a URL's ?token=
+SHORT = "z9q"                     # a short key a 401 echoes back
+
+
+def _forms(secret: str) -> list[bytes]:
+    """A secret as it could leak: itself, URL-encoded, and inside a Basic auth header."""
+    return [secret.encode(), urllib.parse.quote(secret).encode(),
+            base64.b64encode(f"reader:{secret}".encode()), base64.b64encode(f"u:{secret}".encode())]
+
+
+class _Chat(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server: lists model `m` (owned_by vllm) and answers "Louis Malle"; with
+    `echo` set, it answers 401 echoing the bearer token, as some servers do."""
+
+    echo = False
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send(200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.state.append((self.path, self.headers.get("Authorization")))   # type: ignore[attr-defined]
+        if self.server.echo:   # type: ignore[attr-defined]
+            key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+            return self._send(401, {"error": {"message": f"Incorrect API key provided: {key}. Auth: "
+                                                         f"{self.headers.get('Authorization')}"}})
+        self._send(200, {"id": "x", "object": "chat.completion",
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": "Louis Malle"}}],
+                         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}})
+
+
+def _serve(handler: type, state: Any = None) -> ThreadingHTTPServer:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.echo = False   # type: ignore[attr-defined]
+    srv.state = state   # type: ignore[attr-defined]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_no_secret_reaches_a_file_a_printed_line_a_warning_or_a_log(tmp_path, metaqa_root, capsys, monkeypatch,
+                                                                    recwarn, caplog):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
+    monkeypatch.setenv("KGRAG_OPENAI_API_KEY", KEY)
+    monkeypatch.delenv("KGRAG_DEBUG", raising=False)
+    monkeypatch.setattr(fetch, "RETRY_BACKOFF_S", 0.0)
+    printed: list[str] = []
+    codes: dict[str, int] = {}
+
+    def cli(name: str, argv: list[str]) -> None:
+        codes[name] = main(argv)
+        out, err = capsys.readouterr()
+        printed.extend([out, err])
+        assert "Traceback" not in out + err, name
+
+    chat = _serve(_Chat, [])
+    port = chat.server_address[1]
+    run = ["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",
+           "--request-retries", "0", "--cache-dir", str(tmp_path / "cache")]
+    try:
+        # a run whose key comes from the environment, then one whose URL carries user:password and a token
+        cli("env key", run + ["--model", f"openai:http://127.0.0.1:{port}/v1#m?flavor=vllm",
+                              "--out", str(tmp_path / "run-env")])
+        cli("url secrets", run + ["--model", f"openai:http://u:{PASSWORD}@127.0.0.1:{port}/v1?token={TOKEN}#m",
+                                  "--out", str(tmp_path / "run-url")])
+        # a server that echoes the (short) key back in its 401
+        chat.echo = True   # type: ignore[attr-defined]
+        monkeypatch.setenv("KGRAG_OPENAI_API_KEY", SHORT)
+        cli("401 echo", run[:-1] + [str(tmp_path / "cache-401"),   # its own cache: no answer replayed
+                                    "--model", f"openai:http://127.0.0.1:{port}/v1#m?flavor=vllm",
+                                    "--out", str(tmp_path / "run-401")])
+        monkeypatch.setenv("KGRAG_OPENAI_API_KEY", KEY)
+    finally:
+        chat.shutdown()
+        chat.server_close()
+    sent = {auth for _, auth in chat.state}   # type: ignore[attr-defined]
+    assert {f"Bearer {KEY}", f"Bearer {SHORT}"} <= sent, sent   # the keys were used: the grep below is no vacuous pass
+
+    # a server kgrag starts, given its key in the spec's args
+    (tmp_path / "bin").mkdir()
+    binary = _fake_llama_server(tmp_path / "bin")
+    monkeypatch.setenv(ms.LLAMA_SERVER_ENV, str(binary))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    cli("llama-server args", run + ["--model", f"llama-server:{gguf}?args=[--api-key,{KEY}]",
+                                    "--out", str(tmp_path / "run-llama")])
+    argv_file = Path(str(binary) + ".argv.json")
+    assert KEY in json.loads(argv_file.read_text())   # the server got its key...
+    argv_file.unlink()                                 # ...and it is the server's own record, not kgrag's
+    cli("failing vllm-serve", run + ["--model", f"vllm-serve:/nonexistent/model?args=[--api-key,{KEY}]",
+                                     "--out", str(tmp_path / "run-vllm")])
+
+    # kgrag study: its profile.yaml is written (key in the environment), or refused (key in the spec)
+    study = ["study", "--profile", "cpu-smoke", "--only", "zz-no-such-notebook", "--out", str(tmp_path / "study")]
+    cli("study env key", study + ["--model", "openai:http://127.0.0.1:9/v1#m"])
+    assert (tmp_path / "study" / "profile.yaml").is_file()
+    cli("study args key", study[:-1] + [str(tmp_path / "study2"),
+                                        "--model", f"llama-server:{gguf}?args=[--api-key,{KEY}]"])
+    cli("study url secret", study[:-1] + [str(tmp_path / "study3"),
+                                          "--model", f"openai:http://u:{PASSWORD}@127.0.0.1:9/v1?token={TOKEN}#m"])
+
+    # data fetch of a URL with user:password and a token
+    files = _serve(FileHandler, Loopback())
+    try:
+        files.state.files["psgs_w100.tsv.gz"] = gzip.compress(PSGS)   # type: ignore[attr-defined]
+        url = f"http://reader:{PASSWORD}@127.0.0.1:{files.server_address[1]}/psgs_w100.tsv.gz?token={TOKEN}"
+        manifest = _manifest(tmp_path, {"wikipedia-2018": _wikipedia(url)})
+        cli("data fetch --list", ["data", "fetch", "--list", "--root", str(tmp_path / "fetched"),
+                                  "--manifest", str(manifest)])
+        cli("data fetch", ["data", "fetch", "wikipedia-2018", "--root", str(tmp_path / "fetched"),
+                           "--manifest", str(manifest)])
+        missing = url.replace("psgs_w100", "absent")
+        (tmp_path / "m404").mkdir()
+        manifest404 = _manifest(tmp_path / "m404", {"wikipedia-2018": _wikipedia(missing)})
+        cli("data fetch 404", ["data", "fetch", "wikipedia-2018", "--root", str(tmp_path / "fetched404"),
+                               "--manifest", str(manifest404)])
+    finally:
+        files.shutdown()
+        files.server_close()
+
+    # --show-config of generator and KG specs carrying secrets
+    cli("show-config", ["run", "--show-config", "--method", "self-rag", "--profile", "cpu-smoke",
+                        "--set", f"generator=openai:http://u:{PASSWORD}@127.0.0.1:9/v1?api_key={TOKEN}#m",
+                        "--set", "k_p=3"])
+
+    assert codes == {"env key": 0, "url secrets": 0, "401 echo": 2, "llama-server args": 0, "failing vllm-serve": 2,
+                     "study env key": 2,   # its profile.yaml written, then "no notebook matches"
+                     "study args key": 2, "study url secret": 2, "data fetch --list": 0, "data fetch": 0,
+                     "data fetch 404": 2, "show-config": 0}, codes
+    assert (tmp_path / "fetched" / "wikipedia" / "psgs_w100.tsv").read_bytes() == PSGS
+
+    given = {manifest, manifest404}   # the user's own manifests hold the URLs: they are input, not output
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p not in given]
+    names = {p.name for p in written}
+    assert {"manifest.json", ".run.lock.json", "profile.yaml", "psgs_w100.tsv"} <= names, sorted(names)
+    assert any(p.suffix == ".log" for p in written) and any(p.suffix == ".sqlite" for p in written)
+    said = printed + [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
+    for secret in (KEY, PASSWORD, TOKEN):
+        for form in _forms(secret):
+            assert [str(p) for p in written if form in p.read_bytes()] == [], (secret, form)
+            assert [t for t in said if form.decode() in t] == [], (secret, form)
+    short = [t for t in said if f" {SHORT}" in t or f"{SHORT}." in t or f"{SHORT}\"" in t]
+    assert short == [], short
+
+
+def test_the_http_clients_logs_are_masked(caplog):
+    """httpx logs every request's URL at INFO ("HTTP Request: GET http://h/v1/models?token=X"): under a
+    user's logging setup (a notebook's basicConfig) the token was printed. Found by the grep above."""
+    from kgrag_lib.redact import guard_http_logs
+
+    guard_http_logs()
+    caplog.set_level(logging.INFO)
+    logging.getLogger("httpx").info('HTTP Request: %s %s "%s"', "GET", f"http://h:1/v1/models?token={TOKEN}", "200")
+    logging.getLogger("httpx").info("no secret: %d requests", 3)
+    assert [r.getMessage() for r in caplog.records] == ['HTTP Request: GET http://h:1/v1/models?token=*** "200"',
+                                                        "no secret: 3 requests"]
