@@ -57,9 +57,22 @@ def _show_progress_log() -> None:
     shards, a faiss index trained once and then loaded memory-mapped: "loaded saved index ...")."""
     import logging
 
+    class _CurrentStderr(logging.StreamHandler):
+        """Writes to the stderr of the moment, not the one of the first call: a caller that swaps
+        `sys.stderr` later (a notebook cell's capture, a test's) still gets the lines, never a
+        closed stream's "Logging error"."""
+
+        @property
+        def stream(self):   # type: ignore[override]
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, _value) -> None:
+            pass
+
     logger = logging.getLogger("kgrag_lib")
     if not any(getattr(h, "_kgrag", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("kgrag: %(message)s"))
         handler._kgrag = True   # type: ignore[attr-defined]
         logger.addHandler(handler)

@@ -43,6 +43,12 @@ books=("$@")
 if [ ${#books[@]} -eq 0 ]; then
   books=($(ls notebooks/[0-9][0-9]_*.ipynb | xargs -n1 basename | cut -c1-2 | grep -v '^90$'))
 fi
+dest=$(.venv/bin/python -c "import sys; from kgrag_lib.errors import KgragError; \
+from kgrag_lib.studies.profiles import load_profile
+try: prof = load_profile(sys.argv[1])
+except (KgragError, OSError, ValueError, RecursionError) as e: sys.exit(f'reference_run: --profile {sys.argv[1]!r}: {e}')
+print((prof.get('notebooks', {}).get('90_report') or {}).get('publish_dir') or '')" "$profile") || exit 2
+if [ -z "$dest" ]; then echo "reference_run: profile $profile has no notebooks.90_report.publish_dir" >&2; exit 2; fi
 for nb in "${books[@]}"; do   # each names a notebook (as `kgrag study --only` matches it), before anything runs
   found=""
   case "$nb" in
@@ -54,12 +60,6 @@ for nb in "${books[@]}"; do   # each names a notebook (as `kgrag study --only` m
     exit 2
   fi
 done
-dest=$(.venv/bin/python -c "import sys; from kgrag_lib.errors import KgragError; \
-from kgrag_lib.studies.profiles import load_profile
-try: prof = load_profile(sys.argv[1])
-except (KgragError, OSError, ValueError, RecursionError) as e: sys.exit(f'reference_run: --profile {sys.argv[1]!r}: {e}')
-print((prof.get('notebooks', {}).get('90_report') or {}).get('publish_dir') or '')" "$profile") || exit 2
-if [ -z "$dest" ]; then echo "reference_run: profile $profile has no notebooks.90_report.publish_dir" >&2; exit 2; fi
 parts=$dest/llm-cache
 lock=results/.reference-publish.lock
 mkdir -p "$dest"
