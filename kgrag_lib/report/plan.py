@@ -266,7 +266,7 @@ class Effect:
         if not sd or n < 2:
             return 0.0
         if abs(self.delta) < margin:
-            return power_equivalence(n, margin, sd, alpha, self.delta)
+            return power_equivalence(margin, sd, n, alpha, self.delta)
         return power_paired(abs(self.delta) - margin, sd, n, alpha) if abs(self.delta) > margin else 0.0
 
     def power_at(self, n: int, alpha: float) -> float:
