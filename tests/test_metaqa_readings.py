@@ -117,6 +117,32 @@ def test_report_shows_both_rules_outcomes_for_every_reading_the_family_changed()
     assert RULE_CHANGE in section and "exp2.ours_over_llm_3hop" in section.split(RULE_CHANGE)[1]
 
 
+def test_a_silent_equivalence_member_enters_at_p_one_and_p_is_the_decisive_p():
+    """A `~` claim TOST decides enters Holm with its p_equiv, and its reading shows that p beside Holm; one
+    no question scores on (0 vs 0, where TOST would "confirm" it) enters at p = 1 like any silent member."""
+    cols = ["claim", "reading", "statement", "p_value", "verdict", "ours_a", "ours_b", "p_equiv"]
+    tests = pd.DataFrame([dict(zip(cols, r)) for r in [
+        ("a", "hit1", "x ~ y", 0.5, CONFIRMED, 30.0, 30.0, 0.01),
+        ("b", "hit1", "x > y", 0.02, CONFIRMED, 40.0, 20.0, float("nan")),
+        ("a", "hit1_first", "x ~ y", 1.0, NO_SIGNAL, 0.0, 0.0, 0.001),
+        ("b", "hit1_first", "x > y", 0.02, CONFIRMED, 30.0, 10.0, float("nan")),
+    ]])
+    out = judge_in_family(tests).set_index(["reading", "claim"])
+    assert out.loc[("hit1", "a"), "p_decisive"] == 0.01 and out.loc[("hit1", "b"), "p_decisive"] == 0.02
+    assert list(out.loc["hit1", "p_holm"].loc[["a", "b"]]) == pytest.approx([0.02, 0.02])
+    assert out.loc[("hit1_first", "a"), "p_decisive"] == 1.0
+    assert list(out.loc["hit1_first", "p_holm"].loc[["a", "b"]]) == pytest.approx([1.0, 0.04])
+
+
+@pytest.mark.parametrize("name", ["reference", "reference-1.5b"])
+def test_every_readings_holm_p_is_at_least_its_own_p(name):
+    """`p` beside `Holm` is the p Holm adjusted, so the adjusted one is never the smaller."""
+    readings = readings_table(pd.DataFrame(collect(REFERENCE.parent / name).runs))
+    for m in READINGS:
+        tested = readings[readings[f"{m} p_holm"].notna()]
+        assert (tested[f"{m} p_holm"] >= tested[f"{m} p"] - 1e-12).all(), (name, m)
+
+
 def test_a_floor_effect_needs_both_sides_at_or_below_the_floor():
     assert floor_verdict(0.0, 0.0) == "floor effect (A 0.0 vs B 0.0 %)"
     assert floor_verdict(FLOOR, 0.0) is not None
