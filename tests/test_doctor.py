@@ -217,10 +217,18 @@ def test_a_torch_built_for_a_newer_cuda_than_the_driver_gets_the_matching_wheel_
                  smi=NvidiaSmi(True, "550.54.15", "12.4", ("NVIDIA A100-SXM4-40GB, 40960 MiB",)))
     row = next(r for r in report.lines(f) if r.what == "GPU")
     assert row.status == "MISSING" and "built for CUDA 13.0 and the driver runs CUDA 12.4" in row.fix
-    # a 12.4 driver runs PyTorch's cu129 builds (minor-version compatibility); cu124 has no new torch
-    assert "pip install --force-reinstall torch==2.14.0 --index-url https://download.pytorch.org/whl/cu129" in row.fix
-    assert report.torch_index_tag("12.9") == report.torch_index_tag("12.2") == "cu129"
-    assert report.torch_index_tag("13.1") == "cu130" and report.torch_index_tag("junk") is None
+    # PyTorch publishes torch 2.14 for CUDA 12.6, 13.0 and 13.2 only: a 12.4 driver runs the cu126 build
+    # (minor-version compatibility); cu129 carried 2.8 alone
+    assert "pip install --force-reinstall torch==2.14.0 --index-url https://download.pytorch.org/whl/cu126" in row.fix
+    assert "cu129" not in row.fix and "/whl/cu13" not in row.fix
+
+
+def test_a_torch_with_no_cuda_12_build_is_replaced_by_the_newest_release_that_has_one():
+    f = findings(torch=Torch("2.15.0", "13.2", ()),
+                 smi=NvidiaSmi(True, "570.86.10", "12.8", ("NVIDIA A100-SXM4-40GB, 40960 MiB",)))
+    row = next(r for r in report.lines(f) if r.what == "GPU")
+    assert "torch 2.15.0 has no build for a CUDA 12.8 driver" in row.fix
+    assert 'pip install --force-reinstall "torch==2.14.*" --index-url https://download.pytorch.org/whl/cu126' in row.fix
 
 
 def test_ray_is_described_as_what_it_is_for():

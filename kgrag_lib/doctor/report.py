@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .plan import PROCESS_MARGIN_GIB, gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
+from . import torch_cuda
 from .probes import Findings
 
 # What the GPU path needs, as the fix lines print it. A fix line must never break the environment it is
@@ -23,7 +24,7 @@ LLAMA_CUDA_CONDA = 'conda install -c conda-forge llama-cpp-python "llama.cpp[bui
 LLAMA_CUDA_PIP = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
 LLAMA_CUDA = f"{LLAMA_CUDA_CONDA}  or  {LLAMA_CUDA_PIP}"
 FAISS_GPU_CONDA = 'conda install -c conda-forge "faiss-gpu>=1.10"'
-FAISS_GPU_PIP = "pip uninstall -y faiss-cpu && pip install faiss-gpu-cu12"
+FAISS_GPU_PIP = 'pip uninstall -y faiss-cpu && pip install "faiss-gpu-cu12>=1.13"'  # the numpy-2 builds (pyproject's floor)
 FAISS_GPU = f"{FAISS_GPU_CONDA}  or  {FAISS_GPU_PIP}"
 TORCH_INDEX = "https://download.pytorch.org/whl/"
 HF_LOGIN = "accept the licence on the model's hub page, then `hf auth login` (or export HF_TOKEN=...)"
@@ -40,19 +41,20 @@ def _major(version: str | None) -> int | None:
         return None
 
 
-def torch_index_tag(driver_cuda: str) -> str | None:
-    """PyTorch's wheel index for a driver's CUDA: any CUDA 12 driver runs any 12.x build (minor-version
-    compatibility), and PyTorch drops its older 12.x indexes (cu121, cu124) for new releases, so every
-    12.x driver gets cu129, as `scripts/install_vllm.sh` does; 13+ gets cu130."""
-    try:
-        major, minor = (int(x) for x in driver_cuda.split(".")[:2])
-    except ValueError:
-        return None
-    if major >= 13:
-        return "cu130"
-    if major == 12:
-        return "cu129"
-    return "cu118" if (major, minor) >= (11, 8) else None
+def torch_fix(torch_version: str, driver_cuda: str) -> str:
+    """The pip line that puts a torch this driver runs in place (PyTorch's own table, `torch_cuda`), or
+    the newest release that has one when `torch_version` has none (2.15 has no CUDA 12 build)."""
+    base = torch_version.split("+")[0]
+    found = torch_cuda.index_for(base, driver_cuda)
+    if found:
+        return f"pip install --force-reinstall torch=={base} --index-url {TORCH_INDEX}{found}"
+    newest = torch_cuda.newest_release_for(driver_cuda)
+    if newest is None:
+        return "upgrade the NVIDIA driver"
+    return (f"torch {base} has no build for a CUDA {driver_cuda} driver ({torch_cuda.SOURCE}); the newest that has "
+            f"is {newest[0]}: pip install --force-reinstall \"torch=={newest[0]}.*\" --index-url {TORCH_INDEX}{newest[1]}")
+
+
 # A 7-8B model in bf16 is about 15-16 GiB of weights; with the KV cache of batched generation the
 # gpu-paper profile wants a 24 GiB card at least (its DPO step is planned for one 80 GB GPU).
 PAPER_MIN_GIB = 24.0
@@ -95,13 +97,10 @@ def lines(f: Findings) -> list[Line]:
         if f.smi.present and t.version and not t.cuda_build:
             fix = f"this torch is a CPU build on a machine with an NVIDIA driver: {CONDA_ENV}"
         elif f.smi.gpus and t.cuda_build:
-            tag = torch_index_tag(f.smi.cuda)
-            base = (t.version or "").split("+")[0]
             fix = (f"this torch is built for CUDA {t.cuda_build} and the driver runs CUDA {f.smi.cuda or '?'} "
                    f"(PyPI's torch 2.14+ wheels are CUDA 13 builds, which need driver >= 580): "
                    + _for_env(f, "conda install -c conda-forge pytorch-gpu cuda-version=12",
-                              f"pip install --force-reinstall torch=={base} --index-url {TORCH_INDEX}{tag}" if tag
-                              else "upgrade the NVIDIA driver")
+                              torch_fix(t.version or "", f.smi.cuda) if f.smi.cuda else "upgrade the NVIDIA driver")
                    + "  or upgrade the driver")
         out.append(Line("MISSING" if fix else "info", "GPU", why, fix))
     if f.smi.present and f.smi.error:   # it is there but cannot talk to the driver: no GPU this run can use

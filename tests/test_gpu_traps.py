@@ -1,0 +1,56 @@
+"""The GPU user's first hour, as the docs and extras tell it (issue 57): each trap found there is pinned
+here by a check that fails if it comes back."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parents[1]
+EXTRAS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+# faiss-gpu-cu12 releases whose PyPI metadata requires numpy<2, read with `pip install --dry-run --no-deps
+# --report` on 2026-12-07 (1.13.0 onwards require numpy>=2,<3)
+FAISS_GPU_NUMPY1 = ("1.9.0.0", "1.9.0.post1", "1.10.0", "1.11.0", "1.12.0")
+
+
+def test_the_gpu_extras_faiss_floor_admits_no_numpy_1_build():
+    req = next(Requirement(r) for r in EXTRAS["gpu"] if r.startswith("faiss-gpu-cu12"))
+    assert not [v for v in FAISS_GPU_NUMPY1 if req.specifier.contains(v, prereleases=True)], req
+    assert req.specifier.contains("1.13.0") and req.specifier.contains("1.14.1.post1")
+    from kgrag_lib.doctor import report
+
+    assert '"faiss-gpu-cu12>=1.13"' in report.FAISS_GPU_PIP   # the doctor's fix line keeps the same floor
+
+
+def test_install_gpu_installs_before_it_runs_the_doctor():
+    """The doctor is part of kgrag: a page that opens with `kgrag doctor` sends a reader to a command
+    that does not exist yet."""
+    text = (REPO / "docs" / "INSTALL-GPU.md").read_text()
+    first_doctor = text.index("kgrag doctor\n") if "kgrag doctor\n" in text else len(text)
+    for m in re.finditer(r"^kgrag doctor", text, flags=re.M):
+        first_doctor = min(first_doctor, m.start())
+    first_install = min(text.index("conda env create -f environment.yml"), text.index("pip install -e"))
+    assert first_install < first_doctor
+    assert "```bash\nkgrag doctor" not in text[:first_install]
+
+
+def _vllm_serve_commands(text: str) -> list[str]:
+    """Each `vllm serve ...` command a reader is told to run (a line, with its backslash continuations)."""
+    out = []
+    for m in re.finditer(r"vllm serve [^\n`]*(?:\\\n[^\n`]*)*", text):
+        out.append(m.group(0))
+    return out
+
+
+def test_every_vllm_serve_example_sets_its_share_of_the_gpu():
+    """vLLM takes 90 % of the GPU by default; notebooks 27 and 28 then load models beside it and run out of
+    memory hours in. Every example a reader copies says how much it takes."""
+    seen = 0
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(REPO.glob("environment*.yml"))]:
+        for cmd in _vllm_serve_commands(path.read_text()):
+            seen += 1
+            assert "--gpu-memory-utilization" in cmd, f"{path.name}: {cmd!r}"
+    assert seen >= 3
