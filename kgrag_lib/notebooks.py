@@ -57,6 +57,7 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
         prof["name"] = name
     prof["run"] = {**(prof.get("run") or {}), **run_overrides}
     if run_overrides.get("model"):
+        _warn_models_replaced(prof.get("models") or {}, str(run_overrides["model"]))
         prof.pop("models", None)   # one model for every family: the profile's per-family choices would win
     if run_overrides.get("embedder"):
         prof.pop("embedders", None)   # likewise one embedder for every family
@@ -64,6 +65,19 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(prof, sort_keys=False), encoding="utf-8")
     return path
+
+
+def _warn_models_replaced(models: dict[str, Any], model: str) -> None:
+    """`--model` replaces every family's LLM, MetaQA's own (gpu-paper: Mistral-7B, the paper's model) too:
+    say which families lose a model of their own, so a run meant for one family does not silently
+    change the others' (`--only` runs those notebooks alone)."""
+    import warnings
+
+    lost = sorted(f"{fam} ({spec})" for fam, spec in models.items() if isinstance(spec, str) and spec != model)
+    if lost:
+        warnings.warn(f"--model {model} replaces the LLM of every study family, including {', '.join(lost)} "
+                      "named in the profile's models: section; to change one family only, run its notebooks "
+                      "with --only, or write the model into a profile that extends this one", stacklevel=3)
 
 
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,

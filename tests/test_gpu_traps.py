@@ -54,3 +54,20 @@ def test_every_vllm_serve_example_sets_its_share_of_the_gpu():
             seen += 1
             assert "--gpu-memory-utilization" in cmd, f"{path.name}: {cmd!r}"
     assert seen >= 3
+
+
+def test_one_model_for_the_study_says_it_replaces_metaqas_own(tmp_path):
+    import warnings
+
+    from kgrag_lib.notebooks import effective_profile
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        effective_profile("gpu-paper", {"model": "vllm:Qwen/Qwen2.5-7B-Instruct"}, tmp_path / "p.yaml")
+    said = " ".join(str(w.message) for w in caught)
+    assert "replaces the LLM of every study family" in said and "metaqa (mistral-7b-instruct-v0.2-hf)" in said
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        effective_profile("gpu-paper", {"concurrency": 4}, tmp_path / "q.yaml")   # no --model: nothing replaced
+    assert not [w for w in caught if "replaces the LLM" in str(w.message)]
+    assert "One `--model` replaces MetaQA's model too" in (REPO / "docs" / "GPU.md").read_text()

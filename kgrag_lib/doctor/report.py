@@ -161,7 +161,7 @@ def lines(f: Findings) -> list[Line]:
         out.append(Line("ok", "server", f"{s.url} serves {', '.join(s.models) or 'no model listed'}"))
     else:
         out.append(Line("MISSING", "server", f"{s.url} not reachable ({s.error})",
-                        "start it, e.g. vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000"))
+                        "start it, e.g. vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000 --gpu-memory-utilization 0.6"))
     if f.plan is not None:
         out += plan_lines(f)
     d = f.data
