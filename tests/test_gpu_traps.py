@@ -71,3 +71,24 @@ def test_one_model_for_the_study_says_it_replaces_metaqas_own(tmp_path):
         effective_profile("gpu-paper", {"concurrency": 4}, tmp_path / "q.yaml")   # no --model: nothing replaced
     assert not [w for w in caught if "replaces the LLM" in str(w.message)]
     assert "One `--model` replaces MetaQA's model too" in (REPO / "docs" / "GPU.md").read_text()
+
+
+def test_dpo_figures_in_the_docs_are_the_plans_own():
+    """docs/GPU.md's DPO table and dpo_train's docstring print what `dpo_memory` computes for Qwen2.5-7B
+    (they once said ~41/~32/~62/~44 GiB after the formula had moved to ~24/~15/~47/~29)."""
+    from kgrag_lib.train import dpo_train
+    from kgrag_lib.train.dpo_memory import paper_figures
+
+    f = paper_figures()
+    assert (f["lora"], f["qlora"], f["full_4"], f["full_8"]) == (24, 15, 47, 29), f   # the figures issue 57 quotes
+    gpu = (REPO / "docs" / "GPU.md").read_text()
+    table = {ln.split("|")[1].strip(): ln.split("|")[-2].strip() for ln in gpu.splitlines()
+             if ln.startswith("| `gpu-paper")}
+    assert table["`gpu-paper` (default with CUDA)"] == f"~{f['lora']:.0f} GiB"
+    assert table["`gpu-paper` + `load_in_4bit=True`"] == f"~{f['qlora']:.0f} GiB"
+    assert table["`gpu-paper-full`"] == f"~{f['full_4']:.0f} GiB on 4, ~{f['full_8']:.0f} GiB on 8 (FSDP)"
+    assert f"about {f['full_1']:.0f} GiB for Qwen2.5-7B at 8000 tokens" in gpu
+    assert f"notebook 27 trains DPO (gpu-paper: about {f['lora']:.0f} GiB" in gpu
+    doc = dpo_train.__doc__ or ""
+    assert f"~{f['lora']:.0f} GiB for Qwen2.5-7B at 8000 tokens, ~{f['qlora']:.0f} GiB as QLoRA" in doc
+    assert f"~{f['full_1']:.0f} GiB for Qwen2.5-7B" in dpo_train._DEVIATION_WHY["lora"]

@@ -38,6 +38,14 @@ VOCAB_CHUNK = 32768
 NF4_BYTES = 4.127 / 8
 
 
+# The fields of Qwen/Qwen2.5-7B-Instruct's config.json that fix its shape (the hub repo's file): the
+# model the GPU profiles train, so its plan (docs/GPU.md's figures, `kgrag doctor`'s) needs no download.
+QWEN2_5_7B_CONFIG = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+                     "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+                     "tie_word_embeddings": False, "max_position_embeddings": 32768}
+KNOWN_CONFIGS = {"Qwen/Qwen2.5-7B-Instruct": QWEN2_5_7B_CONFIG}
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """What the memory estimate needs to know about a causal LM, read from its config."""
@@ -298,3 +306,18 @@ def refusal(plan: MemoryPlan, shape_source: str, cfg: Any) -> str:
     return (f"DPO refused before loading the model: {plan.describe()}. "
             f"Options: {'; '.join(hints)}.")
 
+
+
+def paper_figures() -> dict[str, float]:
+    """Peak GiB per GPU of the shipped GPU sets for Qwen2.5-7B at their own settings (8000 tokens):
+    the figures docs/GPU.md and dpo_train's docstring print (a test ties them to this)."""
+    from .dpo_train import dpo_config
+
+    lora, full = dpo_config("gpu-paper"), dpo_config("gpu-paper-full")
+    qlora = dpo_config("gpu-paper", load_in_4bit=True)
+
+    def gib(cfg: Any, k: int) -> float:
+        return round(plan_for(cfg, QWEN2_5_7B_CONFIG, n_gpus=k, sharded=k > 1, cuda=False).total_gib)
+
+    return {"lora": gib(lora, 1), "qlora": gib(qlora, 1), "full_1": gib(full, 1), "full_4": gib(full, 4),
+            "full_8": gib(full, 8)}
