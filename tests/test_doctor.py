@@ -336,13 +336,43 @@ def test_the_plan_counts_notebook_27s_dpo_training_on_the_gpu():
               "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
               "tie_word_embeddings": False}
     seen = []
-    gib = dpo_training_gib(load_profile("gpu-paper"), base_config=lambda m: seen.append(m) or qwen7b)
-    assert seen == ["qwen2.5-7b-instruct"] and 15.0 < gib < 60.0
+    other = {"extends": "gpu-paper", "name": "x",
+             "notebooks": {"27_dpo_training": {"training": "gpu-paper",
+                                                 "training_overrides": {"base_model": "org/unknown-7b"}}}}
+    gib = dpo_training_gib(load_profile(other), base_config=lambda m: seen.append(m) or qwen7b)
+    assert seen == ["org/unknown-7b"] and 15.0 < gib < 60.0   # a model kgrag does not know: its config.json is read
     assert dpo_training_gib(load_profile("cpu-smoke"), base_config=lambda m: qwen7b) is None   # trains on the CPU
 
     def offline(model):
         raise OSError("no config.json offline")
-    assert dpo_training_gib(load_profile("gpu-paper"), base_config=offline) is None
+    # Qwen2.5-7B's shape ships with kgrag (dpo_memory.KNOWN_CONFIGS): no hub request, offline too
+    assert dpo_training_gib(load_profile("gpu-paper"), base_config=offline) == gib
+    assert dpo_training_gib(load_profile(other), base_config=offline) is None   # unknown shape offline: unknown
+
+
+def test_the_in_process_plan_counts_dpo_training_without_a_server():
+    """Without vllm-serve:, notebook 27 still trains in kgrag's process: a 24 GiB card is refused by the
+    doctor, not at notebook 27 hours in (issue 57)."""
+    a100 = Gpu("NVIDIA A100-PCIE-40GB", 39.4, (8, 0), True, free_gib=39.0)
+    plan = _plan_of("gpu-paper", token=True)
+    assert next(r for r in report.lines(findings(torch=Torch("2.13.0", "12.9", (a100,)), plan=plan))
+                if r.what == "GPU memory").status == "ok"   # 34.9 GiB of inference models fit
+    trains = dataclasses.replace(plan, dpo_gib=40.0)   # e.g. a longer max_length in notebook 27's overrides
+    row = next(r for r in report.lines(findings(torch=Torch("2.13.0", "12.9", (a100,)), plan=trains))
+               if r.what == "GPU memory")
+    assert row.status == "MISSING" and "notebook 27's DPO training" in row.detail and "41.0 GiB" in row.detail
+    assert "load_in_4bit" in row.fix
+    f = findings(torch=Torch("2.13.0", "12.9", (a100,)), plan=trains)
+    assert "41 GiB of free GPU memory" in dict(report.verdict(f)[1])["gpu-paper"]
+
+
+def test_probe_plan_sizes_dpo_without_a_server_and_without_the_hub(monkeypatch):
+    from kgrag_lib.doctor import plan as plan_mod
+
+    monkeypatch.setattr("kgrag_lib.train.gguf_to_hf.base_model_config",
+                        lambda m: (_ for _ in ()).throw(AssertionError("no hub request for a known shape")))
+    p = plan_mod.probe_plan("gpu-paper")
+    assert p.vllm_utilization is None and p.dpo_gib == 24.0
 
 
 def test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import PROCESS_MARGIN_GIB, gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
+from .plan import PROCESS_MARGIN_GIB, in_process_need_gib, kgrag_share_gib, vllm_utilization_fit
 from . import torch_cuda
 from .probes import Findings
 
@@ -242,16 +242,22 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         else:
             out.append((Line("ok", "GPU memory", detail), ""))
         return out
-    need = gpu_need_gib(p.weights)
+    need = in_process_need_gib(p.weights, p.dpo_gib)
     if need is None:
         out.append((Line("info", "GPU memory", "a model's size is unknown, so the plan cannot be checked"), ""))
     else:
-        detail = (f"the profile's largest notebook holds about {need:.1f} GiB in kgrag's process (LLM weights x 1.25 for "
-                  f"the KV cache, embedder, index); GPU 0 has {free:.1f} GiB free of {gpu.memory_gib:.1f}")
+        what = ("notebook 27's DPO training (dpo_memory's plan, plus the margin)"
+                if p.dpo_gib is not None and need == p.dpo_gib + PROCESS_MARGIN_GIB
+                else "the profile's largest notebook (LLM weights x 1.25 for the KV cache, embedder, index)")
+        detail = (f"{what} holds about {need:.1f} GiB in kgrag's process; GPU 0 has {free:.1f} GiB free of "
+                  f"{gpu.memory_gib:.1f}")
         if need > free:
-            out.append((Line("MISSING", "GPU memory", detail,
-                             "free the GPU, or serve the LLM with vLLM (--model vllm-serve:<id>; docs/GPU.md)"),
-                        f"{need:.0f} GiB of free GPU memory"))
+            fix = "free the GPU, or serve the LLM with vLLM (--model vllm-serve:<id>; docs/GPU.md)"
+            if what.startswith("notebook 27"):
+                fix = ("a GPU with more free memory; or train notebook 27 as QLoRA (notebooks: 27_dpo_training: "
+                       "training_overrides: {load_in_4bit: true} in a profile that extends this one, and "
+                       "pip install -e \".[qlora]\"); or leave notebook 27 out (--only the others)")
+            out.append((Line("MISSING", "GPU memory", detail, fix), f"{need:.0f} GiB of free GPU memory"))
         else:
             out.append((Line("ok", "GPU memory", detail), ""))
     return out
