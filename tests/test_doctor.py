@@ -297,6 +297,31 @@ def test_the_paper_data_variant_states_the_resources_it_needs_before_anything_st
     assert "the wikipedia-2018 files (kgrag data fetch wikipedia-2018)" in dict(report.verdict(f)[1])["gpu-paper-data"]
 
 
+def test_the_papers_data_disk_enters_the_verdict():
+    """Issue 57: gpu-paper-data's ~123 GiB (Wikipedia-2018 and Wikidata5M with their store, embeddings and
+    index) was printed, never checked: a disk that cannot hold it now keeps the profile out of the verdict."""
+    from dataclasses import replace
+
+    from kgrag_lib.doctor.plan import data_needs
+    from kgrag_lib.studies import load_profile
+
+    needs = tuple(data_needs(load_profile("gpu-paper-data"), lambda name: False))
+    assert abs(sum(d.disk_gib for d in needs) - 123) < 1
+    base = replace(_plan_of("gpu-paper-data", token=True), data=needs, data_root="/data")
+    small = findings(plan=replace(base, data_disk_free_gib=100.0))
+    row = next(r for r in report.lines(small) if r.what == "data disk")
+    assert row.status == "MISSING" and "100.0 GiB free at /data" in row.detail and "take 122.5 GiB" in row.detail
+    assert "122.5 GiB of disk at /data for the papers' data" in dict(report.verdict(small)[1])["gpu-paper-data"]
+    big = findings(plan=replace(base, data_disk_free_gib=500.0))
+    assert next(r for r in report.lines(big) if r.what == "data disk").status == "ok"
+    # the HF cache on the same disk: the model downloads count too
+    shared = replace(base, data_disk_free_gib=130.0, data_disk_shared=True)
+    assert shared.download_gib > 7
+    assert next(r for r in report.lines(findings(plan=shared)) if r.what == "data disk").status == "MISSING"
+    fetched = findings(plan=replace(base, data=tuple(replace(d, present=True) for d in needs), data_disk_free_gib=1.0))
+    assert not [r for r in report.lines(fetched) if r.what == "data disk" and r.status == "MISSING"]
+
+
 def test_gpu_memory_against_the_plan_in_process_and_beside_vllm():
     a10 = Gpu("NVIDIA A10", 22.0, (8, 6), True, free_gib=21.5)
     f = findings(torch=Torch("2.13.0", "12.9", (a10,)), plan=_plan_of("gpu-paper", token=True))

