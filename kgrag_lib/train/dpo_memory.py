@@ -307,17 +307,3 @@ def refusal(plan: MemoryPlan, shape_source: str, cfg: Any) -> str:
             f"Options: {'; '.join(hints)}.")
 
 
-
-def paper_figures() -> dict[str, float]:
-    """Peak GiB per GPU of the shipped GPU sets for Qwen2.5-7B at their own settings (8000 tokens):
-    the figures docs/GPU.md and dpo_train's docstring print (a test ties them to this)."""
-    from .dpo_train import dpo_config
-
-    lora, full = dpo_config("gpu-paper"), dpo_config("gpu-paper-full")
-    qlora = dpo_config("gpu-paper", load_in_4bit=True)
-
-    def gib(cfg: Any, k: int) -> float:
-        return round(plan_for(cfg, QWEN2_5_7B_CONFIG, n_gpus=k, sharded=k > 1, cuda=False).total_gib)
-
-    return {"lora": gib(lora, 1), "qlora": gib(qlora, 1), "full_1": gib(full, 1), "full_4": gib(full, 4),
-            "full_8": gib(full, 8)}
