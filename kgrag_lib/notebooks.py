@@ -83,14 +83,16 @@ def _warn_models_replaced(models: dict[str, Any], model: str) -> None:
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,
               progress: bool = True, extra: dict[str, Any] | None = None,
               run_overrides: dict[str, Any] | None = None, executor: Any = None,
-              notebook_dir: Path | None = None) -> dict[str, Any]:
+              notebook_dir: Path | None = None, preflight: Any = None) -> dict[str, Any]:
     """Execute every study notebook, each after the ones it needs (`studies.order`); return the
     results folder, per-notebook wall time and summary rows. `run_overrides` (e.g. concurrency)
     change the profile's `run` section for every notebook: the effective profile is written to
     `<out_root>/profile.yaml` and passed to the notebooks, so their executed copies name the file
     that holds their settings. `executor` (`executors.base.make_executor`) runs them; the
     default runs them here one after another. A notebook that failed is reported in `failed`
-    and the ones that need it are skipped as blocked; the others go on, under either executor."""
+    and the ones that need it are skipped as blocked; the others go on, under either executor.
+    `preflight(profile, stems)` runs once the effective profile and the notebooks are known, before any
+    server starts or any question is asked (`kgrag study` passes the doctor's GPU plan check)."""
     label = profile_label(profile)
     out_root = Path(out_root or REPO_ROOT / "results" / label).resolve()  # notebooks run in notebooks/
     given = {k: v for k, v in (run_overrides or {}).items() if v is not None}
@@ -115,6 +117,8 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
                           label=f"{nb.name} (profile {profile})")
              for nb in books]
     executor = executor or LocalExecutor(progress=progress, run=execute)
+    if preflight is not None:
+        preflight(profile, [t.key for t in tasks])
     with _study_servers(executor, profile, tasks):
         results = executor.run(tasks)
     report: dict[str, Any] = {"profile": profile, "out_root": out_root, "notebooks": [], "failed": []}

@@ -157,8 +157,20 @@ def lines(f: Findings) -> list[Line]:
     s = f.server
     if s.url is None:
         out.append(Line("info", "server", "none named (--server URL or $KGRAG_VLLM_URL)"))
+    elif s.reachable and s.wanted and s.wanted not in s.models:
+        out.append(Line("MISSING", "server", f"{s.url} serves {', '.join(s.models) or 'no model'}, not {s.wanted}",
+                        f"start it with {s.wanted}, or name one it serves in --model"))
     elif s.reachable:
-        out.append(Line("ok", "server", f"{s.url} serves {', '.join(s.models) or 'no model listed'}"))
+        memory = ""
+        if s.engine == "vllm" and s.gpu_memory_utilization is not None:
+            gpu = f.torch.gpus[0] if f.torch.gpus else None
+            held = f" = {s.gpu_memory_utilization * gpu.memory_gib:.1f} GiB of GPU 0" if gpu and s.local else ""
+            memory = f"; vLLM holds gpu_memory_utilization {s.gpu_memory_utilization}{held}"
+            if s.kv_cache_usage is not None:
+                memory += f", its KV cache {100 * s.kv_cache_usage:.0f} % in use"
+        elif s.metrics_error:
+            memory = f"; its GPU memory is not reported ({s.metrics_error})"
+        out.append(Line("ok", "server", f"{s.url} serves {', '.join(s.models) or 'no model listed'}{memory}"))
     else:
         out.append(Line("MISSING", "server", f"{s.url} not reachable ({s.error})",
                         "start it, e.g. vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000 --gpu-memory-utilization 0.6"))
@@ -232,6 +244,9 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         out.append((Line("MISSING", "vLLM server env", f.vllm.server_error or "not found", VLLM_ENV), "vLLM (vllm-serve:)"))
     if gpu is None:
         return out
+    if not served and f.server.reachable and f.server.local:
+        out.append(_beside_running_server(f, gpu))
+        return out
     free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
     if served:
         share = kgrag_share_gib(p.weights, p.dpo_gib) or 0.0
@@ -273,6 +288,32 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         else:
             out.append((Line("ok", "GPU memory", detail), ""))
     return out
+
+
+def _beside_running_server(f: Findings, gpu) -> tuple[Line, str]:
+    """kgrag's in-process models (embedders, Self-RAG's generator, notebook 27's DPO) against what a running
+    server on this machine leaves free: the GPU's free memory now already excludes what the server holds."""
+    p, s = f.plan, f.server
+    share = kgrag_share_gib(p.weights, p.dpo_gib)
+    if share is None:
+        return Line("info", "GPU memory", "a model's size is unknown, so the plan cannot be checked"), ""
+    held = s.gpu_memory_utilization * gpu.memory_gib if s.gpu_memory_utilization is not None else None
+    free = gpu.free_gib if gpu.free_gib is not None else (gpu.memory_gib - held if held is not None else None)
+    what = ("notebook 27's DPO training" if p.dpo_gib is not None and share >= p.dpo_gib
+            else "its largest notebook's in-process models and index")
+    held_text = (f"the server at {s.url} holds {held:.1f} GiB (vLLM, gpu_memory_utilization {s.gpu_memory_utilization})"
+                 if held is not None else f"the server at {s.url} holds an unreported share")
+    if free is None:
+        return Line("info", "GPU memory", f"{held_text}; GPU 0's free memory is not known, so kgrag's "
+                                         f"{share:.1f} GiB ({what}) cannot be checked beside it"), ""
+    detail = f"{held_text}; kgrag's process, {what}, needs about {share:.1f} GiB beside it; GPU 0 has {free:.1f} GiB free"
+    if share <= free:
+        return Line("ok", "GPU memory", detail), ""
+    fix = ("restart the server with less of the GPU (vLLM: --gpu-memory-utilization "
+           + (f"{vllm_utilization_fit(gpu.memory_gib, free + held, share)})" if held is not None else "lower)")
+           + "; or run notebooks 27 and 28 (in-process models) in a study of their own while no server holds the "
+             "GPU (--only 27 28); kgrag study refuses them beside this server")
+    return Line("MISSING", "GPU memory", detail, fix), f"{share:.0f} GiB of GPU memory beside the server"
 
 
 def plan_lines(f: Findings) -> list[Line]:
