@@ -10,7 +10,9 @@ only, and the set moves (cu129 carried 2.8 alone; 2.12 dropped cu128). Sources, 
     #release-compatibility-matrix (2.13 and 2.14 rows: pytorch/pytorch#187075 and #194367);
   - the install commands per release, https://pytorch.org/get-started/previous-versions/ (2.6-2.9);
   - the CUDA support RFCs: 2.11 #172663 (12.6, 12.8, 13.0), 2.12 #178665 (12.8 dropped, 13.2 added),
-    2.14 #190355 (13.2 on PyPI), 2.15 #190385 (12.6 removed: no CUDA 12 build at all).
+    2.14 #190355 (13.2 on PyPI). The 2.15 row follows RFC #190385 (12.6 removed, so no CUDA 12 build
+    at all), which was still open when this table was written: check it against the matrix when 2.15's
+    row appears there.
 A driver runs a build of its own CUDA major up to its own minor and, by minor-version compatibility,
 later minors of that major; never a build of a later major (a CUDA 12 driver, < 580, sees no GPU
 through a CUDA 13 torch).
