@@ -82,8 +82,8 @@ PRESETS = {
         13.3, 64, 10_000.0, True),
     "vllm-h100-stated": EngineSpeed(
         "vllm-h100-stated", "7.6B bf16 on one H100 SXM: one request at the memory roofline (15.2 GB of weights "
-        "per step / 3.35 TB/s at 70% = 6.5 ms, 154 tok/s), saturated ~12,500 tok/s (third-party figure, "
-        "docs/DESIGN facts), prefill 2 x 7.6e9 FLOP per token at 40% of 989 TFLOP/s = 26,000 tok/s",
+        "per step / 3.35 TB/s at 70% = 6.5 ms, 154 tok/s), saturated ~12,500 tok/s (a published third-party "
+        "figure, in the project's design notes of 2026-11-25), prefill 2 x 7.6e9 FLOP per token at 40% of 989 TFLOP/s = 26,000 tok/s",
         ((1, 26_000.0, 154.0), (8, 26_000.0, 1_230.0), (32, 26_000.0, 4_900.0), (64, 26_000.0, 12_500.0)), 64, True),
     "hf-quarter-of-vllm": _flat_step(
         "hf-quarter-of-vllm", "issue 58's guess for transformers in-process: a quarter of vllm-a100-modelled's "
@@ -297,8 +297,10 @@ def render(profile: str, wl: sw.StudyWorkload, times: list[StudyTime], inputs: d
                      f"{_h(t.client_h)} | **{_h(t.total_h)}** |")
     best = min(times, key=lambda t: t.total_h)
     verdict = "met" if best.total_h <= GOAL_HOURS else "NOT met"
-    lines += ["", f"Goal: {profile} <= {GOAL_HOURS:.0f} h on one GPU: **{verdict}** by the fastest set-up "
-                  f"({_h(best.total_h)} h, {best.setup.label})."
+    engines = ", ".join(f"`{n}`" for n in dict.fromkeys(
+        [t.setup.served.name for t in times if t.setup.served] + [t.setup.hf.name for t in times]))
+    lines += ["", f"Goal, {profile} <= {GOAL_HOURS:.0f} h on one H100: at the speeds {engines} the fastest set-up "
+                  f"takes {_h(best.total_h)} h ({best.setup.label}): **{verdict}**."
               + (f" Data build (first run) included: {_h(inputs['data_build_h'])} h." if inputs["data_build_h"] else ""),
               "", "| notebook | question-runs | requests | prompt Mtok | completion Mtok | "
               + " | ".join(f"set-up {i + 1} h" for i in range(len(times))) + " |",
@@ -317,11 +319,15 @@ def render(profile: str, wl: sw.StudyWorkload, times: list[StudyTime], inputs: d
               f"that an earlier notebook made counted once (`bench/study_workload.py`); completions as the "
               f"committed 0.5B model wrote them ({100 * inputs['capped_share']:.1f}% of its "
               f"{inputs['completion_lengths']:,} cached requests stopped at their cap)",
-              f"- `hf:` batches decoded to their longest request: {inputs['padding_at_hf_batch']} times the "
+              "- `hf:` batches decoded to their longest request: "
+              + ", ".join(f"{k} {v}x" for k, v in inputs["padding_at_hf_batch"].items()) + " the "
               "decoding steps of continuous batching at the largest batch (like requests grouped by their "
               "sampling parameters, from the committed cache's completion lengths)",
-              f"- client CPU per question-run: {', '.join(f'{k} {v * 1000:.0f} ms' for k, v in CLIENT_CPU_S.items())}"
-              " (docs/PERFORMANCE.md, Serving (a))",
+              f"- client CPU per question-run, one process: MetaQA LLM only {CLIENT_CPU_S['llm'] * 1000:.0f} ms, "
+              f"MetaQA with the KG {CLIENT_CPU_S['metaqa'] * 1000:.0f} ms, every other method "
+              f"{CLIENT_CPU_S['other'] * 1000:.1f} ms (docs/PERFORMANCE.md, Serving (a): the middle of each "
+              "measured range; SA-RAG and TCR-QF unmeasured, KG-Infused RAG's figure stands in); a notebook "
+              "takes the longer of its engine time and its client time",
               f"- DPO training: {inputs['dpo_pairs']:,} pairs x {inputs['dpo']['seconds_per_pair']:.2f} s "
               f"({inputs['dpo']['source']})"]
     if inputs["client_efficiency"]:
