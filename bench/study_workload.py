@@ -242,6 +242,16 @@ def _n(s: Any, dataset: str, size: Callable[[str], int | None]) -> int:
     return min(n, have) if have else n
 
 
+def _capped(n: int | None, dataset: str, size: Callable[[str], int | None]) -> int:
+    """A per-dataset n (None: the whole set), at most the set's size."""
+    have = size(dataset)
+    if n is None:
+        if have is None:
+            raise ValueError(f"n is null (the whole set) and the size of {dataset} is unknown")
+        return have
+    return min(n, have) if have else n
+
+
 def _metaqa(name: str, s: Any, p: dict, size) -> list[Unit]:
     if name == "00_quickstart":
         q = _n(s, s.dataset, size)
@@ -250,12 +260,13 @@ def _metaqa(name: str, s: Any, p: dict, size) -> list[Unit]:
         out = []
         for ds in s.datasets:
             n, hops, ks = s.column(ds)
-            q = min(n, size(ds) or n) if n else _n(s, ds, size)
+            q = _capped(n, ds, size)
             out += [Unit(name, f"N{h}_K{k}", ds, q, identity=(s.method, h, k, ds, q, seed))
                     for h in hops for k in ks for seed in s.seeds]
         return out
     if name == "12_metaqa_baselines":
-        return [Unit(name, m, ds, _n(s, ds, size), identity=(m, *_nk(m, s), ds, _n(s, ds, size), seed))
+        n_of = lambda ds: _capped(s.n_of(ds), ds, size)   # noqa: E731
+        return [Unit(name, m, ds, n_of(ds), identity=(m, *_nk(m, s), ds, n_of(ds), seed))
                 for ds in s.datasets for m in s.methods for seed in s.seeds]
     if name == "13_metaqa_qualitative":
         systems = [s.method] + ([s.baseline] if s.baseline else [])
