@@ -532,6 +532,8 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
                 return load()
             except DataFormatError as exc:
                 log.warning("built KG %s is damaged (%s); rebuilding it", folder, exc)
+                if (folder / JOURNAL_FILE).is_file():   # an LLM extraction's records: the rebuild replays them
+                    os.replace(folder / JOURNAL_FILE, folder.with_name(f"{folder.name}.{JOURNAL_FILE}"))
                 shutil.rmtree(folder)
         journal = folder.with_name(f"{folder.name}.{JOURNAL_FILE}")
         store, stats, *tables = plan.build(journal) if plan.resumable else plan.build()
