@@ -104,7 +104,7 @@ def bench_passages(work: Path, passages: int, reads: int, repeat: int) -> None:
     print(f"passage store: {passages:,} passages, {nbytes / 1e6:.0f} MB")
     print(row("open", median_time(lambda: opened(True), repeat), median_time(lambda: opened(False), repeat), 0))
     done = random_rows(True)
-    touched = sum(int(f._done.sum()) * f.block_bytes for col in (done._pids, done._titles, done._texts)
+    touched = sum(f.verified_bytes for col in (done._pids, done._titles, done._texts)
                   for f in col._checked)   # the bytes those reads had checked
     print(row(f"{reads:,} random rows, fresh open", median_time(lambda: random_rows(True), repeat),
               median_time(lambda: random_rows(False), repeat), touched))

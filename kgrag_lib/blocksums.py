@@ -22,7 +22,7 @@ from .errors import DataFormatError
 
 BLOCK_BYTES = 1 << 16     # lazily checked files: a first read of one row hashes ~64 KiB (~50 µs)
 FULL_BLOCK_BYTES = 1 << 20  # files checked whole on open: fewer, larger blocks
-_READ = 1 << 22           # bytes read per call when a whole file is checked
+_READ = 1 << 22           # bytes read per call by record_file
 
 
 class BlockSums:
@@ -81,7 +81,7 @@ class CheckedFile:
         if self.block_bytes <= 0 or self.size < 0 or len(self.crcs) != -(-self.size // self.block_bytes):
             raise DataFormatError(header, None, f"{-(-self.size // max(self.block_bytes, 1))} block checksums for "
                                   f"{self.path.name} ({remedy})", f"{len(self.crcs)}")
-        self._done = np.zeros(len(self.crcs), dtype=bool)
+        self._done = bytearray(len(self.crcs))   # 1: verified by this process
         self._view: np.ndarray | None = None
 
     def check_size(self) -> None:
@@ -93,48 +93,36 @@ class CheckedFile:
         if size != self.size:
             raise DataFormatError(self.path, None, f"{self.size} bytes as written ({self.remedy})", f"{size} bytes")
 
-    def _fail(self, block: int, got: int) -> None:
-        a = block * self.block_bytes
-        b = min(a + self.block_bytes, self.size)
-        raise DataFormatError(self.path, None, f"block {block} (bytes {a}-{b - 1}) as written, crc32 "
-                              f"{int(self.crcs[block]):08x} ({self.remedy})", f"crc32 {got:08x}: changed since written")
-
-    def check(self, start: int, stop: int) -> None:
-        """Verify the blocks holding bytes [start, stop) not verified yet (reads through a memory map)."""
-        if stop <= start:
-            return
-        first, last = start // self.block_bytes, (stop - 1) // self.block_bytes
-        todo = np.flatnonzero(~self._done[first:last + 1])
-        if not todo.size:
-            return
+    def _verify(self, block: int) -> None:
         if self._view is None:
             self._view = np.memmap(self.path, dtype=np.uint8, mode="r") if self.size else np.empty(0, np.uint8)
-        for k in todo.tolist():
-            b = first + k
-            a = b * self.block_bytes
-            got = zlib.crc32(self._view[a:a + self.block_bytes])
-            if got != int(self.crcs[b]):
-                self._fail(b, got)
-            self._done[b] = True
+        a = block * self.block_bytes
+        got = zlib.crc32(self._view[a:a + self.block_bytes])
+        if got != int(self.crcs[block]):
+            b = min(a + self.block_bytes, self.size)
+            raise DataFormatError(self.path, None, f"block {block} (bytes {a}-{b - 1}) as written, crc32 "
+                                  f"{int(self.crcs[block]):08x} ({self.remedy})", f"crc32 {got:08x}: changed since written")
+        self._done[block] = 1
 
-    def _compare(self, crcs: list[int], start: int) -> int:
-        for b in range(start, len(crcs)):
-            if crcs[b] != int(self.crcs[b]):
-                self._fail(b, crcs[b])
-        return len(crcs)
+    def check(self, start: int, stop: int) -> None:
+        """Verify the blocks holding bytes [start, stop) not verified yet (read through a memory map)."""
+        if stop > start:
+            done = self._done
+            for b in range(start // self.block_bytes, (stop - 1) // self.block_bytes + 1):
+                if not done[b]:
+                    self._verify(b)
 
     def check_all(self) -> None:
-        """Verify every block, reading the file front to back (size first)."""
+        """Verify every block (the size first)."""
         self.check_size()
-        sums = BlockSums(self.block_bytes)
-        seen = 0
-        with open(self.path, "rb") as f:
-            while chunk := f.read(_READ):
-                sums.update(chunk)
-                seen = self._compare(sums.crcs, seen)
-        sums.record()   # closes the last, partial block
-        self._compare(sums.crcs, seen)
-        self._done[:] = True
+        for b in range(len(self.crcs)):
+            self._verify(b)
+        self._view = None   # the map is not kept: a whole-file check is done once
+
+    @property
+    def verified_bytes(self) -> int:
+        """Bytes in the blocks verified so far (about: the last block counts whole)."""
+        return sum(self._done) * self.block_bytes
 
 
 def check_files(folder: str | os.PathLike, records: Mapping[str, Any], remedy: str,
