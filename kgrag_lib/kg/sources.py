@@ -586,6 +586,17 @@ def load_kg(spec: str, *, data_root: Path | str | None = None, cache_dir: Path |
     return BuiltKG(plan.name, spec, store, stats, extra)
 
 
+def check_spec(spec: Any, where: str) -> None:
+    """Refuse, without building anything, a KG spec `load_kg` would refuse by its form: empty, or
+    neither a known source nor an existing folder. For settings read long before their KG is
+    loaded (a notebook's placebo KG, loaded after hours of other runs)."""
+    text = str(spec).strip() if isinstance(spec, str) else ""
+    if not text:
+        raise ConfigError(f"{where}: {spec!r} is empty; expected {ACCEPTED} (None: no such KG)")
+    if text.partition(":")[0] not in SOURCES and not Path(text).expanduser().is_dir():
+        raise ConfigError(f"{where}: {spec!r} is no KG; accepted: {ACCEPTED}")
+
+
 def needs_llm(spec: str) -> bool:
     """Whether `spec` names a KG an LLM extracts (`text:`)."""
     source = SOURCES.get(str(spec).strip().partition(":")[0])
