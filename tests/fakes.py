@@ -1,9 +1,14 @@
-"""The one fake sentence embedder of the tests (fixture `fake_embedder` in conftest.py)."""
+"""The tests' shared fakes: the one fake sentence embedder (fixture `fake_embedder` in conftest.py)
+and the common part of a loopback OpenAI-compatible server."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import numpy as np
 
@@ -27,3 +32,32 @@ class BagOfWordsEmbedder:
                 out[i, h % self.dim] += 1.0
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.maximum(norms, 1e-9)
+
+
+class OpenAIJsonHandler(BaseHTTPRequestHandler):
+    """What every loopback OpenAI-compatible server of the tests shares: no request log, JSON
+    replies (`_send`), and GET listing one model `m` served by vLLM. Subclasses answer POST."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send(200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]})
+
+
+def serve_loopback(handler: type, **attrs: Any) -> ThreadingHTTPServer:
+    """`handler` served on 127.0.0.1 (a free port) from a daemon thread; `attrs` set on the server
+    (handlers read them as `self.server.<name>`). Stop it with `shutdown()` and `server_close()`."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    for name, value in attrs.items():
+        setattr(srv, name, value)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv

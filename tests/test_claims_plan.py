@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
+from kgrag_lib.errors import ConfigError
 from kgrag_lib.eval.paired import paired_test
 from kgrag_lib.eval.power import n_for_power, n_for_power_discordant, power_discordant, power_paired
 from kgrag_lib.report import plan as P
@@ -210,6 +212,33 @@ def test_freeze_writes_json_and_markdown_with_the_commit(tmp_path):
     assert [u["rank"] for u in data["units"]] == list(plan.units["rank"])
     text = md.read_text(encoding="utf-8")
     assert text.startswith("# The claims plan") and "Run units" in text
+
+
+def test_a_plan_frozen_that_day_is_never_written_over(tmp_path, capsys, monkeypatch):
+    """Issue 59, probed: `report.plan --freeze DIR` run twice the same day replaced the frozen plan
+    (exit 0), so a plan could be re-frozen after results were seen with no trace. Now refused, by
+    `freeze` and by the command before it makes the plan; `--probes ""` is refused like the other
+    blank values (it silently meant "read no probe")."""
+    plan = P.build_plan(_outcomes(), P.PlanConfig(results=("a",)), reg=_registry())
+    js, md = P.freeze(plan, tmp_path / "claims-plan")
+    before = (js.read_bytes(), md.read_bytes())
+    with pytest.raises(ConfigError, match=rf"--freeze {tmp_path / 'claims-plan'}: .*{js.name} exists, a plan frozen "
+                                          rf"on {js.stem}; a frozen plan is never written over"):
+        P.freeze(plan, tmp_path / "claims-plan")
+    md.unlink()   # half of one left (a hand removal): still refused, naming what is there
+    with pytest.raises(ConfigError, match=rf"{js.name} exists"):
+        P.freeze(plan, tmp_path / "claims-plan")
+    assert js.read_bytes() == before[0]
+    P.freeze(plan, tmp_path / "another")
+    monkeypatch.setattr(P, "make_plan", lambda config: pytest.fail("the plan was made before --freeze was checked"))
+    monkeypatch.setattr(P.time, "strftime", lambda fmt, t=None: js.stem if fmt == "%Y-%m-%d" else time.strftime(fmt))
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "REPORT.md").write_text("x")
+    for argv, says in ((["--freeze", str(tmp_path / "claims-plan")], "a frozen plan is never written over"),
+                       (["--probes", ""], "--probes '' is empty")):
+        assert P.main([*argv, "--results", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def _md(df, digits=1):

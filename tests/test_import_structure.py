@@ -106,7 +106,7 @@ def test_no_import_cycle():
 # data, llm and retrieval are peers; the KG sits on them; methods on the KG; the runner on methods; the
 # report reads run folders; studies arrange notebooks' reports; the CLI is on top.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "paths", "redact", "records", "jsonl", "config", "concurrency", "progress", "provenance", "hub"),
+    ("errors", "paths", "redact", "records", "jsonl", "config", "concurrency", "progress", "provenance", "hub", "blocksums"),
     ("data", "llm", "retrieval"),
     ("kg", "rundir"),
     ("eval",),

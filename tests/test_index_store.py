@@ -227,6 +227,37 @@ def test_cached_index_rebuilds_a_truncated_or_overwritten_file(tmp_path, monkeyp
     assert len(_saved(tmp_path)) == 1
 
 
+def test_cached_index_rebuilds_a_file_changed_in_its_middle_or_without_block_checksums(tmp_path, monkeypatch, caplog):
+    """Issue 59: only the first and last MiB were hashed, so a byte changed in the middle of a saved
+    index (here a stored vector of a 4 MiB flat index) was loaded and searched. Every MiB's crc32 is
+    now checked at load; a meta written before block checksums is rebuilt too."""
+    builds = _CountBuilds(monkeypatch)
+    big = _clustered(4096, 256, 2)
+    first = cached_index(big, "big", "flat", cache_dir=tmp_path, recall_queries=0)
+    want = first.search(big[:8], 5)[1]
+    del first
+    [path] = _saved(tmp_path)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    assert len(data) > 3 << 20 and 1 << 20 < middle < len(data) - (1 << 20)
+    data[middle:middle + 4] = np.float32(100.0).tobytes()   # one coordinate of one stored vector
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        again = cached_index(big, "big", "flat", cache_dir=tmp_path, recall_queries=0)
+    block = middle >> 20
+    assert builds.calls == 2 and f"block {block} (bytes {block << 20}-" in caplog.text and "crc32" in caplog.text
+    np.testing.assert_array_equal(again.search(big[:8], 5)[1], want)
+    meta_path = path.with_name(path.name.replace(".faiss", ".meta.json"))
+    meta = index_store.saved_meta(path)
+    del meta["blocks"]
+    meta_path.write_text(__import__("json").dumps(meta))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        cached_index(big, "big", "flat", cache_dir=tmp_path, recall_queries=0)
+    assert builds.calls == 3 and "written before block checksums" in caplog.text
+    assert "blocks" in index_store.saved_meta(path)
+
+
 def test_cached_index_another_factory_or_key_builds_another_file(tmp_path, monkeypatch):
     builds = _CountBuilds(monkeypatch)
     cached_index(X, "k1", "IVF32,SQ8", cache_dir=tmp_path, recall_queries=0)

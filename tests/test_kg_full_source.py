@@ -167,6 +167,18 @@ def test_kg_coverage_cli_prints_the_table(real_table, capsys, monkeypatch):
     assert lines[0].split()[:3] == ["kg", "triples", "entities"] and lines[1].startswith(FULL_KG)
 
 
+def test_kg_coverage_refuses_a_kg_named_twice_before_building_any(capsys, monkeypatch, tmp_path):
+    """Issue 59, probed: `kg coverage --kg K K` built K and printed its row twice, exit 0."""
+    from kgrag_lib.cli import main as kgrag
+    from kgrag_lib.kg import sources as src
+
+    monkeypatch.setattr(src, "evidence_table", lambda **kw: pytest.fail("a KG was read before the check"))
+    monkeypatch.delenv("KGRAG_DEBUG", raising=False)
+    assert kgrag(["kg", "coverage", "--kg", "2wiki-evidence-heldout", " 2wiki-evidence-heldout", FULL_KG]) == 2
+    err = capsys.readouterr().err
+    assert "2wiki-evidence-heldout named twice; name each KG once" in err and len(err.strip().splitlines()) == 1
+
+
 # ------------------------------------------------------------------ the placebo claim
 def _cell(method, scores, dataset="2wiki"):
     rows = [{"qid": f"q{i}", "dataset": dataset, "prediction": "x" if s else "y", "answers": ["x"]}

@@ -356,6 +356,94 @@ def test_a_grown_and_saved_store_passes_the_load_checks(tmp_path: Path, hand: KG
     assert KGStore.load(tmp_path / "empty").num_triples == 0
 
 
+def _record_again(folder: Path) -> None:
+    """Record the block checksums of the folder's files as they are now (a store saved with that content)."""
+    import json
+
+    from kgrag_lib.blocksums import FULL_BLOCK_BYTES, record_file
+
+    header = json.loads((folder / "header.json").read_text())
+    header["blocks"] = {f: record_file(folder / f, FULL_BLOCK_BYTES) for f in header["files"]}
+    (folder / "header.json").write_text(json.dumps(header))
+
+
+def _swap_relation(a: np.ndarray) -> np.ndarray:
+    """Triple 0's relation r1 -> r3: still a valid id, degrees and the head order unchanged."""
+    assert a[0] == 0
+    a[0] = 2
+    return a
+
+
+@pytest.mark.parametrize("name, change", [("rels", _swap_relation), ("entities.blob", None)])
+def test_a_change_that_keeps_every_id_valid_is_refused_by_the_block_checksums(tmp_path: Path, hand: KGStore,
+                                                                               name, change) -> None:
+    """Issue 59: `check_arrays` cannot see a relation id changed to another valid one, or a letter of a
+    name changed to another letter: the store loaded and printed wrong triples. The header's crc32 of
+    every block of every file refuses both, naming the file, the block and how to rebuild."""
+    folder = hand.save(tmp_path / "kg")
+    if change is not None:
+        _rewrite(folder, name, change)
+    else:
+        data = bytearray((folder / f"{name}.npy").read_bytes())
+        at = data.index(b"C", 128)   # a name's letter, in the array's data
+        data[at] = ord("X")
+        (folder / f"{name}.npy").write_bytes(bytes(data))
+    with pytest.raises(DataFormatError) as err:
+        KGStore.load(folder)
+    msg = str(err.value)
+    assert msg.startswith(f"{folder}/{name}.npy: malformed input; expected block 0 (bytes 0-") and "\n" not in msg
+    assert "changed since written" in msg and f"rebuild it: delete {folder} and rerun" in msg
+    assert f"--out {folder} --overwrite" in msg
+
+
+def test_a_store_written_before_block_checksums_is_refused_with_the_rebuild_command(tmp_path: Path,
+                                                                                    hand: KGStore) -> None:
+    import json
+
+    folder = hand.save(tmp_path / "kg")
+    header = json.loads((folder / "header.json").read_text())
+    header["version"] = 1
+    del header["blocks"]
+    (folder / "header.json").write_text(json.dumps(header))
+    with pytest.raises(DataFormatError, match=r"version 2 \(version 1 was written before block checksums: rebuild "
+                                              r"it: delete .*kgrag kg build"):
+        KGStore.load(folder)
+    header["version"] = 2   # a version 2 header that lost its records
+    (folder / "header.json").write_text(json.dumps(header))
+    with pytest.raises(DataFormatError, match=r"header\.json: malformed input; expected a block checksum record"):
+        KGStore.load(folder)
+    (folder / "header.json").write_bytes(b'{"format": "\xff"}')
+    with pytest.raises(DataFormatError, match=r"header\.json: malformed input; expected a UTF-8 JSON header"):
+        KGStore.load(folder)
+
+
+def test_a_non_utf8_byte_in_a_string_table_names_the_file_row_and_offset(tmp_path: Path, hand: KGStore,
+                                                                         capsys, monkeypatch) -> None:
+    """Issue 59: a non-UTF-8 byte in a KG store's name blob ended in a UnicodeDecodeError traceback
+    ("a bug of kgrag", exit 3). With checksums that match (a store saved so, or one whose record was
+    rewritten with it) reading the name is a one-line error naming the file, the row and the offset."""
+    from kgrag_lib import cli
+
+    folder = hand.save(tmp_path / "kg")
+    blob = folder / "entities.blob.npy"
+    data = bytearray(blob.read_bytes())
+    at = data.index(b"B", 128)
+    data[at] = 0xFF
+    blob.write_bytes(bytes(data))
+    _record_again(folder)
+    kg = KGStore.load(folder)
+    row, offset = 1, at - np.load(blob, mmap_mode="r").offset
+    says = rf"{blob}: malformed input; expected UTF-8 text in every row .*got 'row {row}: byte 0xff at blob offset {offset} is not UTF-8'"
+    with pytest.raises(DataFormatError, match=says):
+        kg.entity_name(row)
+    monkeypatch.delenv("KGRAG_DEBUG", raising=False)
+    capsys.readouterr()
+    rc = cli.main(["kg", "neighbors", "--store", str(folder), "--entity", "A"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"kgrag: error: {blob}: malformed input") and f"row {row}" in err
+
+
 # ---------------------------------------------------------------------------------- real MetaQA
 KB = data_root() / "metaqa" / "kb.txt"
 needs_kb = pytest.mark.skipif(not KB.is_file(), reason=f"real MetaQA KB not found at {KB}")

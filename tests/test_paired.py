@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from kgrag_lib.eval.paired import (CONFIRMED, MIN_EQUIVALENCE_N, NO_SIGNAL, NOT_SEPARABLE, REFUTED, claim_fields,
@@ -214,3 +215,35 @@ def test_a_metric_no_question_scores_on_tests_no_claim():
     assert NO_SIGNAL.startswith("not testable")
     one = paired_test([0] * 200, [1] + [0] * 199)
     assert verdict("~", one) == CONFIRMED and verdict(">", one) == NOT_SEPARABLE
+
+
+@pytest.mark.parametrize("margin", [0, -5.0, float("nan"), float("inf"), True, "5"])
+def test_a_margin_that_is_no_margin_is_refused_everywhere_tost_reads_one(margin):
+    """Issue 59, probed: `verdict('~', r, margin=inf)` confirmed any equivalence, 0 or a negative
+    margin refuted one whose interval missed 0, NaN decided 'not separable', True was a 1-point
+    margin; `paired_test` refused only some of them. Each TOST entry now refuses them in one line."""
+    from kgrag_lib.errors import ConfigError
+    from kgrag_lib.eval.paired import equivalence_rule_before, tost_proportions, tost_t
+
+    r = paired_test([1, 0, 1, 1] * 10, [1, 0, 1, 1] * 9 + [1, 0, 1, 0])
+    says = r"margin must be a finite positive number of points \(e\.g\. 5\.0\); got "
+    for call in (lambda: paired_test([1, 0], [1, 0], margin=margin), lambda: verdict("~", r, margin=margin),
+                 lambda: tost_proportions(3, 2, 40, margin=margin), lambda: tost_t(1.0, 10.0, 40, margin=margin),
+                 lambda: equivalence_rule_before(r, margin=margin)):
+        with pytest.raises(ConfigError, match=says):
+            call()
+
+
+def test_numpy_margins_are_margins_and_degenerate_pairs_decide_nothing():
+    """A margin read from a table column (numpy) was refused by `paired_test` though `verdict` took
+    it; no pairs, and a NaN spread, give no TOST p (a NaN spread used to count as no spread: p 0)."""
+    from kgrag_lib.eval.paired import tost_proportions, tost_t
+
+    a, b = [1, 0, 1, 1] * 10, [1, 0, 1, 1] * 9 + [1, 0, 1, 0]
+    assert paired_test(a, b, margin=np.int64(5)).p_equiv == paired_test(a, b, margin=5.0).p_equiv
+    assert paired_test(a, b, margin=np.float32(5)).margin == 5.0
+    none = paired_test([], [])
+    assert none.n == 0 and math.isnan(none.p_equiv) and verdict("~", none) == NOT_SEPARABLE
+    assert math.isnan(tost_proportions(0, 0, 0)) and math.isnan(tost_t(0.0, 1.0, 0))
+    assert math.isnan(tost_t(1.0, float("nan"), 40)) and math.isnan(tost_t(float("nan"), 1.0, 40))
+    assert tost_t(1.0, 0.0, 40) == 0.0 and tost_t(6.0, 0.0, 40) == 1.0   # no spread: certain, as documented

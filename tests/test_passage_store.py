@@ -4,6 +4,7 @@ the `wikipedia:<tsv>` corpus that uses it."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
@@ -256,6 +257,9 @@ def test_a_non_utf8_byte_in_a_stored_blob_names_the_file_and_the_row(tmp_path, c
     data = bytearray(blob.read_bytes())
     data[at] = 0xFF
     blob.write_bytes(bytes(data))
+    with pytest.raises(DataFormatError, match=rf"{blob}: malformed input; expected block 0 \(bytes 0-"):
+        PassageStore.open(store.folder)[7]   # the block checksum sees the edit first
+    _record_again(store.folder)   # as if the build had written that byte: the decode still refuses it
     store = PassageStore.open(store.folder)   # opens: sizes and offsets are as built
     assert store[6] == rows[6]
     says = rf"{blob}: malformed input; expected UTF-8 text .*got 'row 7: byte 0xff at blob offset {at} is not UTF-8'"
@@ -273,6 +277,78 @@ def test_a_non_utf8_byte_in_a_stored_blob_names_the_file_and_the_row(tmp_path, c
     assert rc == 2 and "Traceback" not in err
     [line] = [ln for ln in err.splitlines() if "error" in ln]   # beside kgrag's INFO line "opened passage store"
     assert line.startswith(f"kgrag: error: {blob}: malformed input") and "row 7" in line
+
+
+def _record_again(folder) -> None:
+    """Record the block checksums of the store's files as they are now (a store built with that content)."""
+    from kgrag_lib.blocksums import record_file
+
+    meta = json.loads((folder / ps.META).read_text())
+    for c in ps.COLUMNS:
+        meta["columns"][c]["checksums"] = {"blob": record_file(folder / f"{c}.bin"),
+                                           "offsets": record_file(folder / f"{c}.offsets.npy")}
+    (folder / ps.META).write_text(json.dumps(meta))
+
+
+def _change_byte(path, at: int, value: int) -> None:
+    data = bytearray(path.read_bytes())
+    assert data[at] != value
+    data[at] = value
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("file, where", [("texts.bin", "middle"), ("pids.bin", "middle"),
+                                         ("titles.offsets.npy", "offset")])
+def test_a_byte_changed_anywhere_is_refused_when_its_block_is_read(tsv, tmp_path, file, where):
+    """Issue 59: a byte changed inside a blob (still UTF-8) or an offset moved between its neighbours
+    was read back as another passage, with no error. Every file's 64 KiB blocks carry a crc32 from
+    the build; the first read of a block checks it, and the error names the file, the block and the
+    remedy (delete the folder, rerun: the store is rebuilt from its TSV)."""
+    path, rows = tsv
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    target = store.folder / file
+    if where == "offset":   # moved by one byte, still between its neighbours: passes the order check
+        offsets = np.load(target, mmap_mode="r")
+        row = next(i for i in range(1500, len(rows)) if offsets[i + 1] - offsets[i] > 1)
+        at, value = offsets.offset + 8 * row, int(offsets[row]) + 1
+        del offsets
+        data = bytearray(target.read_bytes())
+        data[at:at + 8] = value.to_bytes(8, "little")
+        target.write_bytes(bytes(data))
+    else:
+        at = target.stat().st_size // 2
+        old = target.read_bytes()[at]
+        _change_byte(target, at, ord("7") if old != ord("7") else ord("8"))
+        row = int(np.searchsorted(np.load(store.folder / file.replace(".bin", ".offsets.npy")), at, side="right")) - 1
+    block = at // (1 << 16)
+    opened = PassageStore.open(store.folder)   # sizes as built: it opens, the damage is met on reading
+    if block:
+        assert opened[0] == rows[0]   # rows in other blocks still read
+    says = (rf"^{target}: malformed input; expected block {block} \(bytes {block << 16}-\d+\) as written, crc32 "
+            rf"[0-9a-f]{{8}} \(the store is damaged: delete {store.folder} and rerun; the store is built again "
+            rf"from {path}\); got 'crc32 [0-9a-f]{{8}}: changed since written'$")
+    with pytest.raises(DataFormatError, match=says):
+        opened[row]
+    with pytest.raises(DataFormatError, match=says):
+        [(p.pid, p.title, p.text) for p in PassageStore.open(store.folder)]
+
+
+def test_a_store_written_before_block_checksums_is_refused_and_rebuilt(tsv, tmp_path, caplog):
+    """Version 1 stores carry no checksums, so damage inside them cannot be seen: refused, naming the
+    folder to delete; `open_passage_store` (every run) rebuilds it from the TSV."""
+    path, rows = tsv
+    store = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    meta = json.loads((store.folder / ps.META).read_text())
+    meta["version"] = 1
+    for c in ps.COLUMNS:
+        del meta["columns"][c]["checksums"]
+    (store.folder / ps.META).write_text(json.dumps(meta))
+    with pytest.raises(DataFormatError, match=rf"version 2 \(version 1 was written before block checksums: delete "
+                                              rf"{store.folder} and rerun.*got \"'kgrag-passage-store' version 1\""):
+        PassageStore.open(store.folder)
+    again = open_passage_store(path, cache_dir=tmp_path / "cache", show_progress=False)
+    assert again.meta["version"] == 2 and again[2999] == rows[2999]
+    assert any("rebuilding it" in r.getMessage() for r in caplog.records)
 
 
 def test_a_source_path_with_a_non_utf8_byte_builds_and_reopens(tmp_path):

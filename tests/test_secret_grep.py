@@ -13,14 +13,13 @@ import base64
 import gzip
 import json
 import logging
-import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fakes import OpenAIJsonHandler, serve_loopback
 from kgrag_lib.cli import main
 from kgrag_lib.data import fetch
 from kgrag_lib.llm import managed_server as ms
@@ -39,25 +38,9 @@ def _forms(secret: str) -> list[bytes]:
             base64.b64encode(f"reader:{secret}".encode()), base64.b64encode(f"u:{secret}".encode())]
 
 
-class _Chat(BaseHTTPRequestHandler):
+class _Chat(OpenAIJsonHandler):
     """An OpenAI-compatible server: lists model `m` (owned_by vllm) and answers "Louis Malle"; with
     `echo` set, it answers 401 echoing the bearer token, as some servers do."""
-
-    echo = False
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _send(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._send(200, {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]})
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -72,12 +55,8 @@ class _Chat(BaseHTTPRequestHandler):
                          "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}})
 
 
-def _serve(handler: type, state: Any = None) -> ThreadingHTTPServer:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    srv.echo = False   # type: ignore[attr-defined]
-    srv.state = state   # type: ignore[attr-defined]
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
+def _serve(handler: type, state: Any = None) -> Any:
+    return serve_loopback(handler, echo=False, state=state)
 
 
 def test_no_secret_reaches_a_file_a_printed_line_a_warning_or_a_log(tmp_path, metaqa_root, capsys, monkeypatch,
@@ -198,3 +177,75 @@ def test_the_http_clients_logs_are_masked(caplog):
     logging.getLogger("httpx").info("no secret: %d requests", 3)
     assert [r.getMessage() for r in caplog.records] == ['HTTP Request: GET http://h:1/v1/models?token=*** "200"',
                                                         "no secret: 3 requests"]
+
+
+class _Models(OpenAIJsonHandler):
+    """A server `kgrag doctor` probes: records what each GET carried, lists model `m`."""
+
+    def do_GET(self) -> None:
+        self.server.state.append((self.path, self.headers.get("Authorization")))   # type: ignore[attr-defined]
+        super().do_GET()
+
+
+def test_doctor_and_publish_write_and_print_no_secret(tmp_path, capsys, monkeypatch, recwarn, caplog):
+    """The grep above, over `kgrag doctor` (secrets in the environment, in --server's and $VLLM_URL's
+    URLs, in --model's server args and URL) and `report.publish` (secrets in the environment and in a
+    run manifest's model URL, as an older kgrag or a hand edit left it): nothing it prints, logs or
+    writes (the published folder is meant for git) holds them."""
+    from kgrag_lib.llm.presets import VLLM_URL_ENV
+    from kgrag_lib.report import publish as PUB
+    from kgrag_lib.report import study as ST
+    from test_study_report import _run
+
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("KGRAG_OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.delenv("KGRAG_DEBUG", raising=False)
+    printed: list[str] = []
+    codes: dict[str, int] = {}
+
+    def call(name: str, fn: Any, argv: list[str]) -> None:
+        codes[name] = fn(argv)
+        out, err = capsys.readouterr()
+        printed.extend([out, err])
+        assert "Traceback" not in out + err, name
+
+    srv = serve_loopback(_Models, state=[])
+    host = f"127.0.0.1:{srv.server_address[1]}"
+    try:
+        monkeypatch.setenv(VLLM_URL_ENV, f"http://u:{PASSWORD}@{host}/v1?token={TOKEN}")
+        call("doctor env url", main, ["doctor", "--profile", "cpu-smoke"])
+        call("doctor server", main, ["doctor", "--server", f"http://reader:{PASSWORD}@{host}/v1?api_key={TOKEN}",
+                                     "--model", f"llama-server:m.gguf?args=[--api-key,{KEY}]"])
+        call("doctor model url", main, ["doctor", "--model", f"openai:http://u:{PASSWORD}@{host}/v1?token={TOKEN}#m"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert len(srv.state) >= 2, srv.state   # type: ignore[attr-defined]   # the servers were asked: no vacuous pass
+
+    results = tmp_path / "results" / "p"
+    golds = ["Ann", "Bob", "Cy", "Di"]
+    secret_model = f"openai:http://u:{PASSWORD}@127.0.0.1:9/v1?token={TOKEN}#m"
+    for method, preds in (("llm", ["no", "Bob", "no", "no"]), ("kg-rag", ["Ann", "Bob", "Cy", "no"])):
+        run = results / "12_x" / "runs" / "metaqa-1hop" / method
+        _run(run, method, "metaqa-1hop", preds, golds)
+        manifest = json.loads((run / "manifest.json").read_text())
+        manifest["config"]["run"]["model"] = secret_model
+        (run / "manifest.json").write_text(json.dumps(manifest))
+    (results / "12_x" / "summary.json").write_text(json.dumps([{"dataset": "metaqa-1hop", "method": "kg-rag",
+                                                                "hit1_mean": 75.0, "model": secret_model}]))
+    from kgrag_lib.llm.cache import LLMCache
+
+    LLMCache(tmp_path / "llm.sqlite").close()
+    ST.write_report(ST.collect(results), results, "p")
+    dest = PUB.publish(ST.collect(results), tmp_path / "published", llm_cache=tmp_path / "llm.sqlite", profile="p")
+    call("publish main", PUB.main, [str(dest), "--profile", "p"])
+    assert codes == {"doctor env url": 0, "doctor server": 0, "doctor model url": 0, "publish main": 0}, codes
+    assert (dest / "REPORT.md").is_file()
+
+    written = [p for p in (tmp_path / "published").rglob("*") if p.is_file()]
+    said = printed + [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
+    for secret in (KEY, PASSWORD, TOKEN):
+        for form in _forms(secret):
+            assert [str(p) for p in written if form in p.read_bytes()] == [], (secret, form)
+            assert [t for t in said if form.decode() in t] == [], (secret, form)

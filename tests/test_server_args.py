@@ -151,31 +151,15 @@ def test_a_study_refuses_a_key_in_server_args_instead_of_writing_it_into_its_pro
 
 def test_a_short_key_echoed_by_a_401_is_not_printed(tmp_path, metaqa_root, capsys, monkeypatch, recwarn):
     """Issue 59: a key shorter than 6 characters, echoed back by a server's 401, was printed."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from fakes import OpenAIJsonHandler, serve_loopback
 
-    class Echo(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
-
+    class Echo(OpenAIJsonHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             key = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
             self._send(401, {"error": {"message": f"Incorrect API key provided: {key}. Check it."}})
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = serve_loopback(Echo)
     monkeypatch.setenv("KGRAG_OPENAI_API_KEY", "q7z")
     try:
         rc = main(["run", "--method", "llm", "--dataset", "metaqa-1hop", "--n", "1", "--no-progress",

@@ -45,6 +45,24 @@ def test_notebook_settings_refuse_unknown_and_ill_typed_values():
         notebook_settings("99_nothing", {"name": "p"})
 
 
+@pytest.mark.parametrize("given, says", [
+    ({"placebo_kg": "2wiki-evidence-helout"}, r"placebo_kg: '2wiki-evidence-helout' is no KG; accepted: 'metaqa'"),
+    ({"placebo_kg": ""}, r"placebo_kg: '' is empty; expected 'metaqa'"),
+    ({"placebo_kg": "2wiki-evidence-full"}, r"placebo_kg '2wiki-evidence-full' is also the notebook's kg; a placebo"),
+    ({"placebo_kg": "2wiki-evidence-oracle"}, r"placebo_kg '2wiki-evidence-oracle' is also the notebook's upper_bound_kg"),
+    ({"upper_bound_kg": "oracle"}, r"upper_bound_kg: 'oracle' is no KG"),
+])
+def test_notebook_21s_extra_kgs_are_checked_before_any_run(given, says):
+    """Issue 59, probed: notebook 21's `placebo_kg` (and `upper_bound_kg`) were read only after the
+    main grid had run (hours on a CPU): a typo failed then, an empty value silently skipped the
+    placebo claim, and the notebook's own KG (or its upper bound) as a placebo compared a KG with
+    itself. Refused when the settings are resolved, naming the parameter."""
+    prof = load_profile("cpu-reference")
+    assert notebook_settings("21_kg_infused_main", prof).placebo_kg == "2wiki-evidence-heldout"
+    with pytest.raises(ConfigError, match=rf"^parameters of 21_kg_infused_main: {says}"):
+        notebook_settings("21_kg_infused_main", prof, **given)
+
+
 def test_parameter_grid_column_overrides_n_and_grids_per_dataset():
     """Notebook 11 may cut one dataset's column (its own n, N and K values) and keep the others."""
     prof = {"name": "p", "run": {"n": 9}, "notebooks": {"11_metaqa_parameter_grid": {

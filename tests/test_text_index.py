@@ -331,6 +331,25 @@ def test_text_source_builds_once_into_a_folder_keyed_by_model_and_prompt(tmp_pat
     assert copied.extra["text"] == kg.extra["text"] and copied.stats == kg.stats
 
 
+def test_a_damaged_text_kg_build_is_rebuilt_from_its_journal_without_a_call(tmp_path, caplog):
+    """Issue 59: a build folder refused on load (here a byte changed in a name, caught by the block
+    checksums; the same for a store written before them) is rebuilt; the extraction's journal is kept
+    and replayed, so the LLM's work is not lost and no request is sent."""
+    root, cache = musique_root(tmp_path / "data", [[TAXI], [ROY, TAXI]]), tmp_path / "cache"
+    kg = load_kg("text:musique", data_root=root, cache_dir=cache, llm=scripted(OUTPUTS))
+    folder, = (cache / "kg").glob("text-musique-*/")
+    blob = folder / "entities.blob.npy"
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0x01
+    blob.write_bytes(bytes(data))
+    again = scripted(OUTPUTS)
+    with caplog.at_level("WARNING"):
+        rebuilt = load_kg("text:musique", data_root=root, cache_dir=cache, llm=again)
+    assert again.requests == [] and f"built KG {folder} is damaged" in caplog.text and "crc32" in caplog.text
+    assert (rebuilt.store.num_triples, rebuilt.store.num_entities) == (kg.store.num_triples, kg.store.num_entities)
+    assert (folder / "journal.jsonl").is_file() and not list((cache / "kg").glob("*.journal.jsonl"))
+
+
 def test_text_source_sample_of_questions_and_shared_kg(tmp_path):
     root = musique_root(tmp_path / "data", [[TAXI], [ROY]])
     ctx = RunContext(data_root=str(root), cache_dir=str(tmp_path / "cache"), llm=scripted(OUTPUTS))

@@ -143,9 +143,14 @@ def handle_stats(args: argparse.Namespace) -> int:
 
 def handle_coverage(args: argparse.Namespace) -> int:
     """`kg coverage`: `kg.sources.evidence_table` as a table (or JSON rows)."""
+    from ..errors import ConfigError
     from ..kg.sources import EVIDENCE_KGS, evidence_table
 
-    rows = evidence_table(specs=args.kg or EVIDENCE_KGS)
+    specs = [s.strip() for s in args.kg] if args.kg else list(EVIDENCE_KGS)
+    twice = sorted({s for s in specs if specs.count(s) > 1})
+    if twice:   # before any KG is built: a second row of the same KG only looks like a comparison
+        raise ConfigError(f"--kg {' '.join(args.kg)}: {', '.join(twice)} named twice; name each KG once")
+    rows = evidence_table(specs=specs)
     if args.json:
         print(json.dumps(rows))
         return 0

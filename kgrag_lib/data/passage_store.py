@@ -7,6 +7,11 @@ three columns (pid, title, text), each an int64 offsets `.npy` plus a UTF-8 `.bi
 the rows they touch (`store[i]` builds its Passage on access). The folder is written under a
 temporary name and renamed when complete, so a crash mid-build leaves nothing under the final name.
 
+`meta.json` records a crc32 of every 64 KiB block of each file (`blocksums`); opening checks the
+sizes, and a read checks the blocks it touches the first time it touches them, so a byte changed
+anywhere is refused in one line naming the file and the block before its row is used. Stores of
+version 1 (written before these checksums) are refused: `open_passage_store` rebuilds them.
+
 The fingerprint is the file's resolved path, size, mtime_ns and a sha256 of its first and last
 MiB: hashing all 13 GB would take longer than most runs spend on retrieval, and a replaced or
 re-downloaded file changes its size, mtime or edges.
@@ -27,6 +32,7 @@ from typing import Any, Iterator, overload
 
 import numpy as np
 
+from ..blocksums import BlockSums, CheckedFile, record_file
 from ..errors import DataFormatError
 from ..paths import cache_dir as default_cache_dir
 from ..progress import progress
@@ -37,7 +43,7 @@ from .wikipedia import FORM, iter_passages
 log = logging.getLogger(__name__)
 
 FORMAT_NAME = "kgrag-passage-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: per-block checksums in meta.json
 COLUMNS = ("pids", "titles", "texts")
 META = "meta.json"
 EDGE_BYTES = 1 << 20        # hashed at each end of the source file
@@ -80,9 +86,12 @@ class _Column:
         self.blob = open(folder / f"{name}.bin", "wb")
         self.ends = open(folder / f"{name}.ends.tmp", "wb")
         self.size = 0
+        self.sums = BlockSums()   # of the blob, as written
 
     def append(self, rows: list[bytes]) -> None:
-        self.blob.write(b"".join(rows))
+        joined = b"".join(rows)
+        self.blob.write(joined)
+        self.sums.update(joined)
         ends = np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))) + self.size
         self.ends.write(ends.tobytes())
         self.size = int(ends[-1]) if len(rows) else self.size
@@ -102,6 +111,10 @@ class _Column:
         out.flush()
         del out
         raw.unlink()
+
+    def checksums(self) -> dict[str, Any]:
+        """The block checksum records of the finished column's two files."""
+        return {"blob": self.sums.record(), "offsets": record_file(self.folder / f"{self.name}.offsets.npy")}
 
     def close(self) -> None:
         self.blob.close()
@@ -156,7 +169,8 @@ def build_store(source: str | os.PathLike, folder: str | os.PathLike, *, fingerp
                 c.close()
         meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "source": str(source.resolve()),
                 "fingerprint": fp, "rows": rows, "build_seconds": round(time.perf_counter() - t0, 3),
-                "columns": {c: {"offsets": f"{c}.offsets.npy", "blob": f"{c}.bin"} for c in COLUMNS}}
+                "columns": {c: {"offsets": f"{c}.offsets.npy", "blob": f"{c}.bin",
+                                "checksums": cols[c].checksums()} for c in COLUMNS}}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         _fsync_folder(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp's 0o700 would hide the store from other users of a shared cache
@@ -181,10 +195,23 @@ def _flush(cols: dict[str, _Column], buf: dict[str, list[bytes]]) -> int:
 
 class _Utf8Column:
     """One memory-mapped UTF-8 column: row i is blob[offsets[i]:offsets[i+1]] (the layout of the
-    KG's string tables, read here without them: data sits below the KG layer)."""
+    KG's string tables, read here without them: data sits below the KG layer). With `checked`
+    (the offsets' and the blob's `CheckedFile`), every read first verifies the blocks it touches."""
 
-    def __init__(self, blob: np.ndarray, offsets: np.ndarray, path: Path | None = None):
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray, path: Path | None = None,
+                 checked: tuple[CheckedFile, CheckedFile] | None = None):
         self._blob, self._offsets, self._path = blob, offsets, path
+        self._checked = checked
+        self._offsets_at = int(getattr(offsets, "offset", 0))   # where the .npy's data starts
+
+    def _verify(self, a: int, b: int) -> tuple[int, int]:
+        """Verify the offsets of rows [a, b) and return where their bytes lie in the blob, verified too."""
+        if self._checked is not None:
+            self._checked[0].check(self._offsets_at + 8 * a, self._offsets_at + 8 * (b + 1))
+        lo, hi = int(self._offsets[a]), int(self._offsets[b])
+        if self._checked is not None:
+            self._checked[1].check(lo, hi)
+        return lo, hi
 
     def _decode(self, raw: bytes, row: int, at: int) -> str:
         """Row `row`'s bytes (from blob offset `at`) as text; a byte that is not UTF-8 (a damaged or
@@ -199,11 +226,13 @@ class _Utf8Column:
                                   ) from None
 
     def __getitem__(self, i: int) -> str:
-        a, b = int(self._offsets[i]), int(self._offsets[i + 1])
+        a, b = self._verify(i, i + 1)
         return self._decode(bytes(self._blob[a:b]), i, a)
 
     def decode_range(self, a: int, b: int) -> list[str]:
         """Rows [a, b): one read of their bytes, one decode per row."""
+        if b > a:
+            self._verify(a, b)
         offs = np.asarray(self._offsets[a:b + 1], dtype=np.int64)
         raw = bytes(self._blob[int(offs[0]):int(offs[-1])]) if b > a else b""
         rel = (offs - offs[0]).tolist()
@@ -221,8 +250,22 @@ def _first_decrease(offsets: np.ndarray, block: int = 1 << 22) -> int | None:
     return None
 
 
-def _load_column(folder: Path, name: str, rows: int) -> _Utf8Column:
+def _remedy(folder: Path, meta: dict[str, Any]) -> str:
+    return (f"the store is damaged: delete {folder} and rerun; the store is built again from "
+            f"{meta.get('source', 'its TSV')}")
+
+
+def _load_column(folder: Path, name: str, rows: int, meta: dict[str, Any]) -> _Utf8Column:
     offsets_path, blob_path = folder / f"{name}.offsets.npy", folder / f"{name}.bin"
+    remedy = _remedy(folder, meta)
+    column = meta.get("columns", {}).get(name) if isinstance(meta.get("columns"), dict) else None
+    sums = column.get("checksums") if isinstance(column, dict) else None
+    if not isinstance(sums, dict):
+        raise DataFormatError(folder / META, None, f"block checksums of column {name!r} ({remedy})", repr(sums))
+    checked = (CheckedFile(offsets_path, sums.get("offsets"), remedy, folder / META),
+               CheckedFile(blob_path, sums.get("blob"), remedy, folder / META))
+    for c in checked:
+        c.check_size()
     try:
         offsets = np.load(offsets_path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -242,7 +285,7 @@ def _load_column(folder: Path, name: str, rows: int) -> _Utf8Column:
         raise DataFormatError(offsets_path, None, "non-decreasing row offsets",
                               f"offset {bad + 1} ({int(offsets[bad + 1])}) below offset {bad} ({int(offsets[bad])})")
     blob = np.memmap(blob_path, dtype=np.uint8, mode="r") if size else np.empty(0, dtype=np.uint8)
-    return _Utf8Column(blob, offsets, blob_path)
+    return _Utf8Column(blob, offsets, blob_path, checked)
 
 
 class PassageStore(Sequence):
@@ -268,11 +311,14 @@ class PassageStore(Sequence):
             raise DataFormatError(meta_path, None, "a JSON object", str(exc)) from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
             got = f"{meta.get('format')!r} version {meta.get('version')}" if isinstance(meta, dict) else repr(meta)
-            raise DataFormatError(meta_path, None, f"format {FORMAT_NAME!r} version {FORMAT_VERSION}", got)
+            old = isinstance(meta, dict) and meta.get("format") == FORMAT_NAME and meta.get("version") == 1
+            raise DataFormatError(meta_path, None, f"format {FORMAT_NAME!r} version {FORMAT_VERSION}"
+                                  + (f" (version 1 was written before block checksums: delete {folder} and rerun; "
+                                     f"the store is built again from {meta.get('source')})" if old else ""), got)
         rows = int(meta.get("rows", -1))
         if rows < 0:
             raise DataFormatError(meta_path, None, "a row count 'rows' >= 0", str(meta.get("rows")))
-        return cls(folder, meta, {c: _load_column(folder, c, rows) for c in COLUMNS})
+        return cls(folder, meta, {c: _load_column(folder, c, rows, meta) for c in COLUMNS})
 
     # --- identity ---------------------------------------------------------------------
     @property

@@ -31,13 +31,14 @@ equivalence "confirmed" or a "not separable" that invites a larger n.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-import math
-
 import numpy as np
 
+from ..errors import ConfigError
 from .bootstrap import bootstrap_ci
 
 CONFIRMED, REFUTED, NOT_SEPARABLE = "confirmed", "refuted", "not separable at this n"
@@ -111,6 +112,16 @@ class PairedResult:
         return d
 
 
+def check_margin(margin: Any) -> float:
+    """`margin` as a float when it is a finite number of points > 0 (numpy's included), else a
+    ConfigError: 0 or less would refute every '~' claim whose interval misses 0, infinity would
+    confirm every one, NaN decides nothing, and True is no margin."""
+    if isinstance(margin, (bool, np.bool_)) or not isinstance(margin, numbers.Real) \
+            or not math.isfinite(float(margin)) or float(margin) <= 0:
+        raise ConfigError(f"margin must be a finite positive number of points (e.g. 5.0); got {margin!r}")
+    return float(margin)
+
+
 def restricted_p01(b: float, c: float, n: float, delta: float) -> float:
     """Tango's restricted maximum-likelihood estimate of P(B only) under H0: P(A only) - P(B only)
     = delta, from b questions A-only and c B-only of n (Tango 1998, Stat Med 17:891): the root
@@ -137,7 +148,8 @@ def tost_proportions(a_only: int, b_only: int, n: int, margin: float = EQUIVALEN
     way); this form stays at or below alpha there (tests/test_paired.py simulates it)."""
     from scipy.stats import norm
 
-    if n <= 0:
+    margin = check_margin(margin)
+    if not n > 0:
         return float("nan")
     if a_only < 0 or b_only < 0 or a_only + b_only > n:
         raise ValueError(f"discordant counts must be >= 0 and sum to at most n = {n}; got {a_only}, {b_only}")
@@ -154,8 +166,9 @@ def tost_t(mean_diff: float, sd_diff: float, n: int, margin: float = EQUIVALENCE
     pairs. With no spread (every difference equal) the answer is certain: 0 inside the margin, 1 out."""
     from scipy.stats import t
 
-    if n < MIN_EQUIVALENCE_N:
-        return float("nan")
+    margin = check_margin(margin)
+    if not n >= MIN_EQUIVALENCE_N or math.isnan(mean_diff) or math.isnan(sd_diff):
+        return float("nan")   # a NaN spread is no spread: it decides nothing
     if not sd_diff > 0:
         return 0.0 if abs(mean_diff) < margin else 1.0
     se = sd_diff / math.sqrt(n)
@@ -168,8 +181,7 @@ def paired_test(a: Sequence[float], b: Sequence[float], *, n_boot: int = 10_000,
                 margin: float = EQUIVALENCE_MARGIN) -> PairedResult:
     """Compare per-question scores in [0, 1] of two systems on the same questions (same order);
     `margin` (points) is the equivalence margin of the TOST p kept beside the ordinary test."""
-    if not (isinstance(margin, (int, float)) and margin > 0):
-        raise ValueError(f"margin must be a positive number of points (e.g. 5.0); got {margin!r}")
+    margin = check_margin(margin)
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"paired scores must be two equal-length lists; got {x.shape} and {y.shape}")
@@ -211,7 +223,7 @@ def verdict(relation: str, result: PairedResult, *, alpha: float = 0.05, margin:
     if result.mean_a == 0 and result.mean_b == 0:
         return NO_SIGNAL
     if relation == "~":
-        m = result.margin if margin is None else float(margin)
+        m = result.margin if margin is None else check_margin(margin)
         p_equiv = result.p_equiv if m == result.margin else _p_equiv_at(result, m)
         if not math.isnan(p_equiv) and p_equiv < alpha:
             return CONFIRMED
@@ -240,6 +252,7 @@ def equivalence_rule_before(result: PairedResult, *, alpha: float = 0.05, margin
     the exact (Clopper-Pearson, 97.5%) upper bound of the share of disagreeing questions is within
     the margin; for other scores confirmed when the bootstrap interval lies within ±margin and
     comes from at least MIN_EQUIVALENCE_N questions; else not separable."""
+    margin = check_margin(margin)
     if result.n == 0:
         return NOT_SEPARABLE
     if result.mean_a == 0 and result.mean_b == 0:

@@ -532,6 +532,8 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
                 return load()
             except DataFormatError as exc:
                 log.warning("built KG %s is damaged (%s); rebuilding it", folder, exc)
+                if (folder / JOURNAL_FILE).is_file():   # an LLM extraction's records: the rebuild replays them
+                    os.replace(folder / JOURNAL_FILE, folder.with_name(f"{folder.name}.{JOURNAL_FILE}"))
                 shutil.rmtree(folder)
         journal = folder.with_name(f"{folder.name}.{JOURNAL_FILE}")
         store, stats, *tables = plan.build(journal) if plan.resumable else plan.build()
@@ -582,6 +584,17 @@ def load_kg(spec: str, *, data_root: Path | str | None = None, cache_dir: Path |
         raise type(exc)(f"kg={spec!r}: {exc} (accepted: {source.forms})") from exc
     store, stats, extra = _cached_build(spec, plan, _cache_dir(cache_dir))
     return BuiltKG(plan.name, spec, store, stats, extra)
+
+
+def check_spec(spec: Any, where: str) -> None:
+    """Refuse, without building anything, a KG spec `load_kg` would refuse by its form: empty, or
+    neither a known source nor an existing folder. For settings read long before their KG is
+    loaded (a notebook's placebo KG, loaded after hours of other runs)."""
+    text = str(spec).strip() if isinstance(spec, str) else ""
+    if not text:
+        raise ConfigError(f"{where}: {spec!r} is empty; expected {ACCEPTED} (None: no such KG)")
+    if text.partition(":")[0] not in SOURCES and not Path(text).expanduser().is_dir():
+        raise ConfigError(f"{where}: {spec!r} is no KG; accepted: {ACCEPTED}")
 
 
 def needs_llm(spec: str) -> bool:

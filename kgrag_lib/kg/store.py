@@ -14,11 +14,13 @@ in a small sorted delta index searched alongside the CSR; once the delta outgrow
 the indexed part, the CSR is rebuilt (amortized O(log n) per added triple). Triple ids never
 change once given out.
 
-`save` writes a directory of .npy files plus `header.json`; `load(mmap=True)` memory-maps them,
-so even a Wikidata5M-scale store opens in well under a second (its id arrays are checked in
-full on load, `store_check.check_arrays`) and pages in only the strings queries touch. The
-first mutation of a loaded store copies the triple arrays into memory (the files are never
-written through the map).
+`save` writes a directory of .npy files plus `header.json`, which records a crc32 of every MiB
+of every file (`blocksums`); `load(mmap=True)` memory-maps them after checking the id arrays
+(`store_check.check_arrays`) and every block of every file, so a byte changed anywhere, even one
+that keeps every id valid, is refused in one line naming the file and the block (bench/
+blocksums_bench.py measures what that costs). Stores of version 1, written before these
+checksums, are refused; the KG cache rebuilds its own. The first mutation of a loaded store
+copies the triple arrays into memory (the files are never written through the map).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..blocksums import FULL_BLOCK_BYTES, check_files, record_file
 from ..errors import DataFormatError, KgragError
 from ..records import Triple
 from .aliases import Aliases
@@ -47,7 +50,7 @@ from .store_check import check_arrays
 from .strings import StringTable
 
 FORMAT_NAME = "kgrag-kgstore"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-block checksums of every file in header.json
 DIRECTIONS = ("out", "in", "both")
 _MERGE_MIN = 4096  # delta size below which the CSR is never rebuilt
 _MERGE_FRACTION = 16  # rebuild when the delta exceeds 1/16 of the indexed triples
@@ -228,6 +231,12 @@ def folder_fingerprint(path: Path, header: bytes, files: Sequence[str]) -> str:
         st = (path / name).stat()
         h.update(f"\0{name}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return h.hexdigest()
+
+
+def rebuild_hint(path: Path) -> str:
+    """What to do with a saved store that cannot be used: rebuild it, as its kind of folder is rebuilt."""
+    return (f"rebuild it: delete {path} and rerun if it is a build in the KG cache, else "
+            f"`kgrag kg build --triples FILE (or --kg SPEC) --out {path} --overwrite`")
 
 
 class KGStore:
@@ -794,7 +803,8 @@ class KGStore:
                           "num_relations": self.num_relations, "num_triples": n,
                           "has_aliases": self._aliases is not None,
                           "has_descriptions": self._descriptions is not None,
-                          "has_provenance": self._prov is not None, "files": sorted(files)}
+                          "has_provenance": self._prov is not None, "files": sorted(files),
+                          "blocks": {f: record_file(tmp / f, FULL_BLOCK_BYTES) for f in sorted(files)}}
                 (tmp / "header.json").write_text(json.dumps(header, indent=1) + "\n", encoding="utf-8")
                 if path.exists():  # swap in; files still memory-mapped from the old copy stay valid
                     old = path.with_name(f".{path.name}.old-{os.getpid()}")
@@ -819,9 +829,20 @@ class KGStore:
             header = json.loads(header_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DataFormatError(header_path, exc.lineno, "a JSON header", str(exc)) from exc
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(header_path, None, "a UTF-8 JSON header", str(exc)) from None
+        remedy = rebuild_hint(path)
+        if not isinstance(header, dict):
+            raise DataFormatError(header_path, None, "a JSON object", type(header).__name__)
         if header.get("format") != FORMAT_NAME or header.get("version") != FORMAT_VERSION:
-            raise DataFormatError(header_path, None, f"format {FORMAT_NAME!r} version {FORMAT_VERSION}",
-                                  f"{header.get('format')!r} version {header.get('version')}")
+            old = header.get("format") == FORMAT_NAME and header.get("version") == 1
+            raise DataFormatError(header_path, None, f"format {FORMAT_NAME!r} version {FORMAT_VERSION}" + (
+                f" (version 1 was written before block checksums: {remedy})" if old else ""),
+                f"{header.get('format')!r} version {header.get('version')}")
+        files = header.get("files", [])
+        if not isinstance(header.get("blocks"), dict) or sorted(header["blocks"]) != sorted(files):
+            raise DataFormatError(header_path, None, f"a block checksum record for each listed file ({remedy})",
+                                  f"records for {sorted(header['blocks']) if isinstance(header.get('blocks'), dict) else None}")
         missing = [f for f in header.get("files", []) if not (path / f).is_file()]
         if missing:
             raise DataFormatError(path, None, f"all files listed in header.json", f"missing {missing}")
@@ -847,6 +868,7 @@ class KGStore:
                 or store._out.num_keys != e or store._in.num_keys != e):
             raise DataFormatError(header_path, None, f"arrays matching the header counts (triples {n}, entities {e})",
                                   f"triples {store.num_triples}, entities {store.num_entities}")
-        check_arrays(path, store)
+        check_arrays(path, store)   # first: it names what is wrong in an id array
+        check_files(path, header["blocks"], f"the store is damaged: {remedy}", header_path)
         store._fingerprint = folder_fingerprint(path, header_path.read_bytes(), header.get("files", []))
         return store

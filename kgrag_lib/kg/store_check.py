@@ -18,9 +18,9 @@ def check_arrays(path: Path, store: Any) -> None:
     count of triples, permutations that sort the keys), all checked in full with vectorized numpy
     (about 20 ms per million triples, 0.4 s for Wikidata5M; it pages the id arrays in once, the
     strings stay unread). Out-of-range ids would raise
-    deep inside a query and in-range garbage would print wrong triples. Not caught: a relation id
-    (or a head/tail) changed to another valid one that keeps every degree and the sort order;
-    that needs a checksum of the files."""
+    deep inside a query and in-range garbage would print wrong triples. Not caught here: a relation
+    id (or a head/tail) changed to another valid one that keeps every degree and the sort order;
+    the block checksums checked after this (`blocksums`) catch it."""
     n, num_e = store._n, store.num_entities
 
     def refuse(name: str, expected: str, got: str = "") -> None:

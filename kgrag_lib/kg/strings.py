@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..errors import DataFormatError
 from .csr import expand_ranges
 
 _P = np.uint64(0x100000001B3)  # FNV-64 prime as the polynomial base
@@ -156,6 +157,7 @@ class StringTable:
         self._side_exact: dict[str, list[int]] = {}
         self._side_folded: dict[str, list[int]] = {}
         self._signatures: np.ndarray | None = None  # bigram sets, built on the first fuzzy lookup
+        self.path: Path | None = None  # the blob file it was loaded from (named in errors)
 
     # --- construction / persistence -------------------------------------------------
     @classmethod
@@ -239,7 +241,19 @@ class StringTable:
             ld = lambda suffix: np.load(directory / f"{name}.{suffix}.npy", mmap_mode=mode)  # noqa: E731
             table._exact = _HashIndex(ld("hash"), ld("order"))
             table._folded = _HashIndex(ld("fhash"), ld("forder"))
+        table.path = directory / f"{name}.blob.npy"
         return table
+
+    def _decode(self, raw: bytes, row: int, at: int) -> str:
+        """Row `row`'s bytes (from blob offset `at`) as text; a byte that is not UTF-8 (a damaged or
+        edited blob: tables are written from str) is a DataFormatError naming the file, row and offset."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataFormatError(self.path or "string table", None,
+                                  "UTF-8 text in every row (as KGStore.save wrote it; rebuild the store)",
+                                  f"row {row}: byte 0x{raw[exc.start]:02x} at blob offset {at + exc.start} "
+                                  f"is not UTF-8") from None
 
     # --- access ----------------------------------------------------------------------
     def __getitem__(self, i: int) -> str:
@@ -254,7 +268,7 @@ class StringTable:
         if i in self._over:
             return self._over[i]
         a, b = int(self._offsets[i]), int(self._offsets[i + 1])
-        return bytes(self._blob[a:b]).decode("utf-8")
+        return self._decode(bytes(self._blob[a:b]), i, a)
 
     def byte_lengths(self) -> np.ndarray:
         """UTF-8 length of every row (int64), from the offsets without decoding (rows appended or
@@ -323,7 +337,8 @@ class StringTable:
         np.cumsum(blob >= 128, out=high[1:])
         non_ascii = np.flatnonzero(high[offs[1:]] > high[offs[:-1]])
         if non_ascii.size:
-            lowered = [bytes(blob[offs[i]:offs[i + 1]]).decode("utf-8").lower() for i in non_ascii]
+            lowered = [self._decode(bytes(blob[offs[i]:offs[i + 1]]), int(i), int(offs[i])).lower()
+                       for i in non_ascii]
             folded[non_ascii] = hash_strings(lowered)
         self._folded = _HashIndex.build(folded)
 

@@ -906,14 +906,33 @@ def make_plan(config: PlanConfig = PlanConfig()) -> Plan:
                       probes=read_probes(config.probes) if config.probes else None)
 
 
+def frozen_files(dest: str | Path, day: str) -> tuple[Path, Path]:
+    """The two files a plan frozen into `dest` on `day` (YYYY-MM-DD, UTC) is written to."""
+    return Path(dest) / f"{day}.json", Path(dest) / f"{day}.md"
+
+
+def refuse_refreezing(dest: str | Path, day: str) -> None:
+    """A plan frozen into `dest` on `day` is never written over: its point is to be fixed before the
+    runs it plans, and a second freeze the same day (after a result was seen) would replace it silently."""
+    there = [p for p in frozen_files(dest, day) if p.exists()]
+    if there:
+        raise ConfigError(f"--freeze {dest}: {there[0]} exists, a plan frozen on {day}; a frozen plan is never "
+                          "written over. Freeze into another folder, or remove that plan by hand (git keeps it) "
+                          "if it was frozen by mistake")
+
+
 def freeze(plan: Plan, dest: str | Path) -> tuple[Path, Path]:
-    """`dest/<date>.json` and `.md`: the plan as made, with the commit of the code that made it."""
+    """`dest/<date>.json` and `.md`: the plan as made, with the commit of the code that made it;
+    refused if a plan was frozen there that day (`refuse_refreezing`). Each file written atomically."""
+    from ..jsonl import atomic_text
+
     dest = Path(dest)
+    day = plan.meta["made"][:10]
+    refuse_refreezing(dest, day)
     dest.mkdir(parents=True, exist_ok=True)
-    stem = plan.meta["made"][:10]
-    js, md = dest / f"{stem}.json", dest / f"{stem}.md"
-    js.write_text(json.dumps(plan.to_json(), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    md.write_text(plan.to_markdown(), encoding="utf-8")
+    js, md = frozen_files(dest, day)
+    atomic_text(md, plan.to_markdown())
+    atomic_text(js, json.dumps(plan.to_json(), indent=1, ensure_ascii=False, default=str) + "\n")
     return js, md
 
 
@@ -948,7 +967,7 @@ def _check_arguments(args: Any) -> None:
     """The command line's values, before the plan is made (which reads every results folder): an
     empty value (`--freeze "$UNSET"`) would silently mean "not given", a folder named twice counts
     its runs twice, and a --freeze that cannot be a folder fails only after the work."""
-    for flag, value in (("--freeze", args.freeze), ("--planned-model", args.planned_model)):
+    for flag, value in (("--freeze", args.freeze), ("--planned-model", args.planned_model), ("--probes", args.probes)):
         if value is not None and not str(value).strip():
             raise ConfigError(f"{flag} {value!r} is empty (an unset shell variable?); give a value or leave the "
                               "flag out")
@@ -961,6 +980,7 @@ def _check_arguments(args: Any) -> None:
         if blocker is not None and not blocker.is_dir():
             raise ConfigError(f"--freeze {args.freeze}: {blocker} is not a folder; expected a folder to write the "
                               "plan into, e.g. results/claims-plan")
+        refuse_refreezing(dest, time.strftime("%Y-%m-%d", time.gmtime()))   # before the plan is made
 
 
 if __name__ == "__main__":

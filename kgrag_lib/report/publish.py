@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..llm.cache import export_cache_part
+from ..redact import redact
 from .findings import OUT_FILE as FINDINGS_FILE, README_TEMPLATE_FILE, TEMPLATE_FILE, render_folder
 from .study import StudyResults, collect, compact_rows, write_report
 
@@ -38,6 +39,14 @@ def publish(res: StudyResults, dest: str | Path, figures: str | Path | None = No
     return publish_report(res, dest, profile=profile, extra=extra, findings=findings)
 
 
+def copy_redacted(src: Path, dst: Path) -> None:
+    """Copy a text file with its secrets masked (`redact`): a published folder is meant for git, and a
+    run written by an older kgrag, or edited by hand, may hold a server URL's password or token."""
+    text = src.read_text(encoding="utf-8")
+    dst.write_text(redact(text), encoding="utf-8")
+    shutil.copystat(src, dst)
+
+
 def publish_results(res: StudyResults, dest: str | Path, figures: str | Path | None = None,
                     llm_cache: str | Path | None = None) -> Path:
     """Every notebook's summary.json, and per run its manifest.json, metrics.json and a compact
@@ -60,13 +69,13 @@ def publish_results(res: StudyResults, dest: str | Path, figures: str | Path | N
               "which it no longer holds (its answers stay in llm-cache/)")
     for nb in res.summaries:
         (dest / nb).mkdir(exist_ok=True)
-        shutil.copy2(res.root / nb / "summary.json", dest / nb / "summary.json")
+        copy_redacted(res.root / nb / "summary.json", dest / nb / "summary.json")
     for run in res.runs:
         src = Path(run["folder"])
         out = dest / src.relative_to(res.root)
         out.mkdir(parents=True, exist_ok=True)
         for name in ("manifest.json", "metrics.json"):
-            shutil.copy2(src / name, out / name)
+            copy_redacted(src / name, out / name)
         with open(out / "questions.jsonl", "w", encoding="utf-8") as fh:
             for r in compact_rows(src):
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -89,7 +98,7 @@ def publish_report(res: StudyResults, dest: str | Path, *, profile: str | None =
     dest = Path(dest)
     for name in ("REPORT.md", "REPORT.html"):
         if (res.root / name).exists():
-            shutil.copy2(res.root / name, dest / name)
+            copy_redacted(res.root / name, dest / name)
     templated = (dest / TEMPLATE_FILE).is_file()
     if profile is not None and (published_elsewhere(res, dest) or templated):
         # the findings are rendered from what `dest` now holds, and the REPORT rebuilt with them

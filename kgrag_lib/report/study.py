@@ -26,6 +26,7 @@ from ..eval.power import n_for_equivalence
 from ..methods.registry import PAPERS, available_methods, paper_package
 from ..paths import shown_path
 from ..provenance import git_commit
+from ..redact import redact
 from ..rundir import PRED_FILE, read_predictions, read_summary
 from . import cross_method, multiplicity, preregistration
 from .accounting import account, registered_count
@@ -415,7 +416,7 @@ def write_report(res: StudyResults, dest: str | Path, profile: str, deviations: 
 
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    text = report_markdown(res, profile, deviations, extra, findings)
+    text = redact(report_markdown(res, profile, deviations, extra, findings))   # runs may name a server's URL
     md_path, html_path = dest / "REPORT.md", dest / "REPORT.html"
     md_path.write_text(text, encoding="utf-8")
     body = markdown.markdown(text, extensions=["tables", "fenced_code"])

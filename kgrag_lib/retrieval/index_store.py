@@ -4,9 +4,12 @@ k-means and adding 21M passage vectors take long; before this each process repea
 `cached_index` builds the index for (vectors key, factory, metric, training seed and size,
 faiss version) under a file lock, writes it atomically to `<cache>/indexes/<label>-<hash>.faiss`
 with `<label>-<hash>.meta.json` beside it (build time, sizes, parameters, recall@k against exact
-search measured at build time), and later loads it memory-mapped, logging one line
-"loaded saved index <path> (...) in <s> s". A saved file that does not match its meta (another
-key, a truncated or overwritten file) is rebuilt with a warning, never used.
+search measured at build time, and a crc32 of every MiB of the file), and later loads it
+memory-mapped, logging one line "loaded saved index <path> (...) in <s> s". Each load checks
+every block of the file first (faiss reads the map where it likes, so no read can be checked
+on its own; bench/blocksums_bench.py measures the cost). A saved file that does not match its
+meta (another key, a truncated file, a block changed, a meta written before block checksums)
+is rebuilt with a warning naming the problem, never used.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kgrag_lib.errors import ConfigError
+from kgrag_lib.blocksums import FULL_BLOCK_BYTES, CheckedFile, record_file
+from kgrag_lib.errors import ConfigError, DataFormatError
 from kgrag_lib.jsonl import atomic_text
 from kgrag_lib.paths import cache_dir as default_cache_dir
 from kgrag_lib.retrieval.gpu_placement import Placement, resolve_placement
@@ -38,7 +42,6 @@ _log = logging.getLogger(__name__)
 FORMAT = 1               # bump when the file layout or the key's meaning changes
 RECALL_QUERIES = 1000
 RECALL_K = 10
-EDGE_BYTES = 1 << 20     # the file's first and last MiB are hashed: catches truncation and overwrites cheaply
 
 
 def index_key(vectors_key: str, factory: str, metric: str, n: int, d: int, seed: int, train_size: int) -> dict[str, Any]:
@@ -57,19 +60,8 @@ def index_paths(cache_dir: str | os.PathLike | None, label: str, key: Mapping[st
     return folder / f"{safe}-{digest}.faiss", folder / f"{safe}-{digest}.meta.json"
 
 
-def _edge_digest(path: Path) -> str:
-    size = path.stat().st_size
-    h = hashlib.sha256(size.to_bytes(8, "little"))
-    with open(path, "rb") as fh:
-        h.update(fh.read(EDGE_BYTES))
-        if size > EDGE_BYTES:
-            fh.seek(max(EDGE_BYTES, size - EDGE_BYTES))
-            h.update(fh.read(EDGE_BYTES))
-    return h.hexdigest()
-
-
 def _saved_problem(path: Path, meta_path: Path, key: Mapping[str, Any]) -> tuple[dict | None, str]:
-    """(meta, "") when the saved index matches `key` and its recorded size and edge digest."""
+    """(meta, "") when the saved index matches `key`, its recorded size and every block's crc32."""
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -82,8 +74,12 @@ def _saved_problem(path: Path, meta_path: Path, key: Mapping[str, Any]) -> tuple
     size = path.stat().st_size
     if size != meta.get("bytes"):
         return None, f"{size} bytes on disk, {meta.get('bytes')} when written (truncated or overwritten)"
-    if _edge_digest(path) != meta.get("edge_sha256"):
-        return None, "its contents differ from those written (overwritten)"
+    if "blocks" not in meta:
+        return None, "its meta was written before block checksums, so damage inside it cannot be seen"
+    try:
+        CheckedFile(path, meta["blocks"], "overwritten or damaged since written", meta_path).check_all()
+    except DataFormatError as exc:
+        return None, str(exc)
     return meta, ""
 
 
@@ -228,7 +224,7 @@ def _build_and_save(vectors: Any, factory: str, metric: str, key: Mapping[str, A
             "metric": metric, "params": {"search": dict(built.params), "train_size": key["train_size"],
                                          "seed": seed, "add_block": add_block},
             "faiss": faiss.__version__, "vectors_key": key["vectors_key"], "bytes": path.stat().st_size,
-            "edge_sha256": _edge_digest(path), "recall": recall,
+            "blocks": record_file(path, FULL_BLOCK_BYTES), "recall": recall,
             "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     atomic_text(meta_path, json.dumps(meta, indent=1))
     log.info("built index %s in %.1f s: %.1f MB on disk%s", path, build_s, meta["bytes"] / 1e6,

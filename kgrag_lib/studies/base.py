@@ -31,6 +31,10 @@ class NotebookSettings:
     family: ClassVar[str | None] = None   # the study whose `models:` entry picks the LLM (None: no LLM)
     from_methods: ClassVar[dict[str, tuple[str, str]]] = {}   # field -> (method, setting) when None
 
+    def check(self, where: str) -> None:
+        """Refuse, once the settings are resolved, values a later cell would find wrong only after
+        the earlier cells' runs (none here; a notebook's settings add theirs)."""
+
 
 @dataclass
 class Sample(NotebookSettings):
@@ -64,6 +68,7 @@ def resolve(cls: type[NotebookSettings], name: str, profile: dict[str, Any], giv
             cfg = get_method(method).check_config(profile_section(profile, "methods", method),
                                                   where=f"profile {profile.get('name')!r}, methods.{method}")
             setattr(settings, key, getattr(cfg, setting))
+    settings.check(f"parameters of {name}")
     return settings
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..config import opt
+from ..errors import ConfigError
+from ..kg.sources import check_spec
 from ..grid import GridRun
 from .base import NotebookSettings, Sample, WithModel
 
@@ -46,6 +48,11 @@ class KGInfusedNotebook(KGInfusedRuns):
     upper_bound_kg: str | None = opt(None, "also run the KG variants with this KG (e.g. 2wiki-evidence-oracle) and "
                                            "show the paired difference (None: skip)")
 
+    def check(self, where: str) -> None:
+        """The extra KGs, run after the main grid: a typo must not cost that grid first."""
+        if self.upper_bound_kg is not None:
+            check_spec(self.upper_bound_kg, f"{where}: upper_bound_kg")
+
 
 @dataclass
 class Main(KGInfusedNotebook):
@@ -55,6 +62,19 @@ class Main(KGInfusedNotebook):
     placebo_kg: str | None = opt(None, "also run KG-Infused RAG on this placebo KG, same questions (the "
                                        "reference: 2wiki-evidence-heldout, without the evaluated questions' own "
                                        "facts), and test m1.kg_over_placebo (None: skip; the claim reads 'not run')")
+
+    def check(self, where: str) -> None:
+        """A placebo must be a KG, and neither the notebook's KG (the placebo claim would compare a
+        KG with itself) nor its upper bound (which holds the very facts a placebo lacks)."""
+        super().check(where)
+        if self.placebo_kg is None:
+            return
+        check_spec(self.placebo_kg, f"{where}: placebo_kg")
+        for other, label in ((self.kg, "kg"), (self.upper_bound_kg, "upper_bound_kg")):
+            if other is not None and self.placebo_kg.strip() == str(other).strip():
+                raise ConfigError(f"{where}: placebo_kg {self.placebo_kg!r} is also the notebook's {label}; a placebo "
+                                  "is a KG without the evaluated questions' facts, e.g. 2wiki-evidence-heldout "
+                                  "(None: no placebo)")
 
 
 @dataclass
