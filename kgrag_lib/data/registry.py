@@ -51,6 +51,8 @@ class DatasetSpec:
     # extra keyword files the loader reads beside the question file, by data root (2Wiki's id aliases)
     loader_files: Callable[[str | Path | None], dict[str, Path]] | None = None
     many_answers: bool = False  # several gold answers per question (MetaQA): `kgrag data stats` shows their spread
+    # further manifest entries its loader reads when present (2Wiki's id aliases): `data fetch --profile` gets them
+    companions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.corpus not in ("none", "pooled", "facts") and self.corpus_loader is None:
@@ -97,6 +99,7 @@ DATASETS: dict[str, DatasetSpec] = {
              "HippoRAG corpus, so open retrieval over that corpus can find the evidence.",
         marks=("evidences", "entity_ids", "evidences_id", "answer_id"),
         corpus_loader=load_2wiki_corpus, corpus_form=twowiki.CORPUS_FORM, loader_files=_twowiki_files,
+        companions=("2wiki-aliases",),
     ),
     "musique": DatasetSpec(
         "musique", "musique", load_musique,

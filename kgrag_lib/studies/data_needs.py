@@ -1,0 +1,94 @@
+"""Which data manifest entries a profile reads, from its resolved settings through the registries.
+
+`kgrag data fetch --profile P` fetches them, and `kgrag study` / `kgrag run` check them before the
+first notebook. The list is read off what the profile resolves to (every notebook's settings and
+every method's config, as `kgrag run --show-config` shows them), never kept by hand: a dataset
+name maps to its `DatasetSpec.manifest_key` (and companions), a KG spec to its source's `data`,
+a corpus to its file, a data path to the entry holding it, plus what a notebook class declares in
+`reads` for data no setting names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..config import fill_run_n, profile_section
+from ..data.manifest import load_manifest
+from ..data.registry import DATASETS
+from ..kg.sources import SOURCES
+from ..methods.registry import available_methods
+from .base import resolve
+from .profiles import NOTEBOOKS, load_profile
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+
+
+def _dataset_keys(name: str) -> list[str]:
+    spec = DATASETS.get(name)
+    return [spec.manifest_key, *spec.companions] if spec else []
+
+
+def _kg_keys(spec: str) -> list[str]:
+    prefix, _, arg = spec.partition(":")
+    source = SOURCES.get(prefix)
+    if source is None:
+        return []                      # a saved KG folder: nothing under the data root
+    if source.needs_llm:               # text:<dataset>... / tcr:<dataset>...: the dataset it extracts from
+        return _dataset_keys(arg.split(":")[0])
+    return [] if arg else list(source.data)
+
+
+def _corpus_keys(spec: str) -> list[str]:
+    if spec == "wikipedia":
+        return ["wikipedia-2018"]
+    if spec.startswith("sample:"):
+        return _dataset_keys(spec.split(":")[1])
+    return []                          # auto / pooled: the run's own dataset; wikipedia:<file>: a file given
+
+
+def _setting_keys(key: str, value: Any, files: dict[str, str]) -> list[str]:
+    out: list[str] = []
+    for s in _strings(value):
+        out += _dataset_keys(s)
+        if s in files:
+            out.append(files[s])
+        if key == "kg" or key.endswith("_kg"):
+            out += _kg_keys(s)
+        if key == "corpus":
+            out += _corpus_keys(s)
+    if key == "wikidata5m_dir" and value is None:
+        return out                     # read only when the files are there (the Table 5 row says so otherwise)
+    if key == "wikidata5m_dir":
+        out.append("wikidata5m")
+    return out
+
+
+def profile_data(profile: str | Path | dict) -> list[str]:
+    """The manifest entries `profile` reads, in manifest order."""
+    prof = load_profile(profile)
+    prof = fill_run_n(prof, profile_section(prof, "run").get("n"), prof.get("name", "profile"))
+    files = {spec["path"]: name for name, entry in load_manifest()["datasets"].items()
+             for spec in entry.get("files", [])}
+    found: set[str] = set()
+    for nb, cls in NOTEBOOKS.items():
+        settings = resolve(cls, nb, prof, {})
+        found.update(cls.reads)
+        for f in dataclasses.fields(settings):
+            found.update(_setting_keys(f.name, getattr(settings, f.name), files))
+    for m, spec in available_methods().items():
+        config = spec.check_config(profile_section(prof, "methods", m), where=prof.get("name", "profile"))
+        for f in dataclasses.fields(config):
+            found.update(_setting_keys(f.name, getattr(config, f.name), files))
+    order = list(load_manifest()["datasets"])
+    return [k for k in order if k in found] + sorted(found - set(order))
