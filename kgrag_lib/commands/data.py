@@ -66,7 +66,10 @@ def cmd_refresh_manifest(args: argparse.Namespace) -> int:
 def cmd_fetch(args: argparse.Namespace) -> int:
     """Download one manifest entry, or every entry a profile reads (resumable, checked); `--list`
     shows what can be fetched."""
-    _given(args, "name", "root", "manifest", "profile", "mirror")
+    _given(args, "root", "manifest", "profile", "mirror")
+    if any(not str(n).strip() for n in args.name or []):
+        raise ConfigError(f"kgrag data fetch: a blank dataset name in {args.name!r} (an unset shell variable?); "
+                          "name manifest entries, e.g. metaqa 2wiki")
     _root_folder(args.root)
     if args.list:
         print(list_fetchable(args.manifest, args.root))
@@ -82,9 +85,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         n = fetch_many(names, args.root, args.manifest, force=args.force, mirror=args.mirror, timeout=args.timeout)
         what = f"profile {args.profile}"
     else:
-        n = fetch_dataset(args.name, args.root, args.manifest, force=args.force, mirror=args.mirror,
-                          timeout=args.timeout)
-        what = args.name
+        n = fetch_many(args.name, args.root, args.manifest, force=args.force, mirror=args.mirror,
+                       timeout=args.timeout, optional_failures=False)
+        what = ", ".join(args.name)
     root = data_root(args.root)
     print(f"{what}: {n} file(s) installed under {root} ({data_root_origin(args.root)})" if n else
           f"{what}: nothing to fetch, every file is present under {root}")
@@ -196,7 +199,7 @@ def register(subparsers) -> None:
 
     f = sub.add_parser("fetch", help="download a dataset of the manifest, or all a profile reads (resumable; "
                                      "checked against its sha256)")
-    f.add_argument("name", nargs="?", default=None, help="manifest entry, e.g. metaqa, 2wiki or wikipedia-2018")
+    f.add_argument("name", nargs="*", default=None, help="manifest entries, e.g. metaqa 2wiki, or wikipedia-2018")
     f.add_argument("--profile", default=None, choices=profile_choices(), metavar="PROFILE",
                    help="fetch every dataset this profile's notebooks and methods read (from its resolved settings)")
     f.add_argument("--list", action="store_true", help="list the entries that have download URLs, with their sizes")

@@ -543,6 +543,11 @@ def fetch_dataset(name: str, root: str | Path | None = None, manifest_path: str 
         raise ConfigError(f"{name}: the manifest has no download url for it; {manual}")
     for d in downloads:
         d.via = mirrored(d.url, mirror) if mirror else ""
+    seen: list[str] = []
+    if not force and all(_present_ok(t, seen.append) for t in _targets(downloads, steps, base)):
+        for line in seen:
+            say(line)
+        return 0   # nothing to do: nothing written, not even the lock (a shared read-only root stays untouched)
     base.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(base / f".kgrag-fetch-{name}.lock"))
     try:
@@ -555,6 +560,10 @@ def fetch_dataset(name: str, root: str | Path | None = None, manifest_path: str 
         return n + sum(_derive_one(spec, base, force, manual, say, where, name) for spec in steps)
     finally:
         lock.release()
+
+
+def _targets(downloads: list[Download], steps: list[dict[str, Any]], base: Path) -> list[Target]:
+    return [t for d in downloads for t in d.targets] + [Target(spec, base / spec["path"]) for spec in steps]
 
 
 def _derive_one(spec: dict[str, Any], base: Path, force: bool, manual: str, say: Say, where: str, name: str) -> int:
@@ -650,20 +659,22 @@ def missing_files(names: list[str], root: str | Path | None = None,
 
 def fetch_many(names: list[str], root: str | Path | None = None, manifest_path: str | Path | None = None, *,
                force: bool = False, say: Say = print, mirror: str | None = None, timeout: float | None = None,
-               retries: int | None = None) -> int:
+               retries: int | None = None, optional_failures: bool = True) -> int:
     """Fetch every entry of `names` (a profile's data); an optional entry (`required: false`) that fails is
-    said, not fatal: the run that would read it says what it lacks. Returns the files installed."""
+    said, not fatal (unless `optional_failures` is False: the user named it): the run that would read it
+    says what it lacks. Returns the files installed."""
     doc = _load(manifest_path)
     unknown = [n for n in names if n not in doc["datasets"]]
     if unknown:
-        raise ConfigError(f"no dataset {', '.join(map(repr, unknown))} in {manifest_path or MANIFEST_PATH}")
+        raise ConfigError(f"no dataset {', '.join(map(repr, unknown))} in {manifest_path or MANIFEST_PATH}; "
+                          f"fetchable: {', '.join(fetchable(doc)) or 'none'} (`kgrag data fetch --list`)")
     total = 0
     for name in names:
         try:
             total += fetch_dataset(name, root, manifest_path, force=force, say=say, mirror=mirror, timeout=timeout,
                                    retries=retries)
         except FetchError as exc:
-            if doc["datasets"][name].get("required", True):
+            if doc["datasets"][name].get("required", True) or not optional_failures:
                 raise
             say(f"{name} (optional): not fetched: {exc}")
     return total

@@ -92,3 +92,60 @@ def profile_data(profile: str | Path | dict) -> list[str]:
             found.update(_setting_keys(f.name, getattr(config, f.name), files))
     order = list(load_manifest()["datasets"])
     return [k for k in order if k in found] + sorted(found - set(order))
+
+
+def run_data(method: str, dataset: str, profile: str | Path | dict) -> list[str]:
+    """The manifest entries one `kgrag run` reads: its dataset's, and its method config's KG and corpus."""
+    prof = load_profile(profile)
+    prof = fill_run_n(prof, profile_section(prof, "run").get("n"), prof.get("name", "profile"))
+    files: dict[str, str] = {}
+    found = set(_dataset_keys(dataset))
+    spec = available_methods().get(method)
+    if spec is not None:
+        config = spec.check_config(profile_section(prof, "methods", method), where=prof.get("name", "profile"))
+        for f in dataclasses.fields(config):
+            if f.name in ("kg", "corpus"):
+                found.update(_setting_keys(f.name, str(getattr(config, f.name) or "").replace("{dataset}", dataset),
+                                           files))
+    order = list(load_manifest()["datasets"])
+    return [k for k in order if k in found]
+
+
+def fetch_command(names: list[str] | None, root: Path, profile: str | None = None) -> str:
+    """The exact `kgrag data fetch` line that brings `names` (or a profile's data) into `root`."""
+    what = f"--profile {profile}" if profile else " ".join(names or [])
+    return f"kgrag data fetch {what} --root {root}"
+
+
+def ensure_data(profile: str | Path, *, say: Any = print, mirror: str | None = None) -> Path:
+    """Before a study's first notebook: the data root holds what `profile` reads, or it is fetched there
+    (only into the per-user data folder, the root of last resort: a root someone chose, or ../shared/data,
+    is never written behind their back) with progress bars, saying where; otherwise a MissingDataError
+    naming the exact fetch command. Returns the data root."""
+    from ..data.fetch import fetch_many, missing_files
+    from ..errors import MissingDataError
+    from ..paths import data_root, data_root_origin
+
+    prof = load_profile(profile)
+    explicit = profile_section(prof, "run").get("data_root")
+    root, origin = data_root(explicit), data_root_origin(explicit)
+    names = profile_data(prof)
+    missing = missing_files(names, root)
+    if not missing:
+        return root
+    label = prof.get("name") or str(profile)
+    command = fetch_command(None, root, label)
+    lack = "; ".join(f"{name} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+                     for name, paths in missing.items())
+    if origin != "the per-user data folder":
+        raise MissingDataError(f"profile {label} reads data missing under the data root {root} ({origin}): {lack}. "
+                               f"Fetch it with: {command}")
+    say(f"kgrag: the data profile {label} reads is not here; fetching {', '.join(missing)} into {root} (the per-user "
+        f"data folder: no $KGRAG_DATA_ROOT, no run.data_root, no ../shared/data beside the checkout)")
+    fetch_many(names, root, say=say, mirror=mirror)
+    still = missing_files(names, root)
+    if still:
+        raise MissingDataError(f"profile {label}: still missing under {root} after the fetch: {', '.join(still)}; "
+                               f"rerun {command}")
+    say(f"kgrag: the data of profile {label} is in {root}")
+    return root
