@@ -120,7 +120,8 @@ def files() -> dict[str, str]:
     out["2wiki/HippoRAG_2wiki_1000q_corpus.json"] = json.dumps(TWOWIKI_CORPUS, indent=4, ensure_ascii=False)
     out["2wiki/DERIVED_lag_dev_questions_with_gold_titles_in_HippoRAG_corpus_354.json"] = TWOWIKI_354
     out["musique/MIGRES_200_musique_ans.jsonl"] = _jsonl([_musique(i) for i in range(4)])
-    out["musique/lag_musique_ans_dev_2417_noparagraphs.json"] = json.dumps([_musique_bare(_musique(i)) for i in range(6)])
+    bare = [_musique_bare(_musique(i)) for i in range(6)]
+    out["musique/lag_musique_ans_dev_2417_noparagraphs.json"] = json.dumps(bare)
     out["wikidata5m/libkge_test.txt"] = "Q22686\tP39\tQ11696\nQ11696\tP1001\tQ30\n"
     out["wikidata5m/libkge_valid.txt"] = "Q30\tP36\tQ61\n"
     return out

@@ -85,8 +85,6 @@ def handle(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{flag.replace('_', '-')} is empty (an unset shell variable?); give a value or "
                               f"leave the flag out for the profile's")
     profile = load_profile(args.profile)  # every section checked, not only those this run reads
-    if not getattr(args, "qa_file", None):
-        _check_data(args, profile)
     if dry:
         return _dry_run(args, profile)
     metrics = run_experiment(args.method, args.dataset, args.out, profile=profile,
@@ -95,25 +93,6 @@ def handle(args: argparse.Namespace) -> int:
     print(cost_line(metrics))
     print(f"wrote {args.out}/predictions.jsonl, metrics.json, manifest.json")
     return 0
-
-
-def _check_data(args: argparse.Namespace, profile: dict) -> None:
-    """The files this run reads are under the data root, or one line naming the exact fetch command."""
-    from ..config import profile_section
-    from ..data.fetch import missing_files
-    from ..errors import MissingDataError
-    from ..paths import data_root, data_root_origin
-    from ..studies.data_needs import fetch_command, run_data
-
-    explicit = getattr(args, "data_root", None) or profile_section(profile, "run").get("data_root")
-    root = data_root(explicit)
-    missing = missing_files(run_data(args.method, args.dataset, profile), root)
-    if missing:
-        lack = "; ".join(f"{name} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
-                         for name, paths in missing.items())
-        raise MissingDataError(f"{args.method} on {args.dataset} reads data missing under the data root {root} "
-                               f"({data_root_origin(explicit)}): {lack}. Fetch it with: "
-                               f"{fetch_command(list(missing), root)}")
 
 
 def _dry_run(args: argparse.Namespace, profile: dict) -> int:

@@ -153,9 +153,10 @@ def get_spec(name: str) -> DatasetSpec:
 
 def _missing(path: Path, manifest_key: str, what: str, root: Path | None = None) -> MissingDataError:
     where = (f"looked under the data root {root}, chosen by the root argument, else $KGRAG_DATA_ROOT, "
-             f"else ../shared/data beside the repository" if root else "looked at the path given")
+             f"else ../shared/data beside the repository, else the per-user data folder" if root
+             else "looked at the path given")
     return MissingDataError(
-        f"{what}: file not found: {path} ({where}). How to obtain it: {obtain_hint(manifest_key)}"
+        f"{what}: file not found: {path} ({where}). How to obtain it: {obtain_hint(manifest_key, root=root)}"
     )
 
 

@@ -243,7 +243,8 @@ def twowiki_evidence_source(held_out: bool) -> Callable[[str, Path], SourcePlan]
         missing = [p for p in inputs if not p.is_file()]
         if missing:
             raise MissingDataError(f"{missing[0]} not found: the {name} KG is built from "
-                                   f"{', '.join(str(p.relative_to(data_root)) for p in inputs)} under the data root")
+                                   f"{', '.join(str(p.relative_to(data_root)) for p in inputs)} under the data root; "
+                                   f"fetch them with: kgrag data fetch 2wiki --root {data_root}")
         return SourcePlan(name, inputs, lambda: build_2wiki_evidence_store(data_root, held_out))
 
     return plan
