@@ -175,3 +175,55 @@ def test_the_study_fetches_into_the_per_user_folder_only(mirror, tmp_path, monke
     assert said[0].startswith("kgrag: the data profile cpu-smoke reads is not here; fetching")
     assert said[-1] == f"kgrag: the data of profile cpu-smoke is in {root}"
     assert (root / "metaqa" / "kb.txt").read_text() == source_mirror.KB
+
+
+REAL = __import__("kgrag_lib.paths", fromlist=["data_root"]).data_root()
+
+
+@pytest.mark.skipif(not (REAL / "INDEX.md").is_file(), reason=f"real data root not found at {REAL}")
+def test_the_profile_list_covers_what_cpu_smoke_notebooks_read(tmp_path, monkeypatch):
+    """A root holding only the entries `profile_data` lists (links to the real files) serves every read that
+    cpu-smoke's notebooks make through their settings: each dataset and split they sample, each corpus, the
+    KGs that need no LLM (notebook 20 also builds the oracle one), the MetaQA KB, the Wikidata5M slice and
+    notebook 26's question pool. An entry missing from the list fails here with the loader's MissingDataError."""
+    import dataclasses
+
+    from kgrag_lib.config import fill_run_n, profile_section
+    from kgrag_lib.kg.sources import SOURCES, load_kg
+    from kgrag_lib.methods.registry import available_methods
+    from kgrag_lib.studies import NOTEBOOKS, load_profile, notebook_settings
+
+    root = tmp_path / "root"
+    manifest = load_manifest()["datasets"]
+    for name in CPU_SMOKE:
+        for spec in manifest[name]["files"]:
+            if (REAL / spec["path"]).is_file():
+                (root / spec["path"]).parent.mkdir(parents=True, exist_ok=True)
+                (root / spec["path"]).symlink_to(REAL / spec["path"])
+    assert not (root / "bamboogle").exists() and not (root / "strategyqa").exists()   # the root is restricted
+    monkeypatch.setenv("KGRAG_DATA_ROOT", str(root))
+    cache = tmp_path / "cache"
+
+    prof = load_profile("cpu-smoke")
+    prof = fill_run_n(prof, profile_section(prof, "run").get("n"), "cpu-smoke")
+    datasets, kgs = set(), {"2wiki-evidence-oracle"}   # notebook 20 names the oracle KG in its code
+    values = [dataclasses.asdict(notebook_settings(nb, prof)) for nb in NOTEBOOKS]
+    values += [dataclasses.asdict(spec.check_config(profile_section(prof, "methods", m), where="cpu-smoke"))
+               for m, spec in available_methods().items()]
+    for settings in values:
+        for key, value in settings.items():
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, str) and v in DATASETS:
+                    datasets.add(v)
+                if key.endswith("kg") and isinstance(v, str) and v in SOURCES and not SOURCES[v].needs_llm:
+                    kgs.add(v)
+    assert {"metaqa-1hop", "hotpotqa", "2wiki", "musique"} <= datasets and "2wiki-evidence-heldout" in kgs
+    for name in sorted(datasets):
+        for split in DATASETS[name].splits:
+            assert load_questions(name, split=split, n=2, seed=0)
+        load_corpus(name)
+    for spec in sorted(kgs):
+        assert load_kg(spec, cache_dir=cache).store.num_triples > 0
+    assert metaqa_kb_path().is_file()
+    settings20 = notebook_settings("20_kg_preprocessing", prof)
+    assert all((root / f).is_file() for f in settings20.slice_files)
