@@ -12,7 +12,7 @@ from kgrag_lib.data.manifest import load_manifest, sha256_file
 from kgrag_lib.paths import data_root
 
 ROOT = data_root()
-real_data = pytest.mark.skipif(not (ROOT / "INDEX.md").is_file(), reason=f"real data root not found at {ROOT}")
+real_data = pytest.mark.skipif(not (ROOT / "metaqa" / "kb.txt").is_file(), reason=f"real data root not found at {ROOT}")
 DATASETS = load_manifest()["datasets"]
 
 

@@ -180,7 +180,7 @@ def test_the_study_fetches_into_the_per_user_folder_only(mirror, tmp_path, monke
 REAL = __import__("kgrag_lib.paths", fromlist=["data_root"]).data_root()
 
 
-@pytest.mark.skipif(not (REAL / "INDEX.md").is_file(), reason=f"real data root not found at {REAL}")
+@pytest.mark.skipif(not (REAL / "metaqa" / "kb.txt").is_file(), reason=f"real data root not found at {REAL}")
 def test_the_profile_list_covers_what_cpu_smoke_notebooks_read(tmp_path, monkeypatch):
     """A root holding only the entries `profile_data` lists (links to the real files) serves every read that
     cpu-smoke's notebooks make through their settings: each dataset and split they sample, each corpus, the
@@ -227,3 +227,29 @@ def test_the_profile_list_covers_what_cpu_smoke_notebooks_read(tmp_path, monkeyp
     assert metaqa_kb_path().is_file()
     settings20 = notebook_settings("20_kg_preprocessing", prof)
     assert all((root / f).is_file() for f in settings20.slice_files)
+
+
+@pytest.mark.skipif(not (REAL / "metaqa" / "kb.txt").is_file(), reason=f"real data root not found at {REAL}")
+def test_the_shipped_manifest_installs_the_real_bytes(tmp_path, capsys, monkeypatch):
+    """The shipped manifest end to end: a mirror serving the real files (read from ../shared/data) at its
+    URLs; `data fetch --profile gpu-paper` installs every required file with its sha256 verified, the
+    derived ones made by their steps, and `data check` finds them all present."""
+    monkeypatch.setattr(fetch, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(fetch, "RETRIES", 0)
+    manifest = load_manifest()["datasets"]
+    served = {}
+    names = profile_data("gpu-paper")
+    for name in names:
+        for spec in manifest[name]["files"]:
+            if spec.get("url") and not spec.get("unpack"):
+                served[source_mirror._served_at(spec["url"])] = (REAL / spec["path"]).read_bytes()
+    root = tmp_path / "root"
+    with source_mirror.Mirror() as m:
+        m.serve(served)
+        rc, out, err = _fetch(["--profile", "gpu-paper", "--root", str(root), "--mirror", m.url], capsys)
+    assert rc == 0, out + err
+    assert "2wiki-aliases (optional): not fetched" in out   # its zip is not in ../shared/data
+    assert out.count("sha256 verified") == sum(len(manifest[n]["files"]) for n in names if n != "2wiki-aliases")
+    assert "not verified" not in out
+    statuses = [s for s in check_data(root) if s.dataset in names and s.dataset != "2wiki-aliases"]
+    assert statuses and {s.status for s in statuses} == {PRESENT}
