@@ -140,6 +140,10 @@ def test_study_and_run_name_the_exact_fetch_command_when_data_is_missing(tmp_pat
 
     with pytest.raises(MissingDataError, match=re.escape(f"kgrag data fetch --profile cpu-smoke --root {root}")):
         ensure_data("cpu-smoke")
+    rc = cli.main(["study", "--profile", "cpu-smoke", "--out", str(tmp_path / "study")])
+    out, err = capsys.readouterr()
+    assert rc != 0 and "Traceback" not in err and f"kgrag data fetch --profile cpu-smoke --root {root}" in err
+    assert not (tmp_path / "study").exists()   # refused before the first notebook
     rc = cli.main(["run", "--method", "llm-kg", "--dataset", "metaqa-1hop", "--out", str(tmp_path / "o")])
     out, err = capsys.readouterr()
     assert rc != 0 and "Traceback" not in err
