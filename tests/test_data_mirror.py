@@ -79,6 +79,16 @@ def test_fetch_profile_cpu_smoke_from_the_mirror_then_the_loaders_read_it(mirror
     rc, out, _ = _fetch(_args(mirror, root, "--profile", "cpu-smoke"), capsys)   # all there: nothing requested
     assert rc == 0 and "nothing to fetch" in out and len(mirror.state.requests) == len(mirror.state.files)
 
+    # a KB obtained another way needs no ID-form sources: neither check nor fetch asks for them
+    for src in ("src_RoBERTa-KGQA", "src_keallm"):
+        for p in (root / "metaqa" / src).iterdir():
+            p.unlink()
+    metaqa = [s for s in check_data(root, mirror.manifest) if s.dataset == "metaqa"]
+    assert not [s for s in metaqa if s.required and s.status != PRESENT]
+    assert sum("only an input of metaqa/kb.txt" in s.detail for s in metaqa) == 4
+    rc, out, _ = _fetch(_args(mirror, root, "metaqa"), capsys)
+    assert rc == 0 and "nothing to fetch" in out and len(mirror.state.requests) == len(mirror.state.files)
+
 
 def test_a_cut_connection_resumes_with_a_range_request(mirror, tmp_path, capsys):
     url = load_manifest(mirror.manifest)["datasets"]["hotpotqa"]["files"][0]["url"]

@@ -543,6 +543,11 @@ def fetch_dataset(name: str, root: str | Path | None = None, manifest_path: str 
         raise ConfigError(f"{name}: the manifest has no download url for it; {manual}")
     for d in downloads:
         d.via = mirrored(d.url, mirror) if mirror else ""
+    if not force:   # the inputs of a derived file already present are not needed: leave them out
+        spare = {base / p for spec in steps if (base / spec["path"]).is_file() for p in spec["from"]}
+        for d in downloads:
+            d.targets = [t for t in d.targets if t.path not in spare]
+        downloads = [d for d in downloads if d.targets]
     seen: list[str] = []
     if not force and all(_present_ok(t, seen.append) for t in _targets(downloads, steps, base)):
         for line in seen:
