@@ -17,6 +17,7 @@ from kgrag_lib.data import fetch
 from kgrag_lib.data.check import PRESENT, check_data
 from kgrag_lib.data.manifest import load_manifest
 from kgrag_lib.data.registry import DATASETS, load_corpus, load_questions, metaqa_kb_path
+from kgrag_lib.paths import data_root
 from kgrag_lib.studies.data_needs import profile_data
 
 CPU_SMOKE = profile_data("cpu-smoke")
@@ -144,9 +145,8 @@ def test_study_and_run_name_the_exact_fetch_command_when_data_is_missing(tmp_pat
     root = tmp_path / "empty"
     root.mkdir()
     monkeypatch.setenv("KGRAG_DATA_ROOT", str(root))
-    from kgrag_lib.studies.data_needs import ensure_data
-
     from kgrag_lib.errors import MissingDataError
+    from kgrag_lib.studies.data_needs import ensure_data
 
     with pytest.raises(MissingDataError, match=re.escape(f"kgrag data fetch --profile cpu-smoke --root {root}")):
         ensure_data("cpu-smoke")
@@ -191,7 +191,7 @@ def test_the_study_fetches_into_the_per_user_folder_only(mirror, tmp_path, monke
     assert (root / "metaqa" / "kb.txt").read_text() == source_mirror.KB
 
 
-REAL = __import__("kgrag_lib.paths", fromlist=["data_root"]).data_root()
+REAL = data_root()
 
 
 @pytest.mark.skipif(not (REAL / "metaqa" / "kb.txt").is_file(), reason=f"real data root not found at {REAL}")

@@ -7,9 +7,8 @@ import json
 import time
 
 from ..cli_choices import profile_choices
-
 from ..data.check import MISMATCH, check_data, dataset_stats, format_check, stats_datasets, stats_default, statuses_to_json
-from ..data.fetch import MIRROR_ENV, TIMEOUT_ENV, TIMEOUT_S, fetch_dataset, fetch_many, list_fetchable
+from ..data.fetch import MIRROR_ENV, TIMEOUT_ENV, TIMEOUT_S, fetch_many, list_fetchable
 from ..data.manifest import MANIFEST_PATH, refresh_manifest
 from ..data.registry import default_path
 from ..errors import ConfigError

@@ -185,7 +185,6 @@ def fetchable(manifest: dict[str, Any], root: Path | None = None) -> dict[str, l
     return {name: ds for name, entry in manifest["datasets"].items() if (ds := plan(name, entry, base))}
 
 
-
 def _load(manifest_path: str | Path | None) -> dict[str, Any]:
     """The manifest; a path given that names no file is refused (not read as an empty manifest)."""
     if manifest_path is not None and not Path(manifest_path).exists():
@@ -475,7 +474,7 @@ def _unpack(d: Download, todo: list[Target], label: str, manual: str, say: Say) 
             return
         wanted = {t.member: t for t in todo}
         if d.unpack == "zip":
-            _unzip(d, wanted, label, manual, say, size)
+            _unzip(d, wanted, label, manual, say)
             return
         with open(d.saved, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
             names = []
@@ -502,7 +501,7 @@ def _unpack(d: Download, todo: list[Target], label: str, manual: str, say: Say) 
                          f"rerun with --force to download it again, {manual}") from None
 
 
-def _unzip(d: Download, wanted: dict[str, Target], label: str, manual: str, say: Say, size: int) -> None:
+def _unzip(d: Download, wanted: dict[str, Target], label: str, manual: str, say: Say) -> None:
     """Install each wanted member of a zip (matched by its path or its file name, the first one that fits)."""
     with zipfile.ZipFile(d.saved) as zf:
         names = zf.namelist()
