@@ -56,9 +56,6 @@ def handle(args: argparse.Namespace) -> int:
                           "notebook); leave the flag out to run them all")
     if given["concurrency"] is not None:
         check_workers(given["concurrency"], "--concurrency")
-    from ..studies.data_needs import ensure_data
-
-    ensure_data(args.profile)   # before the first notebook: fetched into the per-user folder, or the command named
     executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),
                              num_cpus=getattr(args, "num_cpus", None))
     report = run_study(args.profile, args.out, only=args.only, run_overrides=given, executor=executor)

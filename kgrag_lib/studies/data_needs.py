@@ -19,6 +19,7 @@ from ..data.manifest import load_manifest
 from ..data.registry import DATASETS
 from ..kg.sources import SOURCES
 from ..methods.registry import available_methods
+from . import cross_method
 from .base import resolve
 from .profiles import NOTEBOOKS, load_profile
 
@@ -74,41 +75,32 @@ def _setting_keys(key: str, value: Any, files: dict[str, str]) -> list[str]:
     return out
 
 
-def profile_data(profile: str | Path | dict) -> list[str]:
-    """The manifest entries `profile` reads, in manifest order."""
+def profile_data(profile: str | Path | dict, notebooks: list[str] | None = None) -> list[str]:
+    """The manifest entries `profile` reads (only `notebooks`' when given), in manifest order. A notebook
+    reads its settings' data and, through the methods of its study family, their KG and corpus; the
+    cross-method notebook runs every family's methods."""
     prof = load_profile(profile)
     prof = fill_run_n(prof, profile_section(prof, "run").get("n"), prof.get("name", "profile"))
     files = {spec["path"]: name for name, entry in load_manifest()["datasets"].items()
              for spec in entry.get("files", [])}
+    chosen = {nb: cls for nb, cls in NOTEBOOKS.items() if notebooks is None or nb in notebooks}
+    families = {cls.family for cls in chosen.values()}
+    if any(nb in cross_method.NOTEBOOKS for nb in chosen):
+        families |= {spec.family for spec in available_methods().values()}
     found: set[str] = set()
-    for nb, cls in NOTEBOOKS.items():
+    for nb, cls in chosen.items():
         settings = resolve(cls, nb, prof, {})
         found.update(cls.reads)
         for f in dataclasses.fields(settings):
             found.update(_setting_keys(f.name, getattr(settings, f.name), files))
     for m, spec in available_methods().items():
+        if spec.family not in families:
+            continue
         config = spec.check_config(profile_section(prof, "methods", m), where=prof.get("name", "profile"))
         for f in dataclasses.fields(config):
             found.update(_setting_keys(f.name, getattr(config, f.name), files))
     order = list(load_manifest()["datasets"])
     return [k for k in order if k in found] + sorted(found - set(order))
-
-
-def run_data(method: str, dataset: str, profile: str | Path | dict) -> list[str]:
-    """The manifest entries one `kgrag run` reads: its dataset's, and its method config's KG and corpus."""
-    prof = load_profile(profile)
-    prof = fill_run_n(prof, profile_section(prof, "run").get("n"), prof.get("name", "profile"))
-    files: dict[str, str] = {}
-    found = set(_dataset_keys(dataset))
-    spec = available_methods().get(method)
-    if spec is not None:
-        config = spec.check_config(profile_section(prof, "methods", method), where=prof.get("name", "profile"))
-        for f in dataclasses.fields(config):
-            if f.name in ("kg", "corpus"):
-                found.update(_setting_keys(f.name, str(getattr(config, f.name) or "").replace("{dataset}", dataset),
-                                           files))
-    order = list(load_manifest()["datasets"])
-    return [k for k in order if k in found]
 
 
 def fetch_command(names: list[str] | None, root: Path, profile: str | None = None) -> str:
@@ -117,11 +109,15 @@ def fetch_command(names: list[str] | None, root: Path, profile: str | None = Non
     return f"kgrag data fetch {what} --root {root}"
 
 
-def ensure_data(profile: str | Path, *, say: Any = print, mirror: str | None = None) -> Path:
-    """Before a study's first notebook: the data root holds what `profile` reads, or it is fetched there
-    (only into the per-user data folder, the root of last resort: a root someone chose, or ../shared/data,
-    is never written behind their back) with progress bars, saying where; otherwise a MissingDataError
-    naming the exact fetch command. Returns the data root."""
+def ensure_data(profile: str | Path, notebooks: list[str] | None = None, *, say: Any = print,
+                mirror: str | None = None) -> Path:
+    """Before a study's first notebook: what `profile`'s `notebooks` read is under the data root, or
+    - the root is the per-user data folder (the root of last resort): it is fetched there, with progress
+      bars, saying where; a root someone chose, or ../shared/data, is never written behind their back;
+    - an entry is wholly absent: a MissingDataError naming the exact fetch command;
+    - an entry is partly there (a hand-made root holding the files a run needs): one line naming what is
+      missing and the command, and the study goes on (a loader that lacks a file names the command too).
+    Returns the data root."""
     from ..data.fetch import fetch_many, missing_files
     from ..errors import MissingDataError
     from ..paths import data_root, data_root_origin
@@ -129,17 +125,23 @@ def ensure_data(profile: str | Path, *, say: Any = print, mirror: str | None = N
     prof = load_profile(profile)
     explicit = profile_section(prof, "run").get("data_root")
     root, origin = data_root(explicit), data_root_origin(explicit)
-    names = profile_data(prof)
+    names = profile_data(prof, notebooks)
     missing = missing_files(names, root)
     if not missing:
         return root
     label = prof.get("name") or str(profile)
     command = fetch_command(None, root, label)
+    manifest = load_manifest()["datasets"]
     lack = "; ".join(f"{name} ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
                      for name, paths in missing.items())
     if origin != "the per-user data folder":
-        raise MissingDataError(f"profile {label} reads data missing under the data root {root} ({origin}): {lack}. "
-                               f"Fetch it with: {command}")
+        absent = [n for n, paths in missing.items() if len(paths) == len(manifest[n]["files"])]
+        if absent:
+            raise MissingDataError(f"profile {label} reads data missing under the data root {root} ({origin}): "
+                                   f"{lack}. Fetch it with: {command}")
+        say(f"kgrag: the data root {root} ({origin}) lacks files profile {label} may read: {lack}; "
+            f"`{command}` fetches them")
+        return root
     say(f"kgrag: the data profile {label} reads is not here; fetching {', '.join(missing)} into {root} (the per-user "
         f"data folder: no $KGRAG_DATA_ROOT, no run.data_root, no ../shared/data beside the checkout)")
     fetch_many(names, root, say=say, mirror=mirror)
