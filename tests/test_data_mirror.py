@@ -267,3 +267,15 @@ def test_the_shipped_manifest_installs_the_real_bytes(tmp_path, capsys, monkeypa
     assert "not verified" not in out
     statuses = [s for s in check_data(root) if s.dataset in names and s.dataset != "2wiki-aliases"]
     assert statuses and {s.status for s in statuses} == {PRESENT}
+
+
+def test_a_hand_made_root_holding_part_of_an_entry_gets_one_line_not_a_refusal(metaqa_root):
+    """`--only 00` reads MetaQA alone; a root with its KB and one QA file is warned about, not refused."""
+    from kgrag_lib.studies.data_needs import ensure_data, profile_data
+
+    assert profile_data("cpu-smoke", ["00_quickstart"]) == ["metaqa"]
+    said: list[str] = []
+    assert ensure_data("cpu-smoke", ["00_quickstart"], say=said.append) == metaqa_root.resolve()
+    assert len(said) == 1 and "lacks files profile cpu-smoke may read: metaqa (" in said[0]
+    assert f"kgrag data fetch --profile cpu-smoke --root {metaqa_root.resolve()}" in said[0]
+    assert not any(p.name.startswith(".kgrag-fetch") for p in metaqa_root.iterdir())   # nothing written there
