@@ -1,8 +1,9 @@
 """Which data manifest entries a profile reads, from its resolved settings through the registries.
 
-`kgrag data fetch --profile P` fetches them, and `kgrag study` / `kgrag run` check them before the
-first notebook. The list is read off what the profile resolves to (every notebook's settings and
-every method's config, as `kgrag run --show-config` shows them), never kept by hand: a dataset
+`kgrag data fetch --profile P` fetches them, and `kgrag study` checks (or, into the per-user data
+folder, fetches) them before the first notebook; `kgrag run`'s loaders name the fetch command for a
+file they lack. The list is read off what the profile resolves to (every notebook's settings and
+its study family's method configs, as `kgrag run --show-config` shows them), never kept by hand: a dataset
 name maps to its `DatasetSpec.manifest_key` (and companions), a KG spec to its source's `data`,
 a corpus to its file, a data path to the entry holding it, plus what a notebook class declares in
 `reads` for data no setting names.
