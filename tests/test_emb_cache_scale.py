@@ -277,3 +277,29 @@ def test_precision_is_fp32_on_cpu_and_half_only_on_cuda(monkeypatch):
     assert resolve_precision(None, "cuda") == "fp16" and resolve_precision(None, "cpu") == "fp32"
     with pytest.raises(ConfigError, match="embedder dtype 'fp8'"):
         resolve_precision("fp8", "cuda")
+
+
+def test_a_run_in_another_dtype_than_the_stored_vectors_stops_unless_told(tmp_path, monkeypatch):
+    """Issue 57: `kgrag data embed --dtype fp16`, then a run without $KGRAG_EMBEDDER_DTYPE, re-embedded
+    Wikipedia's 21M passages in fp32 (~3.8 h) without a word. Embeddings record their dtype; a run that
+    would encode them again in another one says so and stops, unless the dtype was chosen explicitly."""
+    monkeypatch.delenv("KGRAG_EMBEDDER_DTYPE", raising=False)
+    half = BagOfWordsEmbedder(identity="hf:org/retriever@abc+fp16")
+    half.precision, half.precision_given = "fp16", True      # `kgrag data embed --dtype fp16`
+    embed_cached(half, Source(TEXTS), key=KEY, cache_dir=tmp_path, name="wikipedia", show_progress=False)
+    meta = json.loads(cache_path(half, Source(TEXTS), key=KEY, cache_dir=tmp_path, name="wikipedia")
+                      .with_suffix(".json").read_text())
+    assert meta["dtype"] == "fp16"
+    full = BagOfWordsEmbedder(identity="hf:org/retriever@abc")   # the run: fp32 by default, nobody chose it
+    with pytest.raises(ConfigError, match=r"stored from hf:org/retriever@abc in fp16 .*this run encodes in fp32: "
+                                          r"it would embed all 1,000 texts again\. Set KGRAG_EMBEDDER_DTYPE=fp16"):
+        embed_cached(full, Source(TEXTS), key=KEY, cache_dir=tmp_path, name="wikipedia", show_progress=False)
+    with pytest.raises(ConfigError, match="in fp16"):
+        embed_shard(full, Source(TEXTS), (0, 2), key=KEY, cache_dir=tmp_path, name="wikipedia", show_progress=False)
+    assert full.calls == 0                                     # refused before encoding a row
+    other_texts = embed_cached(full, Source(TEXTS[:500]), key="another:v1", cache_dir=tmp_path, name="wikipedia",
+                               show_progress=False)            # other texts: nothing to re-embed, no refusal
+    assert other_texts.shape == (500, 256)
+    monkeypatch.setenv("KGRAG_EMBEDDER_DTYPE", "fp32")          # told: embed again in fp32 on purpose
+    again = embed_cached(full, Source(TEXTS), key=KEY, cache_dir=tmp_path, name="wikipedia", show_progress=False)
+    assert again.shape == (N, 256)

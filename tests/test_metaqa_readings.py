@@ -10,8 +10,9 @@ import pytest
 
 from kgrag_lib.eval.metrics import first_sentence, get_metric
 from kgrag_lib.eval.paired import CONFIRMED, NO_SIGNAL, NOT_SEPARABLE
-from kgrag_lib.report.metaqa.readings import (FLOOR, PAPER, READINGS, flip_notes, floor_verdict, judge_in_family,
-                                              readings_table, report_table)
+from kgrag_lib.report.metaqa.readings import (FLOOR, OWN_P, PAPER, READINGS, RULE_CHANGE, flip_notes, floor_verdict,
+                                              judge_in_family, readings_table, report_section, report_table,
+                                              rule_change_table)
 from kgrag_lib.report.multiplicity import holm
 from kgrag_lib.report.study import assessed_claims, collect, format_p
 
@@ -95,6 +96,51 @@ def test_each_reading_is_adjusted_over_the_primary_family_with_a_silent_member_a
     assert out.loc[("hit1_first", "c"), "verdict"] == "floor effect (A 1.5 vs B 1.0 %)"
     # a claim outside the primary family stays outside under every reading
     assert pd.isna(out.loc[("hit1_first", "z"), "p_holm"]) and out.loc[("hit1_first", "z"), "verdict"] == CONFIRMED
+    # the old rule's outcome, each test at its own p, is kept beside the family's (floors labelled alike)
+    assert out.loc[("hit1", "c"), OWN_P] == CONFIRMED and out.loc[("hit1_first", "b"), OWN_P] == CONFIRMED
+    assert out.loc[("hit1_first", "a"), OWN_P] == "floor effect (A 0.0 vs B 0.0 %)"
+    assert out.loc[("hit1_first", "z"), OWN_P] == CONFIRMED       # outside the family both rules agree
+
+
+def test_report_shows_both_rules_outcomes_for_every_reading_the_family_changed():
+    """The readings' rule changed after the results were seen (own p -> the paper's Holm family), so REPORT lists
+    every reading whose verdict differs between the two rules, with both p-values."""
+    readings = readings_table(pd.DataFrame(collect(REFERENCE).runs))
+    changed = rule_change_table(readings, format_p)
+    want = {(rec["claim"], m) for rec in readings.to_dict("records") for m in READINGS
+            if rec[f"{m} {OWN_P}"] != rec[f"{m} verdict"]}
+    assert set(zip(changed["claim"], changed["reading"])) == want and len(want) >= 3
+    row = changed.set_index(["claim", "reading"]).loc[("exp2.ours_over_llm_3hop", "hit1_sentence")]
+    assert (row["p"], row["Holm"]) == ("0.0294", "0.3828")
+    assert (row["verdict at own p (old rule)"], row["verdict in the family (now)"]) == (CONFIRMED, NOT_SEPARABLE)
+    section = "\n".join(report_section(readings, lambda df: df.to_markdown(index=False), format_p))
+    assert RULE_CHANGE in section and "exp2.ours_over_llm_3hop" in section.split(RULE_CHANGE)[1]
+
+
+def test_a_silent_equivalence_member_enters_at_p_one_and_p_is_the_decisive_p():
+    """A `~` claim TOST decides enters Holm with its p_equiv, and its reading shows that p beside Holm; one
+    no question scores on (0 vs 0, where TOST would "confirm" it) enters at p = 1 like any silent member."""
+    cols = ["claim", "reading", "statement", "p_value", "verdict", "ours_a", "ours_b", "p_equiv"]
+    tests = pd.DataFrame([dict(zip(cols, r)) for r in [
+        ("a", "hit1", "x ~ y", 0.5, CONFIRMED, 30.0, 30.0, 0.01),
+        ("b", "hit1", "x > y", 0.02, CONFIRMED, 40.0, 20.0, float("nan")),
+        ("a", "hit1_first", "x ~ y", 1.0, NO_SIGNAL, 0.0, 0.0, 0.001),
+        ("b", "hit1_first", "x > y", 0.02, CONFIRMED, 30.0, 10.0, float("nan")),
+    ]])
+    out = judge_in_family(tests).set_index(["reading", "claim"])
+    assert out.loc[("hit1", "a"), "p_decisive"] == 0.01 and out.loc[("hit1", "b"), "p_decisive"] == 0.02
+    assert list(out.loc["hit1", "p_holm"].loc[["a", "b"]]) == pytest.approx([0.02, 0.02])
+    assert out.loc[("hit1_first", "a"), "p_decisive"] == 1.0
+    assert list(out.loc["hit1_first", "p_holm"].loc[["a", "b"]]) == pytest.approx([1.0, 0.04])
+
+
+@pytest.mark.parametrize("name", ["reference", "reference-1.5b"])
+def test_every_readings_holm_p_is_at_least_its_own_p(name):
+    """`p` beside `Holm` is the p Holm adjusted, so the adjusted one is never the smaller."""
+    readings = readings_table(pd.DataFrame(collect(REFERENCE.parent / name).runs))
+    for m in READINGS:
+        tested = readings[readings[f"{m} p_holm"].notna()]
+        assert (tested[f"{m} p_holm"] >= tested[f"{m} p"] - 1e-12).all(), (name, m)
 
 
 def test_a_floor_effect_needs_both_sides_at_or_below_the_floor():

@@ -72,6 +72,29 @@ def test_parameter_grid_refuses_ill_formed_per_dataset(per_dataset, match):
                           per_dataset=per_dataset)
 
 
+def test_a_null_entry_drops_what_a_parent_profile_set_for_that_dataset():
+    """A variant profile (`extends:`) merges `per_dataset` key by key, so it removes an inherited column's
+    override by setting it to null (cpu-reference-1.5b drops cpu-reference's 3-hop column so)."""
+    s = notebook_settings("11_metaqa_parameter_grid", {"name": "p"}, datasets=["metaqa-1hop", "metaqa-2hop"], n=50,
+                          per_dataset={"metaqa-1hop": {"n": 71}, "metaqa-3hop": None})
+    assert s.per_dataset == {"metaqa-1hop": {"n": 71}} and s.column("metaqa-2hop")[0] == 50
+
+
+def test_baselines_give_one_dataset_its_own_n_and_keep_the_others():
+    """Notebook 12 runs one dataset at the n a claims plan gives it (issue 56, unit 6) while the others keep n."""
+    prof = {"name": "p", "run": {"n": 9}, "notebooks": {"12_metaqa_baselines": {
+        "n": 100, "per_dataset": {"metaqa-1hop": {"n": 269}}}}}
+    s = notebook_settings("12_metaqa_baselines", prof)
+    assert [s.n_of(d) for d in s.datasets] == [269, 100, 100]
+    assert [notebook_settings("12_metaqa_baselines", {"name": "p", "run": {"n": 9}}).n_of(d)
+            for d in ("metaqa-1hop", "metaqa-3hop")] == [9, 9]          # no entry: the notebook's n, here run.n
+    for bad, match in [({"metaqa-1hop": {"hops_grid": [1]}}, r"keys among n,"),
+                       ({"metaqa-9hop": {"n": 5}}, r"'metaqa-9hop' is not one of this notebook's datasets"),
+                       ({"metaqa-1hop": {"n": -1}}, r"metaqa-1hop.n: expected a positive integer")]:
+        with pytest.raises(ConfigError, match=match):
+            notebook_settings("12_metaqa_baselines", {"name": "p"}, per_dataset=bad)
+
+
 def test_every_notebook_has_settings_and_every_shipped_profile_resolves():
     from kgrag_lib.notebooks import study_notebooks
 
@@ -253,3 +276,35 @@ def test_a_failing_notebook_blocks_only_the_notebooks_that_need_it_under_the_loc
     assert "no pair" in results["26_dpo_data"].error
     assert results["27_dpo_training"].blocked_by == "26_dpo_data" and results["28_plugins"].ok
     assert "27_dpo_training: not run, it needs 26_dpo_data" in capsys.readouterr().out
+
+
+def test_notebook_12_runs_a_dataset_at_its_own_n_with_the_scripted_model(tmp_path, offline_parts, metaqa_root,
+                                                                        monkeypatch):
+    """Notebook 12's own cells, in this process: a `per_dataset` n reaches that dataset's runs, their folders
+    and the summary rows; the other dataset keeps `n` (issue 56, unit 6)."""
+    import IPython.display
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: None)
+    monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
+    two = metaqa_root / "metaqa" / "2-hop" / "vanilla"
+    two.mkdir(parents=True)
+    shutil.copy(metaqa_root / "metaqa" / "1-hop" / "vanilla" / "qa_test.txt", two / "qa_test.txt")
+    out = tmp_path / "out"
+    cells = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "12_metaqa_baselines.ipynb")
+                       .read_text(encoding="utf-8"))["cells"]
+    ns: dict = {}
+    for c in cells:
+        if c["cell_type"] == "code":
+            exec("".join(c["source"]), ns)
+            if "parameters" in c["metadata"].get("tags", []):
+                ns.update(out_dir=str(out), datasets=["metaqa-1hop", "metaqa-2hop"], methods=["llm", "llm-kg"], n=2,
+                          per_dataset={"metaqa-1hop": {"n": 3}})
+    for d, n in (("metaqa-1hop", 3), ("metaqa-2hop", 2)):
+        for m in ("llm", "llm-kg"):
+            metrics = json.loads((out / "runs" / d / m / f"n{n}_seed0" / "metrics.json").read_text(encoding="utf-8"))
+            assert metrics["n"] == n, (d, m)
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert {(r["dataset"], r["n"]) for r in summary if r.get("experiment") == "exp2"} == {("metaqa-1hop", 3),
+                                                                                          ("metaqa-2hop", 2)}

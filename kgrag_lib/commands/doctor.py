@@ -1,7 +1,8 @@
 """`kgrag doctor`: what this machine can run (CPU smoke, GPU smoke, paper scale) and what is missing.
 
-Probes only: no model is assembled or loaded, no data file is hashed, a named server gets one
-GET /v1/models with a short timeout. Exit 0 whatever is missing (the report says it); an
+Probes only: no model is assembled or loaded, no data file is hashed, a named server (--server, or
+the one an openai:/vllm: --model names) gets GET /v1/models and GET /metrics (vLLM's share of the GPU)
+with a short timeout. Exit 0 whatever is missing (the report says it); an
 internal error is the only non-zero exit.
 """
 
@@ -17,7 +18,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from ..doctor.probes import probe_all
     from ..doctor.report import render
 
-    print(render(probe_all(args.server or os.environ.get(VLLM_URL_ENV), args.root, args.profile, args.model)))
+    from ..doctor.probes import server_of_model
+
+    # a server the --model spec names (openai:<url>#id, vllm:<id>) is the one to ask; else --server, $KGRAG_VLLM_URL
+    named = args.server or (None if server_of_model(args.model)[0] else os.environ.get(VLLM_URL_ENV))
+    print(render(probe_all(named, args.root, args.profile, args.model)))
     return 0
 
 

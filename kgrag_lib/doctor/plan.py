@@ -89,11 +89,19 @@ class Plan:
     hf_cache: str = ""
     disk_free_gib: float | None = None
     vllm_utilization: float | None = None   # the server section's, when the profile starts vLLM
-    # notebook 27's DPO training on the GPU, in kgrag's process (`dpo_memory`'s estimate; None: the
-    # profile trains on the CPU or not at all, or the base model's config.json is not at hand)
+    # notebook 27's DPO training on the GPU, in kgrag's process, with or without a server (`dpo_memory`'s
+    # estimate; None: the profile trains on the CPU or not at all, or the base model's shape is unknown here)
     dpo_gib: float | None = None
     notes: tuple[str, ...] = field(default=())
     data: tuple[DataNeed, ...] = field(default=())   # the papers' full-size resources it names
+    data_root: str = ""                      # where `kgrag data fetch` writes them
+    data_disk_free_gib: float | None = None  # free there (None: not read)
+    data_disk_shared: bool = False           # the same filesystem as the HF cache: the two needs add up
+
+    @property
+    def data_disk_gib(self) -> float:
+        """Disk the papers' resources still need: all of it for one whose files are not fetched yet."""
+        return sum(d.disk_gib for d in self.data if not d.present)
 
     @property
     def download_gib(self) -> float:
@@ -210,6 +218,15 @@ def gpu_need_gib(weights: list[Weights] | tuple[Weights, ...]) -> float | None:
     return peak
 
 
+def in_process_need_gib(weights: list[Weights] | tuple[Weights, ...], dpo_gib: float | None = None) -> float | None:
+    """GPU memory kgrag's process needs at its peak without a server: the largest notebook's models
+    (`gpu_need_gib`), or notebook 27's DPO training where that is more (it loads its own base model)."""
+    need = gpu_need_gib(weights)
+    if need is None or dpo_gib is None:
+        return need
+    return max(need, dpo_gib + PROCESS_MARGIN_GIB)
+
+
 def kgrag_share_gib(weights: list[Weights] | tuple[Weights, ...], dpo_gib: float | None = None) -> float | None:
     """What kgrag's process needs on the GPU beside a vLLM server that stays up for the whole study: the
     largest notebook's in-process models (embedders, and a method's own LLM such as Self-RAG's that the
@@ -223,7 +240,7 @@ def kgrag_share_gib(weights: list[Weights] | tuple[Weights, ...], dpo_gib: float
 def dpo_training_gib(profile: dict[str, Any], base_config: Callable[[str], Any] | None = None) -> float | None:
     """Peak GPU memory of the profile's notebook 27 training (one GPU), or None when it uses a `cpu-*`
     set (made for a small model), leaves DPO out, or the base model's config cannot be read here."""
-    from ..train.dpo_memory import plan_for
+    from ..train.dpo_memory import KNOWN_CONFIGS, plan_for
     from ..train.dpo_train import dpo_config
 
     if "27_dpo_training" not in profile_section(profile, "notebooks"):
@@ -235,7 +252,12 @@ def dpo_training_gib(profile: dict[str, Any], base_config: Callable[[str], Any] 
         cfg = dpo_config(nb.training, **(nb.training_overrides or {}))
         if base_config is None:
             from ..train.gguf_to_hf import base_model_config as base_config
-        return round(plan_for(cfg, base_config(cfg.base_model), n_gpus=1, sharded=False, cuda=False).total_gib, 1)
+        hub = PRESETS[cfg.base_model].model if cfg.base_model in PRESETS else cfg.base_model
+        if hub in KNOWN_CONFIGS:   # its shape ships with kgrag: no hub request (offline, or a slow network)
+            shape = KNOWN_CONFIGS[hub]
+        else:
+            shape = base_config(cfg.base_model)
+        return round(plan_for(cfg, shape, n_gpus=1, sharded=False, cuda=False).total_gib, 1)
     except Exception:  # noqa: BLE001 - offline without the config.json, a gated repo: the plan says unknown
         return None
 
@@ -338,5 +360,22 @@ def probe_plan(profile: str, model: str | None = None) -> Plan:
     free = shutil.disk_usage(where).free / 2**30
     util = _served_utilization(prof, [w.spec for w in weights if w.where == "vllm-serve"])
     return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util,
-                dpo_gib=dpo_training_gib(prof) if util is not None else None,
-                data=tuple(data_needs(prof, _data_present)))
+                dpo_gib=dpo_training_gib(prof),   # in-process or beside a server, notebook 27 trains on the GPU
+                data=tuple(data_needs(prof, _data_present)), **_data_disk(where))
+
+
+def _data_disk(hf_where: Path) -> dict[str, Any]:
+    """Free disk under the data root (its nearest existing folder) and whether the HF cache shares it."""
+    try:
+        root = data_root()
+    except Exception:  # noqa: BLE001 - no data root here: the data line says so
+        return {}
+    at = root
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    try:
+        shared = at.stat().st_dev == hf_where.stat().st_dev
+    except OSError:
+        shared = False
+    return {"data_root": str(root), "data_disk_free_gib": round(shutil.disk_usage(at).free / 2**30, 1),
+            "data_disk_shared": shared}

@@ -106,10 +106,16 @@ class Model:
 
 @dataclass(frozen=True)
 class Server:
-    url: str | None          # None: no server named (--server or $KGRAG_VLLM_URL)
+    url: str | None          # None: no server named (--server, $KGRAG_VLLM_URL, or an openai:/vllm: --model)
     reachable: bool = False
     models: tuple[str, ...] = ()
     error: str = ""
+    wanted: str = ""         # the model id the --model spec asks it for ("": none named)
+    local: bool = False      # a loopback host: the GPU it holds is this machine's
+    engine: str = ""         # "vllm" when its /metrics carries vLLM's gauges
+    gpu_memory_utilization: float | None = None   # vLLM's share of the GPU (vllm:cache_config_info)
+    kv_cache_usage: float | None = None           # the share of its KV cache in use now
+    metrics_error: str = ""  # why its memory is unknown
 
 
 @dataclass(frozen=True)
@@ -293,8 +299,65 @@ def probe_models() -> tuple[Model, ...]:
     return tuple(out)
 
 
-def probe_server(url: str | None) -> Server:
-    """GET <url>/models with a short timeout; `url` None means none was named."""
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_SAMPLE = re.compile(r'^([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$')   # name{labels} value [timestamp]
+
+
+def vllm_metrics(text: str) -> dict[str, float]:
+    """What vLLM's Prometheus text (GET /metrics) says of its memory: `gpu_memory_utilization` (a label of
+    the `vllm:cache_config_info` gauge), `kv_cache_memory_bytes` and `num_gpu_blocks` when given, and the
+    KV cache in use (`vllm:kv_cache_usage_perc`, `vllm:gpu_cache_usage_perc` before vLLM 0.10), as a
+    fraction. Empty when the text is not vLLM's; a value that is not a number is left out."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("vllm:"):   # comments, other exporters' metrics
+            continue
+        out["vllm"] = 1.0
+        m = _SAMPLE.match(line)
+        if m is None:                      # a malformed sample: nothing read from it
+            continue
+        name, labels, value = m.groups()
+        if name == "vllm:cache_config_info":
+            found = dict(_LABEL.findall(labels or ""))
+            for key in ("gpu_memory_utilization", "kv_cache_memory_bytes", "num_gpu_blocks", "block_size"):
+                try:
+                    out[key] = float(found[key])
+                except (KeyError, ValueError):
+                    pass
+        elif name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+            try:
+                out["kv_cache_usage"] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def server_of_model(model: str | None) -> tuple[str | None, str]:
+    """(URL, model id) of a running server an LLM spec names: `openai:<url>#<id>` or `vllm:<id>` (at
+    $KGRAG_VLLM_URL, else vLLM's default); (None, "") for any other spec (vllm-serve: is started by kgrag)."""
+    from ..llm.presets import DEFAULT_VLLM_URL, VLLM_URL_ENV
+
+    if not model:
+        return None, ""
+    prefix, _, rest = model.strip().partition(":")
+    rest = rest.split("?", 1)[0] if prefix == "vllm" else rest
+    if prefix == "openai" and rest:
+        url, _, wanted = rest.partition("#")
+        return url, wanted.split("?", 1)[0]
+    if prefix == "vllm" and rest:
+        return os.environ.get(VLLM_URL_ENV) or DEFAULT_VLLM_URL, rest
+    return None, ""
+
+
+def _get(target: str, headers: dict[str, str]) -> bytes:
+    with urllib.request.urlopen(urllib.request.Request(target, headers=headers), timeout=SERVER_TIMEOUT_S) as r:
+        return r.read(4 << 20)
+
+
+def probe_server(url: str | None, wanted: str = "") -> Server:
+    """GET <url>/models with a short timeout, then the server root's /metrics (vLLM's memory); `url` None
+    means none was named. `wanted` is the model id a run would ask it for."""
     if not url:
         return Server(None)
     from urllib.parse import urlencode
@@ -310,15 +373,31 @@ def probe_server(url: str | None) -> Server:
     target = base + "/models" + (f"?{urlencode(query)}" if query else "")
     if key and "Authorization" not in headers:
         headers["Authorization"] = f"Bearer {key}"
+    from urllib.parse import urlparse
+
+    local = (urlparse(base).hostname or "") in ("localhost", "127.0.0.1", "::1", "0.0.0.0")
     try:
-        with urllib.request.urlopen(urllib.request.Request(target, headers=headers), timeout=SERVER_TIMEOUT_S) as r:
-            body = json.loads(r.read().decode("utf-8", "replace") or "{}")
+        body = json.loads(_get(target, headers).decode("utf-8", "replace") or "{}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Server(shown, False, (), redact(_short(exc)))
+        return Server(shown, False, (), redact(_short(exc)), wanted=wanted, local=local)
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
-        return Server(shown, False, (), f"its /models answer is not an OpenAI-compatible model list: {redact(str(body))[:80]}")
-    return Server(shown, True, tuple(str(m.get("id")) for m in data if isinstance(m, dict)))
+        return Server(shown, False, (), f"its /models answer is not an OpenAI-compatible model list: {redact(str(body))[:80]}",
+                      wanted=wanted, local=local)
+    models = tuple(str(m.get("id")) for m in data if isinstance(m, dict))
+    root = base[:-3] if base.endswith("/v1") else base   # vLLM serves /metrics beside /v1, not under it
+    try:
+        metrics = vllm_metrics(_get(root + "/metrics", headers).decode("utf-8", "replace"))
+        why = "" if metrics else "its /metrics carries no vLLM gauges"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        metrics, why = {}, f"no /metrics ({redact(_short(exc))})"
+    util = metrics.get("gpu_memory_utilization")
+    if metrics and util is None:
+        why = "vLLM's /metrics does not give its gpu_memory_utilization"
+    return Server(shown, True, models, wanted=wanted, local=local, engine="vllm" if metrics else "",
+                  gpu_memory_utilization=util if util is not None and 0 < util <= 1 else None,
+                  kv_cache_usage=metrics.get("kv_cache_usage"),
+                  metrics_error=why if util is None or not 0 < util <= 1 else "")
 
 
 def probe_data(root: str | None = None) -> Data:
@@ -344,9 +423,10 @@ def probe_all(server_url: str | None = None, data_root: str | None = None, profi
     plan = None
     if profile:
         plan = probe_plan(profile, model)
+    url, wanted = server_of_model(model)
     return Findings(
         machine=probe_machine(), torch=torch, smi=smi, faiss=faiss,
         llamacpp=probe_llamacpp(), vllm=vllm, packages={p: _version(p) for p in PACKAGES},
-        models=probe_models(), server=probe_server(server_url), data=probe_data(data_root),
+        models=probe_models(), server=probe_server(server_url or url, wanted), data=probe_data(data_root),
         env=probe_env(torch, smi, faiss, vllm), plan=plan,
     )

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .plan import PROCESS_MARGIN_GIB, gpu_need_gib, kgrag_share_gib, vllm_utilization_fit
+from .plan import PROCESS_MARGIN_GIB, in_process_need_gib, kgrag_share_gib, vllm_utilization_fit
+from . import torch_cuda
 from .probes import Findings
 
 # What the GPU path needs, as the fix lines print it. A fix line must never break the environment it is
@@ -23,7 +24,7 @@ LLAMA_CUDA_CONDA = 'conda install -c conda-forge llama-cpp-python "llama.cpp[bui
 LLAMA_CUDA_PIP = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36'
 LLAMA_CUDA = f"{LLAMA_CUDA_CONDA}  or  {LLAMA_CUDA_PIP}"
 FAISS_GPU_CONDA = 'conda install -c conda-forge "faiss-gpu>=1.10"'
-FAISS_GPU_PIP = "pip uninstall -y faiss-cpu && pip install faiss-gpu-cu12"
+FAISS_GPU_PIP = 'pip uninstall -y faiss-cpu && pip install "faiss-gpu-cu12>=1.13"'  # the numpy-2 builds (pyproject's floor)
 FAISS_GPU = f"{FAISS_GPU_CONDA}  or  {FAISS_GPU_PIP}"
 TORCH_INDEX = "https://download.pytorch.org/whl/"
 HF_LOGIN = "accept the licence on the model's hub page, then `hf auth login` (or export HF_TOKEN=...)"
@@ -40,19 +41,20 @@ def _major(version: str | None) -> int | None:
         return None
 
 
-def torch_index_tag(driver_cuda: str) -> str | None:
-    """PyTorch's wheel index for a driver's CUDA: any CUDA 12 driver runs any 12.x build (minor-version
-    compatibility), and PyTorch drops its older 12.x indexes (cu121, cu124) for new releases, so every
-    12.x driver gets cu129, as `scripts/install_vllm.sh` does; 13+ gets cu130."""
-    try:
-        major, minor = (int(x) for x in driver_cuda.split(".")[:2])
-    except ValueError:
-        return None
-    if major >= 13:
-        return "cu130"
-    if major == 12:
-        return "cu129"
-    return "cu118" if (major, minor) >= (11, 8) else None
+def torch_fix(torch_version: str, driver_cuda: str) -> str:
+    """The pip line that puts a torch this driver runs in place (PyTorch's own table, `torch_cuda`), or
+    the newest release that has one when `torch_version` has none (2.15 has no CUDA 12 build)."""
+    base = torch_version.split("+")[0]
+    found = torch_cuda.index_for(base, driver_cuda)
+    if found:
+        return f"pip install --force-reinstall torch=={base} --index-url {TORCH_INDEX}{found}"
+    newest = torch_cuda.newest_release_for(driver_cuda)
+    if newest is None:
+        return "upgrade the NVIDIA driver"
+    return (f"torch {base} has no build for a CUDA {driver_cuda} driver ({torch_cuda.SOURCE}); the newest that has "
+            f"is {newest[0]}: pip install --force-reinstall \"torch=={newest[0]}.*\" --index-url {TORCH_INDEX}{newest[1]}")
+
+
 # A 7-8B model in bf16 is about 15-16 GiB of weights; with the KV cache of batched generation the
 # gpu-paper profile wants a 24 GiB card at least (its DPO step is planned for one 80 GB GPU).
 PAPER_MIN_GIB = 24.0
@@ -95,13 +97,10 @@ def lines(f: Findings) -> list[Line]:
         if f.smi.present and t.version and not t.cuda_build:
             fix = f"this torch is a CPU build on a machine with an NVIDIA driver: {CONDA_ENV}"
         elif f.smi.gpus and t.cuda_build:
-            tag = torch_index_tag(f.smi.cuda)
-            base = (t.version or "").split("+")[0]
             fix = (f"this torch is built for CUDA {t.cuda_build} and the driver runs CUDA {f.smi.cuda or '?'} "
                    f"(PyPI's torch 2.14+ wheels are CUDA 13 builds, which need driver >= 580): "
                    + _for_env(f, "conda install -c conda-forge pytorch-gpu cuda-version=12",
-                              f"pip install --force-reinstall torch=={base} --index-url {TORCH_INDEX}{tag}" if tag
-                              else "upgrade the NVIDIA driver")
+                              torch_fix(t.version or "", f.smi.cuda) if f.smi.cuda else "upgrade the NVIDIA driver")
                    + "  or upgrade the driver")
         out.append(Line("MISSING" if fix else "info", "GPU", why, fix))
     if f.smi.present and f.smi.error:   # it is there but cannot talk to the driver: no GPU this run can use
@@ -158,11 +157,23 @@ def lines(f: Findings) -> list[Line]:
     s = f.server
     if s.url is None:
         out.append(Line("info", "server", "none named (--server URL or $KGRAG_VLLM_URL)"))
+    elif s.reachable and s.wanted and s.wanted not in s.models:
+        out.append(Line("MISSING", "server", f"{s.url} serves {', '.join(s.models) or 'no model'}, not {s.wanted}",
+                        f"start it with {s.wanted}, or name one it serves in --model"))
     elif s.reachable:
-        out.append(Line("ok", "server", f"{s.url} serves {', '.join(s.models) or 'no model listed'}"))
+        memory = ""
+        if s.engine == "vllm" and s.gpu_memory_utilization is not None:
+            gpu = f.torch.gpus[0] if f.torch.gpus else None
+            held = f" = {s.gpu_memory_utilization * gpu.memory_gib:.1f} GiB of GPU 0" if gpu and s.local else ""
+            memory = f"; vLLM holds gpu_memory_utilization {s.gpu_memory_utilization}{held}"
+            if s.kv_cache_usage is not None:
+                memory += f", its KV cache {100 * s.kv_cache_usage:.0f} % in use"
+        elif s.metrics_error:
+            memory = f"; its GPU memory is not reported ({s.metrics_error})"
+        out.append(Line("ok", "server", f"{s.url} serves {', '.join(s.models) or 'no model listed'}{memory}"))
     else:
         out.append(Line("MISSING", "server", f"{s.url} not reachable ({s.error})",
-                        "start it, e.g. vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000"))
+                        "start it, e.g. vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000 --gpu-memory-utilization 0.6"))
     if f.plan is not None:
         out += plan_lines(f)
     d = f.data
@@ -215,11 +226,26 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         else:
             out.append((Line("MISSING", f"data {d.name}", "not under the data root; " + detail,
                              f"kgrag data fetch {d.name}"), f"the {d.name} files (kgrag data fetch {d.name})"))
+    if p.data and p.data_disk_free_gib is not None:
+        need = p.data_disk_gib + (p.download_gib if p.data_disk_shared else 0.0)
+        detail = (f"{p.data_disk_free_gib:.1f} GiB free at {p.data_root}; the papers' resources not fetched yet take "
+                  f"{p.data_disk_gib:.1f} GiB (files, store, embeddings, saved index)"
+                  + (f", and the model downloads {p.download_gib:.1f} GiB on the same disk" if p.data_disk_shared
+                     and p.download_gib else ""))
+        if need > p.data_disk_free_gib:
+            out.append((Line("MISSING", "data disk", detail,
+                             "free space there, or point the data root at a larger disk (--data-root or "
+                             "$KGRAG_DATA_ROOT)"), f"{need:.1f} GiB of disk at {p.data_root} for the papers' data"))
+        else:
+            out.append((Line("ok", "data disk", detail), ""))
     gpu = f.torch.gpus[0] if f.torch.gpus else None
     served = any(w.where == "vllm-serve" for w in p.weights)
     if served and not f.vllm.server_env:
         out.append((Line("MISSING", "vLLM server env", f.vllm.server_error or "not found", VLLM_ENV), "vLLM (vllm-serve:)"))
     if gpu is None:
+        return out
+    if not served and f.server.reachable and f.server.local:
+        out.append(_beside_running_server(f, gpu))
         return out
     free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
     if served:
@@ -243,19 +269,51 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         else:
             out.append((Line("ok", "GPU memory", detail), ""))
         return out
-    need = gpu_need_gib(p.weights)
+    need = in_process_need_gib(p.weights, p.dpo_gib)
     if need is None:
         out.append((Line("info", "GPU memory", "a model's size is unknown, so the plan cannot be checked"), ""))
     else:
-        detail = (f"the profile's largest notebook holds about {need:.1f} GiB in kgrag's process (LLM weights x 1.25 for "
-                  f"the KV cache, embedder, index); GPU 0 has {free:.1f} GiB free of {gpu.memory_gib:.1f}")
+        what = ("notebook 27's DPO training (dpo_memory's plan, plus the margin)"
+                if p.dpo_gib is not None and need == p.dpo_gib + PROCESS_MARGIN_GIB
+                else "the profile's largest notebook (LLM weights x 1.25 for the KV cache, embedder, index)")
+        detail = (f"{what} holds about {need:.1f} GiB in kgrag's process; GPU 0 has {free:.1f} GiB free of "
+                  f"{gpu.memory_gib:.1f}")
         if need > free:
-            out.append((Line("MISSING", "GPU memory", detail,
-                             "free the GPU, or serve the LLM with vLLM (--model vllm-serve:<id>; docs/GPU.md)"),
-                        f"{need:.0f} GiB of free GPU memory"))
+            fix = "free the GPU, or serve the LLM with vLLM (--model vllm-serve:<id>; docs/GPU.md)"
+            if what.startswith("notebook 27"):
+                fix = ("a GPU with more free memory; or train notebook 27 as QLoRA (notebooks: 27_dpo_training: "
+                       "training_overrides: {load_in_4bit: true} in a profile that extends this one, and "
+                       "pip install -e \".[qlora]\"); or leave notebook 27 out (--only the others)")
+            out.append((Line("MISSING", "GPU memory", detail, fix), f"{need:.0f} GiB of free GPU memory"))
         else:
             out.append((Line("ok", "GPU memory", detail), ""))
     return out
+
+
+def _beside_running_server(f: Findings, gpu) -> tuple[Line, str]:
+    """kgrag's in-process models (embedders, Self-RAG's generator, notebook 27's DPO) against what a running
+    server on this machine leaves free: the GPU's free memory now already excludes what the server holds."""
+    p, s = f.plan, f.server
+    share = kgrag_share_gib(p.weights, p.dpo_gib)
+    if share is None:
+        return Line("info", "GPU memory", "a model's size is unknown, so the plan cannot be checked"), ""
+    held = s.gpu_memory_utilization * gpu.memory_gib if s.gpu_memory_utilization is not None else None
+    free = gpu.free_gib if gpu.free_gib is not None else (gpu.memory_gib - held if held is not None else None)
+    what = ("notebook 27's DPO training" if p.dpo_gib is not None and share >= p.dpo_gib
+            else "its largest notebook's in-process models and index")
+    held_text = (f"the server at {s.url} holds {held:.1f} GiB (vLLM, gpu_memory_utilization {s.gpu_memory_utilization})"
+                 if held is not None else f"the server at {s.url} holds an unreported share")
+    if free is None:
+        return Line("info", "GPU memory", f"{held_text}; GPU 0's free memory is not known, so kgrag's "
+                                         f"{share:.1f} GiB ({what}) cannot be checked beside it"), ""
+    detail = f"{held_text}; kgrag's process, {what}, needs about {share:.1f} GiB beside it; GPU 0 has {free:.1f} GiB free"
+    if share <= free:
+        return Line("ok", "GPU memory", detail), ""
+    fix = ("restart the server with less of the GPU (vLLM: --gpu-memory-utilization "
+           + (f"{vllm_utilization_fit(gpu.memory_gib, free + held, share)})" if held is not None else "lower)")
+           + "; or run notebooks 27 and 28 (in-process models) in a study of their own while no server holds the "
+             "GPU (--only 27 28); kgrag study refuses them beside this server")
+    return Line("MISSING", "GPU memory", detail, fix), f"{share:.0f} GiB of GPU memory beside the server"
 
 
 def plan_lines(f: Findings) -> list[Line]:

@@ -17,17 +17,20 @@ Differences and standard deviations are in any one unit (the plan uses points, 0
 are shares in [0, 1]). The exact tests need a few questions more than these approximations at
 small n; the plan states its n as the approximation's.
 
-Equivalence (`~` claims, decided by TOST in `eval.paired`) and the exact t-test forms:
+Equivalence (`~` claims, decided by TOST in `eval.paired`): `n_for_equivalence(margin, sd, alpha,
+power, diff)` is the n at which the two one-sided tests (|diff| < margin) confirm equivalence with
+probability `power` when the true difference is `diff` (default 0), from the usual approximation
+power = F((margin - diff)/se - t) + F((margin + diff)/se - t) - 1, se = sd / sqrt(n), t the one-sided
+critical value on n - 1 degrees of freedom (the paired t-test `eval.paired.tost_t` runs), F the
+normal distribution function. Continuous scores also need `MIN_EQUIVALENCE_N` pairs before TOST is
+decided at all, so the result is never below it unless `binary` (0/1 scores, whose TOST is decided
+at any n). It returns None where no n confirms (|diff| at or beyond the margin), since the plan
+then plans a refutation instead; the difference forms raise ValueError for a zero effect.
 
-- `n_for_power_t(effect, sd, alpha, power)`: as `n_for_power`, with exact power from the
-  noncentral t (returns None for a zero effect instead of raising).
-- `n_for_equivalence(margin, sd, alpha, power, diff)`: the n at which the two one-sided tests of
-  `eval.paired` (TOST, |diff| < margin) confirm equivalence with probability `power` when the
-  true difference is `diff` (default 0), from the usual approximation
-  power = F((margin - diff)/se - t) + F((margin + diff)/se - t) - 1, se = sd / sqrt(n), t the
-  one-sided critical value on n - 1 degrees of freedom, F the normal distribution function.
-  Continuous scores also need `MIN_EQUIVALENCE_N` pairs before TOST is decided at all, so the
-  result is never below it unless `binary` (0/1 scores, whose TOST is decided at any n).
+One form per test: the difference tests are planned by the normal approximation only, since that is
+what the frozen claims plan (`results/claims-plan/`) was made with. An exact noncentral-t form was
+dropped (issue 56): it gave a few questions more at small n and no caller used it; the simulation
+tests (`tests/test_power.py`) measure how close the approximation's n comes to its power.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import math
 
 from scipy.stats import norm
+from scipy.stats import t as t_dist
 
 from .paired import MIN_EQUIVALENCE_N
 
@@ -114,12 +118,10 @@ def _check_rates(p_a: float, p_b: float) -> None:
         raise ValueError(f"p_a={p_a!r}, p_b={p_b!r}: expected discordant shares in [0, 1] summing to at most 1")
 
 
-def _check_value(name: str, value: float, low: float = 0.0, high: float | None = None, open_low: bool = True) -> float:
+def _check_positive(name: str, value: float) -> float:
     v = float(value)
-    ok = (v > low if open_low else v >= low) and (high is None or v < high) and math.isfinite(v)
-    if not ok:
-        bound = f"{'>' if open_low else '>='} {low}" + (f" and < {high}" if high is not None else "")
-        raise ValueError(f"{name} must be a finite number {bound}; got {value!r}")
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name}={value!r}: expected a finite number > 0")
     return v
 
 
@@ -139,50 +141,27 @@ def _smallest(ok, start: int = 2) -> int | None:
     return hi
 
 
-def power_paired_t(n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
-    """Power of a two-sided paired t-test on n pairs for a true difference `effect` (same units as `sd`)."""
-    from scipy.stats import nct, t
-
-    df = n - 1
-    crit = float(t.ppf(1 - alpha / 2, df))
-    nc = abs(effect) / sd * math.sqrt(n)
-    return float(nct.sf(crit, df, nc) + nct.cdf(-crit, df, nc))
-
-
-def n_for_power_t(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
-    """Paired questions a two-sided paired test at `alpha` needs to detect `effect` with `power`
-    (see module doc); `effect` and `sd` in the same units (points). None for a zero effect."""
-    sd = _check_value("sd", sd)
-    alpha = _check_value("alpha", alpha, high=1.0)
-    power = _check_value("power", power, high=1.0)
-    if not math.isfinite(float(effect)):
-        raise ValueError(f"effect must be a finite number; got {effect!r}")
-    if effect == 0:
-        return None
-    return _smallest(lambda n: power_paired_t(n, effect, sd, alpha) >= power)
-
-
-def power_equivalence(n: int, margin: float, sd: float, alpha: float = 0.05, diff: float = 0.0) -> float:
-    """Approximate power of TOST (|diff| < margin) on n pairs (see module doc)."""
-    from scipy.stats import norm, t
-
+def power_equivalence(margin: float, sd: float, n: int, alpha: float, diff: float = 0.0) -> float:
+    """Approximate power of TOST (|diff| < margin) on `n` pairs whose per-question differences have
+    sd `sd`, when the true difference is `diff` (see the module doc)."""
+    _check(alpha)
+    if n < 2:
+        return 0.0
     se = sd / math.sqrt(n)
-    crit = float(t.ppf(1 - alpha, n - 1))
+    crit = float(t_dist.ppf(1 - alpha, n - 1))
     return max(0.0, float(norm.cdf((margin - diff) / se - crit) + norm.cdf((margin + diff) / se - crit) - 1))
 
 
 def n_for_equivalence(margin: float, sd: float, alpha: float = 0.05, power: float = 0.8,
                       diff: float = 0.0, binary: bool = False) -> int | None:
     """Paired questions TOST needs to confirm |A - B| < `margin` with `power` when the true
-    difference is `diff` (see module doc); for continuous scores (`binary` False) never fewer than
-    MIN_EQUIVALENCE_N. None when |diff| reaches the margin (no n confirms it)."""
-    margin = _check_value("margin", margin)
-    sd = _check_value("sd", sd)
-    alpha = _check_value("alpha", alpha, high=1.0)
-    power = _check_value("power", power, high=1.0)
+    difference is `diff` (see the module doc); for continuous scores (`binary` False) never fewer
+    than MIN_EQUIVALENCE_N. None when |diff| reaches the margin (no n confirms it)."""
+    margin, sd = _check_positive("margin", margin), _check_positive("sd", sd)
+    _check(alpha, power)
     if not math.isfinite(float(diff)):
-        raise ValueError(f"diff must be a finite number; got {diff!r}")
+        raise ValueError(f"diff={diff!r}: expected a finite difference")
     if abs(diff) >= margin:
         return None
-    n = _smallest(lambda n: power_equivalence(n, margin, sd, alpha, diff) >= power)
+    n = _smallest(lambda n: power_equivalence(margin, sd, n, alpha, diff) >= power)
     return None if n is None else n if binary else max(n, MIN_EQUIVALENCE_N)

@@ -271,9 +271,25 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
     return [n for n in names if importlib.util.find_spec(n) is None]
 
 
+def gpu_visible() -> bool:
+    """Whether this process would see an NVIDIA GPU: `nvidia-smi -L` lists one and CUDA_VISIBLE_DEVICES
+    does not hide them all (no torch import: a llama.cpp server needs none)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return False
+    try:
+        r = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and any(ln.startswith("GPU ") for ln in r.stdout.splitlines())
+
+
 def _llama_options(config: Any, n_gpu_layers: int | None) -> tuple[Any, int, int | None]:
     """(config, n_ctx, GPU layers) of a llama.cpp server: the config's own n_gpu_layers wins over
-    the preset's; vLLM-only settings left at their defaults."""
+    the preset's, and with neither every layer goes to a visible GPU (-1; llama-cpp-python's server
+    would otherwise keep them all on the CPU of a GPU machine); vLLM-only settings left at their defaults."""
     cfg = config if config is not None else ServerConfig()
     for name, neutral in (("gpu_memory_utilization", None), ("cpu_kvcache_gib", None), ("max_num_seqs", None),
                           ("batch_invariant", False), ("dtype", "auto")):
@@ -281,13 +297,16 @@ def _llama_options(config: Any, n_gpu_layers: int | None) -> tuple[Any, int, int
             raise ConfigError(f"server.{name}={getattr(cfg, name)!r} is a vLLM setting; a llama.cpp server reads "
                               "max_model_len (its n_ctx), n_gpu_layers, startup_timeout and args")
     layers = cfg.n_gpu_layers if cfg.n_gpu_layers is not None else n_gpu_layers
+    if layers is None and gpu_visible():
+        layers = -1
     return cfg, int(cfg.max_model_len or 4096), layers
 
 
 def start_llamacpp_python(path: str | os.PathLike, *, alias: str = "local", config: Any = None,
                           n_gpu_layers: int | None = None, log_dir: str | os.PathLike | None = None) -> ManagedServer:
     """llama-cpp-python's server (`python -m llama_cpp.server`) on our own llama.cpp build.
-    `n_gpu_layers` is the preset's (its server's own default is 0: all on the CPU)."""
+    `n_gpu_layers` is the preset's (its server's own default is 0: all on the CPU; `_llama_options` sends every
+    layer to a visible GPU when neither the config nor the preset says)."""
     cfg, n_ctx, layers = _llama_options(config, n_gpu_layers)   # a bad setting is refused before anything else
     extra = refuse_owned(cfg.args, LLAMACPP_PYTHON_OWNED, "llama-cpp-python's server", abbrev=True)
     missing = _missing_modules(["llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_context",

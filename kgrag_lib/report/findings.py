@@ -30,7 +30,7 @@ from ..errors import ConfigError
 from . import multiplicity
 from .cross_method import mechanism_split, paper_of
 from .mechanism import health_table
-from .metaqa.readings import FLOOR, READINGS, is_floor, readings_table
+from .metaqa.readings import FLOOR, OWN_P, READINGS, is_floor, readings_table
 from .study import SECONDARY_METRICS, assessed_claims, collect, cost_by_notebook, format_p, unique_runs
 
 TEMPLATE_FILE = "FINDINGS.template.md"
@@ -102,7 +102,8 @@ class Claim:
 @dataclass(frozen=True)
 class Reading:
     """One claim under one of MetaQA's readings: both sides' means, the difference, p, the Holm-adjusted
-    p in the paper's family and the verdict read from it, ready to print."""
+    p in the paper's family and the verdict read from it (`v`), and the verdict its own p gave
+    (`v_own`: the rule before the family, which changed after the results were seen), ready to print."""
 
     mean_a: float
     mean_b: float
@@ -110,6 +111,7 @@ class Reading:
     p_value: float
     p_holm: float
     v: str
+    v_own: str
 
     @property
     def d(self) -> str:
@@ -252,16 +254,18 @@ class Facts:
             raise ConfigError(f"findings template: no reading {name!r} of claim {claim_id!r} in the readings table")
         rec = sel.iloc[0]
         return Reading(rec[f"{name} a"], rec[f"{name} b"], rec[f"{name} diff"], rec[f"{name} p"],
-                       rec[f"{name} p_holm"], str(rec[f"{name} verdict"]))
+                       rec[f"{name} p_holm"], str(rec[f"{name} verdict"]), str(rec[f"{name} {OWN_P}"]))
 
     def under_readings(self, **where: Any) -> list[dict[str, Any]]:
         """Each confirmed claim `select` finds (MetaQA's, which the readings re-test), with how it fares
         under every reading in the paper's Holm family: `claim`, `holds` (confirmed under every reading),
-        `floors` and `falls` ([(reading's name, Reading)]: floor effects, and readings that do not confirm it)."""
+        `holds_own` (the same, each reading at its own p: the rule before the family), `floors` and
+        `falls` ([(reading's name, Reading)]: floor effects, and readings that do not confirm it)."""
         out = []
         for c in self.select("confirmed", **where):
             readings = [(READING_NAMES[m], self.reading(c.claim, m)) for m in READINGS]
             out.append({"claim": c, "holds": all(r.v == "confirmed" for _, r in readings),
+                        "holds_own": all(r.v_own == "confirmed" for _, r in readings),
                         "floors": [(m, r) for m, r in readings if r.floor],
                         "falls": [(m, r) for m, r in readings if not r.floor and r.v != "confirmed"]})
         return out

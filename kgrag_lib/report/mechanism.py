@@ -72,11 +72,12 @@ DECOMPOSITION_FAILED = "decomposition: fell back to the original question"
 DECOMPOSING = ("kg-rag", "llm-qd")
 
 
-def _rows(folder: str | Path) -> list[dict[str, Any]]:
-    """A run's per-question rows: the published `questions.jsonl`, else the full
-    `predictions.jsonl`, whose rows get the `mechanism` record their trace gives (as
-    `study.compact_rows` would publish it), so an unpublished run's health is read, not
-    reported as unrecorded."""
+def run_rows(folder: str | Path) -> list[dict[str, Any]]:
+    """A run folder's per-question rows, published or not: the published `questions.jsonl`, else
+    the full `predictions.jsonl`, whose rows get the `mechanism` record their trace gives (as
+    `study.compact_rows` would publish it), so an unpublished run's health is read, not reported
+    as unrecorded. [] for a folder with neither. The one reader of a run's questions for the
+    report's modules that take a run folder (here and `report.plan`)."""
     path = Path(folder) / "questions.jsonl"
     full = not path.is_file()
     if full:
@@ -169,7 +170,7 @@ def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
     """One run's mechanism health: which signal, for how many of its questions it held (x of n),
     or `NOT_RECORDED` for a method whose signal its published files lack."""
     method = str(run.get("method"))
-    rows = _rows(run["folder"])
+    rows = run_rows(run["folder"])
     n = len(rows)
     rec = {"notebook": run.get("notebook"), "method": method, "dataset": run.get("dataset"),
            "model": run.get("model"), "kg": run.get("kg"), "n": n, "folder": run.get("folder")}

@@ -266,7 +266,7 @@ class Effect:
         if not sd or n < 2:
             return 0.0
         if abs(self.delta) < margin:
-            return power_equivalence(n, margin, sd, alpha, self.delta)
+            return power_equivalence(margin, sd, n, alpha, self.delta)
         return power_paired(abs(self.delta) - margin, sd, n, alpha) if abs(self.delta) > margin else 0.0
 
     def power_at(self, n: int, alpha: float) -> float:
@@ -741,7 +741,7 @@ def placebo_effect(runs: pd.DataFrame | None, models: Iterable[str]) -> Effect |
     same method on the held-out KG, same questions (notebook 21), per-question Avg (mean of EM, F1,
     Acc), at the first of `models` that ran both."""
     from ..eval.metrics import get_metric
-    from .mechanism import _rows
+    from .mechanism import run_rows
 
     if runs is None or runs.empty:
         return None
@@ -754,7 +754,7 @@ def placebo_effect(runs: pd.DataFrame | None, models: Iterable[str]) -> Effect |
 
         def avg(folder: str) -> dict[str, float]:
             out = {}
-            for row in _rows(folder):
+            for row in run_rows(folder):
                 vals = [get_metric(k)(row) for k in ("em", "f1", "acc")]
                 if all(v is not None for v in vals):
                     out[row["qid"]] = 100 * sum(vals) / 3

@@ -5,9 +5,11 @@ A published run keeps no traces (`study.compact_rows`), so only the answer metri
 the prediction and the golds are recomputed (EM, F1, the Hit@1 family); Acc reads the raw answer
 kept in the trace, so its stored per-question value is kept, except that a failed question scores 0. Then, in each notebook's
 summary.json: the result rows of a run whose scores changed (KG-Infused RAG's layout: variant,
-dataset, rounds, kg), notebook 50's cross-method rows, its "KG difference" rows and the paper's claims on those runs (re-tested on
-the same questions with the same paired test). A changed run that feeds a claim this module
-cannot place is refused by name rather than left stale.
+dataset, rounds, kg), notebook 50's cross-method rows, notebook 21's "KG difference" and "KG minus placebo KG"
+rows, and the paper's claims on those runs, the placebo claim (`m1.kg_over_placebo.*`, its side on the
+notebook's KG against the same method on the placebo KG) included, re-tested on the same questions with
+the same paired test. A changed run in a notebook whose claim this module cannot place is refused
+by name rather than left stale.
 
     PYTHONPATH=. .venv/bin/python -m kgrag_lib.report.rescore results/reference
 """
@@ -26,6 +28,7 @@ from ..eval.bootstrap import bootstrap_ci
 from ..eval.metrics import get_metric
 from ..eval.paired import claim_fields, paired_test, verdict
 
+KG_DIFFERENCE, PLACEBO_DIFFERENCE = "KG difference", "KG minus placebo KG"   # notebook 21's summary tables
 RESCORED = ("em", "f1", "hit1", "hit1_exact", "hit1_first")   # per-question values a compact row recomputes
 KEPT = ("acc",)      # read the raw answer: stored value kept, except a failed question's, which scores 0
 
@@ -102,6 +105,10 @@ class _Notebook:
                      if (p.parent / "questions.jsonl").is_file()}
         self.changed = changed
 
+    def touched(self) -> bool:
+        """Whether a run of this notebook was rescored."""
+        return any(f in self.changed for f in self.runs)
+
     def find(self, variant: str, rounds: Any, dataset: str, kg: str | None) -> Path | None:
         from .kg_infused.tables import ROUND_VARIANTS
 
@@ -153,7 +160,7 @@ def rescore_published(root: str | Path) -> list[str]:
         changed.add(qfile.parent)
         log.append(f"{qfile.parent.relative_to(root)}: " + ", ".join(
             f"{m} {before[m]} -> {metrics.get(m)}" for m in before if before[m] != metrics.get(m)))
-    claims = {c[0]: c for c in kgi.CLAIMS}
+    claims = {c[0]: c for c in (*kgi.CLAIMS, *kgi.MECHANISM_CLAIMS)}
     for summary in sorted(root.glob("*/summary.json")):
         nb = _Notebook(summary.parent, changed)
         rows = json.loads(summary.read_text(encoding="utf-8"))
@@ -165,10 +172,14 @@ def rescore_published(root: str | Path) -> list[str]:
                     continue
                 spec = claims.get(base)
                 if spec is None:
+                    if nb.touched():
+                        raise ConfigError(f"{summary}: claim {rec['claim']!r} rests on runs of this notebook that "
+                                          "were rescored, and this module cannot place its sides; re-run the "
+                                          "notebook instead of leaving its verdict stale")
                     continue
                 _, _, dataset, a, _, b, _, _ = spec
-                fa = nb.find(a[0], a[1], dataset, kgi_kg(rows, dataset))
-                fb = nb.find(b[0], b[1], dataset, kgi_kg(rows, dataset))
+                fa = nb.find(a[0], a[1], dataset, side_kg(rows, dataset, a))
+                fb = nb.find(b[0], b[1], dataset, side_kg(rows, dataset, b))
                 if fa is None or fb is None or (fa not in changed and fb not in changed):
                     continue
                 old = rec.get("verdict"), rec.get("diff"), rec.get("p_value")
@@ -177,11 +188,18 @@ def rescore_published(root: str | Path) -> list[str]:
                 dirty = True
                 log.append(f"{summary.parent.name} {rec['claim']}: diff {old[1]:.2f} -> {rec['diff']:.2f}, "
                            f"p {old[2]:.4f} -> {rec['p_value']:.4f}, verdict {old[0]} -> {rec['verdict']}")
-            elif rec.get("table") == "KG difference":
+            elif rec.get("table") in (KG_DIFFERENCE, PLACEBO_DIFFERENCE):
                 kgs = [k for k in rec if k.startswith("2wiki-evidence-")]
                 if len(kgs) != 2:
-                    raise ConfigError(f"{summary}: a KG difference row without two KG columns: {rec}")
-                base_kg, other_kg = sorted(kgs, key=lambda k: k.endswith("oracle"))
+                    raise ConfigError(f"{summary}: a {rec['table']} row without two KG columns: {rec}")
+                if rec["table"] == KG_DIFFERENCE:   # the upper-bound (oracle) KG minus the notebook's
+                    base_kg, other_kg = sorted(kgs, key=lambda k: k.endswith("oracle"))
+                else:                               # the notebook's KG minus its placebo
+                    main = kgi_kg(rows, rec["dataset"])
+                    if main not in kgs:
+                        raise ConfigError(f"{summary}: a {rec['table']} row whose KGs {kgs} do not include the "
+                                          f"notebook's KG {main!r}")
+                    base_kg, other_kg = [k for k in kgs if k != main][0], main
                 fb = nb.by_label(rec["configuration"], rec["dataset"], base_kg)
                 fa = nb.by_label(rec["configuration"], rec["dataset"], other_kg)
                 if fa is None or fb is None or (fa not in changed and fb not in changed):
@@ -219,6 +237,23 @@ def rescore_published(root: str | Path) -> list[str]:
         if dirty:
             _write_json(summary, rows)
     return log
+
+
+def placebo_kg(rows: list[dict[str, Any]], dataset: str) -> str | None:
+    """The placebo KG of a KG-Infused notebook for `dataset`: the KG of its "KG minus placebo KG"
+    rows that is not the main grid's (None when no placebo ran)."""
+    main = kgi_kg(rows, dataset)
+    kgs = {k for r in rows if r.get("table") == PLACEBO_DIFFERENCE and r.get("dataset") == dataset
+           for k in r if k.startswith("2wiki-evidence-") and k != main}
+    if len(kgs) > 1:
+        raise ConfigError(f"{dataset}: {len(kgs)} placebo KGs in one notebook ({sorted(kgs)}); expected one")
+    return next(iter(kgs), None)
+
+
+def side_kg(rows: list[dict[str, Any]], dataset: str, side: tuple) -> str | None:
+    """The KG a claim's side ran on: the main grid's, or for a mechanism claim's `(variant, rounds,
+    "placebo")` side the placebo KG (`paper_numbers.MECHANISM_CLAIMS`)."""
+    return placebo_kg(rows, dataset) if len(side) > 2 and side[2] == "placebo" else kgi_kg(rows, dataset)
 
 
 def kgi_kg(rows: list[dict[str, Any]], dataset: str) -> str | None:

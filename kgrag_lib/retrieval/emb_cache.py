@@ -40,6 +40,7 @@ import numpy as np
 from kgrag_lib.errors import CacheDamagedError, ConfigError
 from kgrag_lib.jsonl import atomic_text
 from kgrag_lib.paths import cache_dir as default_cache_dir
+from kgrag_lib.retrieval.embedder import DTYPE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,8 @@ def _job(embedder: SupportsEncode, texts: Any, cache_dir: Any, name: str | None,
     digest = texts_digest(texts) if key is None else None
     final = _path(cache_dir, name, _key_hash(embedder.identity, norm, digest, key, n))
     meta: dict[str, Any] = {"identity": embedder.identity, "n": n, "dim": embedder.dim, "normalize": norm,
-                            "name": name, **({"texts_sha256": digest} if key is None else {"key": key})}
+                            "name": name, "dtype": _dtype_of(embedder),
+                            **({"texts_sha256": digest} if key is None else {"key": key})}
     return _Job(embedder, texts, n, norm, final, meta, batch_size, show_progress, verify)
 
 
@@ -353,6 +355,8 @@ def embed_cached(
         if hit is not None:
             return hit
         log.warning("embedding cache file %s is damaged (%s); recomputing it", job.final, problem)
+    else:
+        refuse_other_dtype(job)
     _build_final(job)
     return _final_array(job)
 
@@ -364,7 +368,51 @@ def embed_shard(embedder: SupportsEncode, texts: Texts, shard: tuple[int, int], 
     """Encode shard `shard=(i, n)` of the array `embed_cached` (same arguments) would store: rows
     [i*N//n, (i+1)*N//n) into its own resumable file; when every shard is done, merge them."""
     job = _job(embedder, texts, cache_dir, name, show_progress, normalize, batch_size, key, verify)
+    if not job.final.exists():
+        refuse_other_dtype(job)
     return _embed_shard(job, shard)
+
+
+# ---- the encoder's dtype ---------------------------------------------------------------------
+_DTYPE_SUFFIX = re.compile(r"\+(fp16|bf16)$")
+
+
+def _dtype_of(embedder: Any) -> str:
+    """The precision an embedder encodes in: its `precision`, else its identity's `+fp16`/`+bf16`."""
+    given = getattr(embedder, "precision", None)
+    if isinstance(given, str) and given:
+        return given
+    m = _DTYPE_SUFFIX.search(str(getattr(embedder, "identity", "")))
+    return m.group(1) if m else "fp32"
+
+
+def refuse_other_dtype(job: "_Job") -> None:
+    """Stop a run about to encode texts whose vectors are stored from the same model in another dtype (an
+    index built with `kgrag data embed --dtype fp16`, a run without $KGRAG_EMBEDDER_DTYPE): that silently
+    re-embeds everything (Wikipedia's 21M passages: hours). Told by $KGRAG_EMBEDDER_DTYPE (or the
+    embedder's dtype given explicitly), it goes on."""
+    if os.environ.get(DTYPE_ENV, "").strip() or getattr(job.embedder, "precision_given", False):
+        return
+    mine = job.meta["dtype"]
+    base = _DTYPE_SUFFIX.sub("", job.meta["identity"])
+    same = {k: job.meta[k] for k in ("n", "dim", "normalize", "key", "texts_sha256") if k in job.meta}
+    for meta_file in sorted(job.final.parent.glob(f"{_label(job.meta.get('name'))}-*.json")):
+        try:
+            other = json.loads(meta_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(other, dict) or _DTYPE_SUFFIX.sub("", str(other.get("identity", ""))) != base:
+            continue
+        theirs = other.get("dtype") or (_DTYPE_SUFFIX.search(str(other.get("identity", ""))) or [None, "fp32"])[1]
+        if theirs == mine or any(other.get(k) != v for k, v in same.items()):
+            continue
+        if not meta_file.with_suffix(".npy").exists():
+            continue
+        raise ConfigError(
+            f"the {job.n:,} embeddings of {job.meta.get('name') or 'these texts'} are stored from {base} in {theirs} "
+            f"({meta_file.with_suffix('.npy')}), and this run encodes in {mine}: it would embed all {job.n:,} texts "
+            f"again. Set {DTYPE_ENV}={theirs} (or --dtype {theirs}) to use the stored ones, or {DTYPE_ENV}={mine} to "
+            f"embed again in {mine} on purpose")
 
 
 def _final_array(job: _Job) -> np.ndarray:

@@ -60,6 +60,7 @@ class Embedder:
     normalize: bool = True
     query_prompt: str = ""   # prefixed to queries by encode_queries (bge's retrieval instruction)
     precision: str = "fp32"  # the weights' dtype (`load_embedder(dtype=)`); outputs are float32 anyway
+    precision_given: bool = False   # chosen by dtype= or $KGRAG_EMBEDDER_DTYPE, not by default (emb_cache)
 
     def encode(
         self,
@@ -348,4 +349,4 @@ def load_embedder(spec: str = "minilm", device: str | None = None, *, normalize:
     get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     return Embedder(name=parsed.name, identity=identity, model=model, dim=int(get_dim()),
                     normalize=bool(normalize), query_prompt=recipe.query_prompt if recipe else "",
-                    precision=precision)
+                    precision=precision, precision_given=bool(dtype or os.environ.get(DTYPE_ENV, "").strip()))

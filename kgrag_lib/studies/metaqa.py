@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import opt
 from ..errors import ConfigError
@@ -11,6 +12,34 @@ from .base import Sample, WithModel
 METAQA = ["metaqa-1hop", "metaqa-2hop", "metaqa-3hop"]
 SYSTEMS = ["llm", "llm-qd", "llm-kg", "kg-rag"]
 GRID_KEYS = {"n", "hops_grid", "top_k_grid"}
+
+
+def check_per_dataset(per_dataset: Any, datasets: list[str], keys: set[str]) -> dict[str, dict]:
+    """A notebook's `per_dataset` overrides, checked: each names one of its `datasets` and maps some of
+    `keys` to a positive integer (`n`) or a non-empty list of them (a grid). An entry set to None is
+    dropped, so a profile that `extends:` another can remove an override it inherits (mappings merge
+    key by key) while keeping the others."""
+    where = "parameter 'per_dataset'"
+    if not isinstance(per_dataset, dict):
+        raise ConfigError(f"{where}: expected a mapping of dataset -> {{{', '.join(sorted(keys))}}}, "
+                          f"got {per_dataset!r}")
+    kept = {d: over for d, over in per_dataset.items() if over is not None}
+    for dataset, over in kept.items():
+        if dataset not in datasets:
+            raise ConfigError(f"{where}: {dataset!r} is not one of this notebook's datasets {datasets}")
+        if not isinstance(over, dict) or not over or set(over) - keys:
+            raise ConfigError(f"{where}.{dataset}: expected a non-empty mapping with keys among "
+                              f"{', '.join(sorted(keys))}, got {over!r}")
+        n = over.get("n")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(f"{where}.{dataset}.n: expected a positive integer, got {n!r}")
+        for key in sorted(set(over) - {"n"}):
+            grid = over[key]
+            if not isinstance(grid, list) or not grid or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in grid):
+                raise ConfigError(f"{where}.{dataset}.{key}: expected a non-empty list of positive integers, "
+                                  f"got {grid!r}")
+    return kept
 
 
 @dataclass
@@ -47,28 +76,11 @@ class ParameterGrid(WithModel):
     method: str = opt("kg-rag", "the system whose N and K are swept")
     per_dataset: dict[str, dict] = opt({}, "per-dataset overrides of n, hops_grid and top_k_grid, e.g. "
                                            "{metaqa-1hop: {n: 30, hops_grid: [1, 3]}}: a column cut to the settings "
-                                           "its claims compare when the whole grid does not fit")
+                                           "its claims compare when the whole grid does not fit (a dataset set to "
+                                           "null drops what a parent profile set for it)")
 
     def __post_init__(self) -> None:
-        where = "parameter 'per_dataset'"
-        if not isinstance(self.per_dataset, dict):
-            raise ConfigError(f"{where}: expected a mapping of dataset -> {{n, hops_grid, top_k_grid}}, "
-                              f"got {self.per_dataset!r}")
-        for dataset, over in self.per_dataset.items():
-            if dataset not in self.datasets:
-                raise ConfigError(f"{where}: {dataset!r} is not one of this notebook's datasets {self.datasets}")
-            if not isinstance(over, dict) or not over or set(over) - GRID_KEYS:
-                raise ConfigError(f"{where}.{dataset}: expected a non-empty mapping with keys among "
-                                  f"{', '.join(sorted(GRID_KEYS))}, got {over!r}")
-            n = over.get("n")
-            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-                raise ConfigError(f"{where}.{dataset}.n: expected a positive integer, got {n!r}")
-            for key in ("hops_grid", "top_k_grid"):
-                grid = over.get(key)
-                if grid is not None and (not isinstance(grid, list) or not grid or not all(
-                        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in grid)):
-                    raise ConfigError(f"{where}.{dataset}.{key}: expected a non-empty list of positive integers, "
-                                      f"got {grid!r}")
+        self.per_dataset = check_per_dataset(self.per_dataset, self.datasets, GRID_KEYS)
 
     def column(self, dataset: str) -> tuple[int | None, list[int], list[int]]:
         """(n, N values, K values) of one dataset's column: its `per_dataset` entry over the shared grid."""
@@ -88,6 +100,16 @@ class Baselines(WithModel):
     seeds: list[int] | None = opt(None, "one sample per seed, which also seeds the LLM calls (paper: 0-7; None: [run.seed])")
     hops: int | None = opt(None, "N for the KG systems (paper: 3; None: methods.kg-rag.hops)")
     top_k: int | None = opt(None, "K for the KG systems (paper: 30; None: methods.kg-rag.top_k)")
+    per_dataset: dict[str, dict] = opt({}, "per-dataset n, e.g. {metaqa-1hop: {n: 269}}: one dataset at the n a "
+                                           "claims plan gives it while the others keep `n` (a dataset set to null "
+                                           "drops what a parent profile set for it)")
+
+    def __post_init__(self) -> None:
+        self.per_dataset = check_per_dataset(self.per_dataset, self.datasets, {"n"})
+
+    def n_of(self, dataset: str) -> int | None:
+        """Questions per sample on `dataset`: its `per_dataset` n, else `n`."""
+        return self.per_dataset.get(dataset, {}).get("n", self.n)
 
 
 @dataclass

@@ -38,6 +38,14 @@ VOCAB_CHUNK = 32768
 NF4_BYTES = 4.127 / 8
 
 
+# The fields of Qwen/Qwen2.5-7B-Instruct's config.json that fix its shape (the hub repo's file): the
+# model the GPU profiles train, so its plan (docs/GPU.md's figures, `kgrag doctor`'s) needs no download.
+QWEN2_5_7B_CONFIG = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+                     "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+                     "tie_word_embeddings": False, "max_position_embeddings": 32768}
+KNOWN_CONFIGS = {"Qwen/Qwen2.5-7B-Instruct": QWEN2_5_7B_CONFIG}
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """What the memory estimate needs to know about a causal LM, read from its config."""
@@ -297,4 +305,5 @@ def refusal(plan: MemoryPlan, shape_source: str, cfg: Any) -> str:
     hints.append("or pass memory_check=False (--no-memory-check) to try anyway")
     return (f"DPO refused before loading the model: {plan.describe()}. "
             f"Options: {'; '.join(hints)}.")
+
 

@@ -7,7 +7,7 @@ steps): ~20 bytes per parameter (fp32 master weights, gradients, AdamW moments, 
 so for a 7-8B model it is meant for several GPUs under `accelerate launch` with the shipped FSDP
 config (`kgrag_lib/train/accelerate/fsdp.yaml`; the paper used 4xA800). `gpu-paper` is the
 one-GPU default: the same data, β, schedule and length, with a LoRA adapter on a bf16 base
-(~41 GiB for Qwen2.5-7B at 8000 tokens, see `dpo_memory`), optionally QLoRA (`load_in_4bit`).
+(~24 GiB for Qwen2.5-7B at 8000 tokens, ~15 GiB as QLoRA; `paper_figures`), optionally QLoRA (`load_in_4bit`).
 `cpu-smoke` trains a LoRA adapter on the embedded 0.5B model in fp32 on a few dozen pairs so it
 finishes in minutes. Every departure from Table 20 is listed by `deviations_from_table20`, and
 `train_dpo` prints the memory plan and refuses one that does not fit the visible GPU. After training
@@ -68,7 +68,7 @@ TABLE20: dict[str, Any] = {
 }
 
 _DEVIATION_WHY = {
-    "lora": "a full fine-tune needs ~20 bytes per parameter (~175 GiB for Qwen2.5-7B at 8000 tokens: several GPUs, "
+    "lora": "a full fine-tune needs ~20 bytes per parameter (~153 GiB for Qwen2.5-7B at 8000 tokens: several GPUs, "
             "the gpu-paper-full set under accelerate launch); on CPU even the 0.5B model takes 13 GB and 26 s/step, a "
             "LoRA adapter 5 GB and 16 s/step (DESIGN facts). The adapter is merged afterwards",
     "sync_ref_model": "trl refuses TR-DPO reference syncing with a PEFT model: with LoRA the reference is "
@@ -798,3 +798,18 @@ def _train(cfg: DPOTrainConfig, rows: list[dict[str, Any]], source: str, dhash: 
             print(f"warning: {w}", flush=True)
         print(f"DPO done in {wall:.0f} s: {n_used} pairs, {n_steps} steps; model {result.model_spec}", flush=True)
     return result
+
+
+def paper_figures() -> dict[str, float]:
+    """Peak GiB per GPU of the shipped GPU sets for Qwen2.5-7B at their own settings (8000 tokens):
+    the figures docs/GPU.md and dpo_train's docstring print (a test ties them to this)."""
+    from .dpo_memory import QWEN2_5_7B_CONFIG, plan_for
+
+    lora, full = dpo_config("gpu-paper"), dpo_config("gpu-paper-full")
+    qlora = dpo_config("gpu-paper", load_in_4bit=True)
+
+    def gib(cfg: Any, k: int) -> float:
+        return round(plan_for(cfg, QWEN2_5_7B_CONFIG, n_gpus=k, sharded=k > 1, cuda=False).total_gib)
+
+    return {"lora": gib(lora, 1), "qlora": gib(qlora, 1), "full_1": gib(full, 1), "full_4": gib(full, 4),
+            "full_8": gib(full, 8)}

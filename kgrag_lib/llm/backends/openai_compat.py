@@ -249,7 +249,8 @@ class OpenAICompatLLM(LLM):
                     raise BackendUnavailableError(self.managed.stopped_message()) from None
                 last: Exception = BackendUnavailableError(
                     f"cannot reach the OpenAI-compatible server at {self.base_url} ({redact(str(e.__cause__ or e))}); "
-                    f"start it first, e.g. `vllm serve {self.model}`, or let kgrag start one "
+                    f"start it first, e.g. `vllm serve {self.model} --gpu-memory-utilization 0.6` (leave room for what kgrag "
+                    f"loads itself: `kgrag doctor` plans it), or let kgrag start one "
                     f"(--model vllm-serve:<model> / llamacpp-server:<gguf>)")
             except openai.APIStatusError as e:
                 detail = redact(_error_detail(e))   # a server may echo the request URL

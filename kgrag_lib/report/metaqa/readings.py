@@ -41,6 +41,12 @@ NOTEBOOK_OF = {"exp1": "11", "exp2": "12"}   # experiment -> the notebook prefix
 FLOOR = 2.0   # points: a reading under which neither side scores above this tests nothing (a floor effect)
 FLOOR_EFFECT = "floor effect"
 PAPER = str(PAPER_SETUP["metaqa"]["paper"])   # the Holm family the readings are judged in
+OWN_P = "verdict at own p"   # a reading's verdict under the rule before the family (`RULE_CHANGE`)
+RULE_CHANGE = (
+    "The rule for the readings changed after the committed results were seen (issue 56): each reading used to be "
+    "judged at its own p; it is now judged in the paper's Holm family, as the primary claims are. Because the rule "
+    "changed after the results, both outcomes are shown: `p` and `Holm` side by side for every reading above, and "
+    "here every reading whose verdict differs between the two rules.")
 
 
 def floor_verdict(mean_a: float, mean_b: float, floor: float = FLOOR) -> str | None:
@@ -102,9 +108,11 @@ def judge_in_family(tests: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     verdict re-read from it, each reading in the paper's Holm family: the claims the primary reading
     (`hit1`) tests, as `multiplicity.in_family` decides; a member whose reading no question scores
     on enters at p = 1 (it tested nothing, and the family keeps its size). Then a reading under
-    which neither side exceeds `FLOOR` reads as a floor effect."""
+    which neither side exceeds `FLOOR` reads as a floor effect. `OWN_P` keeps the verdict the
+    test's own p gave (the rule before the family, `RULE_CHANGE`), floor effects labelled alike;
+    `p_decisive` the p Holm adjusts (`multiplicity.decisive_p_values`)."""
     if tests.empty:
-        return tests.assign(p_holm=pd.Series(dtype=float), **{"unadjusted verdict": pd.Series(dtype=object)})
+        return tests.assign(p_holm=pd.Series(dtype=float), **{OWN_P: pd.Series(dtype=object)})
     primary = tests[tests["reading"] == READINGS[0]]
     members = set(primary.loc[multiplicity.in_family(primary.assign(metric="hit1"), ()), "claim"])
     parts = []
@@ -114,6 +122,9 @@ def judge_in_family(tests: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         silent = fam & (g["verdict"] == NO_SIGNAL)
         g.loc[silent, "verdict"] = NOT_SEPARABLE
         g.loc[silent, "p_value"] = 1.0
+        if "p_equiv" in g:   # TOST on 0 vs 0 would "confirm" a `~` claim: the member enters at p = 1, not at it
+            g.loc[silent, "p_equiv"] = np.nan
+        g["p_decisive"] = multiplicity.decisive_p_values(g)
         judged = multiplicity.adjust(g[fam], (), alpha=alpha)
         outside = g[~fam].assign(p_holm=np.nan, **{"unadjusted verdict": g.loc[~fam, "verdict"]})
         parts.append(pd.concat([judged, outside]).loc[g.index].drop(columns=["metric", "paper", "family"],
@@ -121,13 +132,14 @@ def judge_in_family(tests: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     out = pd.concat(parts).loc[tests.index]
     floors = [floor_verdict(a, b) for a, b in zip(out["ours_a"], out["ours_b"])]
     out["verdict"] = [f or v for f, v in zip(floors, out["verdict"])]
-    return out
+    out[OWN_P] = [f or v for f, v in zip(floors, out["unadjusted verdict"])]
+    return out.drop(columns=["unadjusted verdict"])
 
 
 def readings_table(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """One row per MetaQA claim that ran: per reading both sides' means, the difference (points),
-    p, Holm-adjusted p in the paper's family and the verdict read from it; `flips`, the readings
-    whose verdict differs from the primary reading's."""
+    its decisive p (TOST's for a `~` claim it decides, as Holm adjusts it), Holm-adjusted p in the paper's family, the verdict read from it and the one its own p gave
+    (`OWN_P`, the old rule); `flips`, the readings whose verdict differs from the primary reading's."""
     tests = pd.DataFrame(tested_readings(runs))
     if tests.empty:
         return tests
@@ -140,9 +152,10 @@ def readings_table(runs: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
         rec[f"{m} a"] = round(float(r["ours_a"]), 1)
         rec[f"{m} b"] = round(float(r["ours_b"]), 1)
         rec[f"{m} diff"] = round(float(r["diff"]), 1)
-        rec[f"{m} p"] = r["p_value"]
+        rec[f"{m} p"] = r["p_decisive"]
         rec[f"{m} p_holm"] = r["p_holm"]
         rec[f"{m} verdict"] = r["verdict"]
+        rec[f"{m} {OWN_P}"] = r[OWN_P]
     out = pd.DataFrame(list(recs.values()))
     out["flips"] = [", ".join(m for m in READINGS[1:] if rec.get(f"{m} verdict") not in (None, rec.get("hit1 verdict")))
                     for rec in out.to_dict("records")]
@@ -194,13 +207,29 @@ def report_table(readings: pd.DataFrame, format_p: Callable[[Any], Any]) -> pd.D
     return shown
 
 
+def rule_change_table(readings: pd.DataFrame, format_p: Callable[[Any], Any]) -> pd.DataFrame:
+    """Every (claim, reading) whose verdict at its own p (the old rule) differs from its verdict in
+    the paper's Holm family (the rule now), with both p-values and both verdicts."""
+    rows = []
+    for rec in ([] if readings.empty else readings.to_dict("records")):
+        for m in READINGS:
+            if f"{m} {OWN_P}" in rec and rec[f"{m} {OWN_P}"] != rec[f"{m} verdict"]:
+                rows.append({"claim": rec["claim"], "dataset": rec["dataset"], "reading": m,
+                             "A vs B": f"{rec[f'{m} a']:.1f} vs {rec[f'{m} b']:.1f}", "diff": rec[f"{m} diff"],
+                             "p": format_p(rec[f"{m} p"]), "Holm": format_p(rec[f"{m} p_holm"]),
+                             "verdict at own p (old rule)": rec[f"{m} {OWN_P}"],
+                             "verdict in the family (now)": rec[f"{m} verdict"]})
+    return pd.DataFrame(rows)
+
+
 SECTION_TEXT = (
     "The paper's figures count an answer right when it names a gold entity (`hit1`, the primary reading); KG-RAG "
     "answers in sentences two to three times as long as KAPING's, which that reading favours. So each MetaQA claim is "
     "re-tested on the same questions under the first-entity reading (`hit1_first`, the usual KGQA Hit@1) and a "
     "length-matched one (`hit1_sentence`: a gold in the answer's first sentence). Every reading is judged in the same "
-    "Holm family as the primary claims (the paper's family, each member tested under that reading; `Holm` is its "
-    "adjusted p, and `hit1` repeats the claims table). `A vs B`: both sides' means (%). A reading under which neither "
+    "Holm family as the primary claims (the paper's family, each member tested under that reading; `p` is the "
+    "test's own decisive p, TOST's `p_equiv` for a `~` claim TOST decides, `Holm` its adjusted p, and `hit1` repeats "
+    "the claims table). `A vs B`: both sides' means (%). A reading under which neither "
     f"side scores above {FLOOR:g} % reads **{FLOOR_EFFECT}** with its means: it cannot tell the sides apart (sentence "
     "answers never start with the entity). `flips` names the readings whose verdict differs from `hit1`'s, and the "
     "claims table says so beside the verdict.")
@@ -211,5 +240,7 @@ def report_section(readings: pd.DataFrame, md: Callable[[pd.DataFrame], str],
     """REPORT's readings section (empty without MetaQA claims)."""
     if readings.empty:
         return []
+    changed = rule_change_table(readings, format_p)
     return ["### MetaQA: every claim under three readings of Hit@1", "", SECTION_TEXT, "",
-            md(report_table(readings, format_p)), ""]
+            md(report_table(readings, format_p)), "", RULE_CHANGE, "",
+            md(changed) if not changed.empty else "(no reading's verdict differs between the two rules)", ""]
