@@ -108,6 +108,9 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
         from .studies import load_profile
 
         executor.check_profile(load_profile(profile), f"profile {profile}")
+    from .studies.data_needs import ensure_data
+
+    ensure_data(profile, [b.stem for b in books])   # fetched into the per-user folder, or the fetch command named
     after = study_graph([b.stem for b in books])
     figures_root = Path(os.environ.get("KGRAG_FIGURES_DIR") or REPO_ROOT / "figures")
     tasks = [NotebookTask(key=nb.stem, notebook=nb, root=out_root, out_dir=out_root / nb.stem,

@@ -2,10 +2,12 @@
 
 Real datasets are read in place, never copied: the data root comes from an explicit
 argument (config, `--data-root`), else the `KGRAG_DATA_ROOT` environment variable, else
-`../shared/data` beside a source checkout. An installed package (`pip install .`, a wheel)
-has no checkout beside it: there the variable (or the flag) is required, and results,
-figures and caches go under the current folder (`REPO_ROOT` is then the working directory),
-never into site-packages.
+`../shared/data` beside a source checkout when that folder exists, else the per-user data
+folder (`$XDG_DATA_HOME/kgrag/data`, by default `~/.local/share/kgrag/data`) that `kgrag data
+fetch` fills: a clone on a machine without `../shared` and an installed package both land there.
+An installed package (`pip install .`, a wheel) has no checkout beside it: results, figures and
+caches go under the current folder (`REPO_ROOT` is then the working directory), never into
+site-packages.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from .errors import ConfigError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_ROOT_ENV = "KGRAG_DATA_ROOT"
@@ -31,19 +32,38 @@ IN_CHECKOUT = _checkout(PACKAGE_DIR.parent)
 REPO_ROOT = PACKAGE_DIR.parent if IN_CHECKOUT else Path.cwd().resolve()
 
 
+def user_data_dir() -> Path:
+    """The per-user data folder `kgrag data fetch` fills when no other root is given:
+    $XDG_DATA_HOME/kgrag/data, by default ~/.local/share/kgrag/data (the XDG rule, by hand: no dependency)."""
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg and Path(xdg).expanduser().is_absolute() else Path.home() / ".local" / "share"
+    return (base / "kgrag" / "data").resolve()
+
+
+def shared_data_dir() -> Path | None:
+    """`../shared/data` beside a source checkout, when it is there."""
+    shared = REPO_ROOT.parent / "shared" / "data"
+    return shared.resolve() if IN_CHECKOUT and shared.is_dir() else None
+
+
 def data_root(explicit: str | os.PathLike | None = None) -> Path:
-    """Resolve the data root: argument, then $KGRAG_DATA_ROOT, then ../shared/data beside a
-    source checkout (an installed package has none: it asks for the variable)."""
+    """Resolve the data root: argument (config, --data-root), then $KGRAG_DATA_ROOT, then
+    ../shared/data beside a source checkout when it exists, then the per-user data folder."""
     if explicit:
         return Path(explicit).expanduser().resolve()
     env = os.environ.get(DATA_ROOT_ENV)
     if env:
         return Path(env).expanduser().resolve()
-    if not IN_CHECKOUT:
-        raise ConfigError(f"no data root: kgrag is installed as a package ({PACKAGE_DIR}), with no source checkout "
-                          f"and no ../shared/data beside it; set ${DATA_ROOT_ENV}=<folder holding metaqa/, hotpotqa/, ...> "
-                          "or pass --data-root <folder>")
-    return (REPO_ROOT.parent / "shared" / "data").resolve()
+    return shared_data_dir() or user_data_dir()
+
+
+def data_root_origin(explicit: str | os.PathLike | None = None) -> str:
+    """Which rule chose `data_root(explicit)`, in words (for messages that say where data went)."""
+    if explicit:
+        return "given by configuration or --data-root/--root"
+    if os.environ.get(DATA_ROOT_ENV):
+        return f"${DATA_ROOT_ENV}"
+    return "../shared/data beside the checkout" if shared_data_dir() else "the per-user data folder"
 
 
 def shown_path(path: str | os.PathLike) -> str:

@@ -7,6 +7,23 @@ import pytest
 from fakes import BagOfWordsEmbedder
 
 
+def pytest_sessionstart(session):
+    """On a clone where no data root holds the data (no $KGRAG_DATA_ROOT, no ../shared/data beside it),
+    fetch what the tests read (the datasets gpu-paper's notebooks read: every small one) into the
+    per-user data folder first, as `kgrag study` does; elsewhere nothing is fetched or written."""
+    from kgrag_lib.errors import KgragError
+    from kgrag_lib.paths import data_root_origin
+
+    if data_root_origin() != "the per-user data folder":
+        return
+    from kgrag_lib.studies.data_needs import ensure_data
+
+    try:
+        ensure_data("gpu-paper")
+    except KgragError as exc:
+        print(f"kgrag tests: the real data could not be fetched ({exc}); the tests that read it will fail")
+
+
 @pytest.fixture(autouse=True)
 def _forget_held_secrets():
     """`redact` masks every key the process was given; a key one test gave is no other test's."""

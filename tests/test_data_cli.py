@@ -13,7 +13,7 @@ from kgrag_lib.data.manifest import file_facts, load_manifest, refresh_manifest
 from kgrag_lib.paths import data_root
 
 ROOT = data_root()
-needs_data = pytest.mark.skipif(not (ROOT / "INDEX.md").is_file(), reason=f"real data root not found at {ROOT}")
+needs_data = pytest.mark.skipif(not (ROOT / "metaqa" / "kb.txt").is_file(), reason=f"real data root not found at {ROOT}")
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:

@@ -395,7 +395,7 @@ def test_a_damaged_gzip_is_set_aside_and_named(server, tmp_path, capsys):
 
 @pytest.mark.parametrize("spec, says", [
     ({"url": "ftp://host/f.gz"}, "expected an http(s):// URL"),
-    ({"url": "http://host/f.zip", "unpack": "zip"}, "accepted: gzip, tar.gz"),
+    ({"url": "http://host/f.7z", "unpack": "7z"}, "accepted: gzip, tar.gz, zip"),
     ({"url": "http://host/f.gz", "unpack": "gzip", "member": "f"}, "'member' needs unpack: tar.gz"),
 ])
 def test_download_fields_of_a_bad_form_are_refused_naming_the_file(tmp_path, capsys, spec, says):

@@ -19,7 +19,7 @@ from kgrag_lib.paths import data_root
 from kgrag_lib.records import Triple
 
 ROOT = data_root()
-pytestmark = pytest.mark.skipif(not (ROOT / "INDEX.md").is_file(), reason=f"real data root not found at {ROOT}")
+pytestmark = pytest.mark.skipif(not (ROOT / "metaqa" / "kb.txt").is_file(), reason=f"real data root not found at {ROOT}")
 
 
 @pytest.mark.parametrize("name, split, count", [

@@ -12,7 +12,7 @@ from kgrag_lib.methods.prompt_digest import prompt_digests
 from kgrag_lib.paths import data_root
 
 ROOT = data_root()
-real_data = pytest.mark.skipif(not (ROOT / "INDEX.md").is_file(), reason=f"real data root not found at {ROOT}")
+real_data = pytest.mark.skipif(not (ROOT / "metaqa" / "kb.txt").is_file(), reason=f"real data root not found at {ROOT}")
 
 
 @pytest.fixture

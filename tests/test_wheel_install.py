@@ -80,8 +80,11 @@ def test_installed_data_check_reads_the_root_it_is_given(wheel_venv, tmp_path):
     (root / "metaqa").mkdir(parents=True)
     (root / "metaqa" / "kb.txt").write_text("The Lovers|directed_by|Louis Malle\n", encoding="utf-8")
 
-    bare = _run([str(bin_dir / "kgrag"), "data", "check"], tmp_path, env)   # no checkout, no variable: refused
-    assert bare.returncode == 2 and "KGRAG_DATA_ROOT" in bare.stderr and "--data-root" in bare.stderr
+    # no checkout, no variable: the per-user data folder that `kgrag data fetch` fills (issue 57)
+    bare = _run([str(bin_dir / "kgrag"), "data", "check", "--json"], tmp_path,
+                {**env, "XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert bare.returncode == 0, bare.stderr
+    assert Path(json.loads(bare.stdout)["root"]) == (tmp_path / "xdg" / "kgrag" / "data").resolve()
 
     for how, run_env, argv in (("env", {**env, "KGRAG_DATA_ROOT": str(root)}, ["data", "check", "--json"]),
                                ("flag", env, ["--data-root", str(root), "data", "check", "--json"])):

@@ -6,12 +6,13 @@ import argparse
 import json
 import time
 
+from ..cli_choices import profile_choices
 from ..data.check import MISMATCH, check_data, dataset_stats, format_check, stats_datasets, stats_default, statuses_to_json
-from ..data.fetch import fetch_dataset, list_fetchable
+from ..data.fetch import MIRROR_ENV, TIMEOUT_ENV, TIMEOUT_S, fetch_many, list_fetchable
 from ..data.manifest import MANIFEST_PATH, refresh_manifest
 from ..data.registry import default_path
 from ..errors import ConfigError
-from ..paths import data_root
+from ..paths import data_root, data_root_origin
 
 
 def _given(args: argparse.Namespace, *names: str) -> None:
@@ -62,17 +63,33 @@ def cmd_refresh_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    """Download one manifest entry (resumable, checked); `--list` shows what can be fetched."""
-    _given(args, "name", "root", "manifest")
+    """Download one manifest entry, or every entry a profile reads (resumable, checked); `--list`
+    shows what can be fetched."""
+    _given(args, "root", "manifest", "profile", "mirror")
+    if any(not str(n).strip() for n in args.name or []):
+        raise ConfigError(f"kgrag data fetch: a blank dataset name in {args.name!r} (an unset shell variable?); "
+                          "name manifest entries, e.g. metaqa 2wiki")
     _root_folder(args.root)
     if args.list:
         print(list_fetchable(args.manifest, args.root))
         return 0
-    if not args.name:
-        raise ConfigError("kgrag data fetch: name a dataset (e.g. wikipedia-2018) or pass --list")
-    n = fetch_dataset(args.name, args.root, args.manifest, force=args.force)
-    print(f"{args.name}: {n} file(s) installed under {data_root(args.root)}" if n else
-          f"{args.name}: nothing to fetch, every file is present")
+    if bool(args.name) == bool(args.profile):
+        raise ConfigError("kgrag data fetch: name a dataset (e.g. metaqa) or --profile P (every dataset P reads), "
+                          "not both; or pass --list")
+    if args.profile:
+        from ..studies.data_needs import profile_data
+
+        names = profile_data(args.profile)
+        print(f"profile {args.profile} reads: {', '.join(names)}")
+        n = fetch_many(names, args.root, args.manifest, force=args.force, mirror=args.mirror, timeout=args.timeout)
+        what = f"profile {args.profile}"
+    else:
+        n = fetch_many(args.name, args.root, args.manifest, force=args.force, mirror=args.mirror,
+                       timeout=args.timeout, optional_failures=False)
+        what = ", ".join(args.name)
+    root = data_root(args.root)
+    print(f"{what}: {n} file(s) installed under {root} ({data_root_origin(args.root)})" if n else
+          f"{what}: nothing to fetch, every file is present under {root}")
     return 0
 
 
@@ -179,11 +196,20 @@ def register(subparsers) -> None:
     r.add_argument("--manifest", default=None, help="manifest file to rewrite")
     r.set_defaults(func=cmd_refresh_manifest)
 
-    f = sub.add_parser("fetch", help="download a dataset of the manifest (resumable; checked against its sha256)")
-    f.add_argument("name", nargs="?", default=None, help="manifest entry, e.g. wikipedia-2018 or wikidata5m")
+    f = sub.add_parser("fetch", help="download a dataset of the manifest, or all a profile reads (resumable; "
+                                     "checked against its sha256)")
+    f.add_argument("name", nargs="*", default=None, help="manifest entries, e.g. metaqa 2wiki, or wikipedia-2018")
+    f.add_argument("--profile", default=None, choices=profile_choices(), metavar="PROFILE",
+                   help="fetch every dataset this profile's notebooks and methods read (from its resolved settings)")
     f.add_argument("--list", action="store_true", help="list the entries that have download URLs, with their sizes")
     f.add_argument("--root", default=None, help="data root to download into (default: $KGRAG_DATA_ROOT, else "
-                                                "../shared/data beside a source checkout)")
+                                                "../shared/data beside a source checkout, else the per-user data "
+                                                "folder ~/.local/share/kgrag/data)")
+    f.add_argument("--mirror", default=None, help=f"fetch https://host/path from <mirror>/host/path instead (a local "
+                                                  f"copy of the sources); default ${MIRROR_ENV}")
+    f.add_argument("--timeout", type=float, default=None,
+                   help=f"seconds a download may stay silent (connecting or between reads) before the try counts as "
+                        f"cut and is resumed (default ${TIMEOUT_ENV}, else {TIMEOUT_S:g})")
     f.add_argument("--force", action="store_true", help="download again even where the files are present")
     f.add_argument("--manifest", default=None, help=f"manifest file (default: the shipped {MANIFEST_PATH.name})")
     f.set_defaults(func=cmd_fetch)

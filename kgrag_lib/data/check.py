@@ -43,10 +43,15 @@ def check_data(root: str | Path | None = None, manifest: str | Path | None = Non
         obtain = " ".join(str(entry.get("obtain", "")).split())
         if any(spec.get("url") for spec in entry.get("files", [])):
             obtain = f"`kgrag data fetch {name}` (resumable), or by hand: {obtain}"
+        # the inputs of a derived file that is present are not needed (a KB obtained by hand needs no sources)
+        spare = {p: spec["path"] for spec in entry.get("files", []) if spec.get("derive")
+                 and (base / spec["path"]).is_file() for p in spec.get("from", [])}
         for spec in entry.get("files", []):
             fp = base / spec["path"]
             if not fp.is_file():
-                out.append(FileStatus(name, spec["path"], MISSING, required, "", obtain))
+                why = f"not needed: only an input of {spare[spec['path']]}, which is present" \
+                    if spec["path"] in spare else ""
+                out.append(FileStatus(name, spec["path"], MISSING, required and not why, why, obtain))
                 continue
             size = fp.stat().st_size
             if spec.get("size") is not None and size != spec["size"]:
@@ -70,8 +75,9 @@ def format_check(statuses: list[FileStatus], root: Path) -> str:
     for s in statuses:
         by_ds.setdefault(s.dataset, []).append(s)
     for ds, items in by_ds.items():
-        bad = [s for s in items if s.status in (MISSING, MISMATCH)]
-        state = "ok" if not bad else ("optional, not present" if not items[0].required and
+        needed = any(s.required for s in items)   # a required entry; its spare derive inputs are not required
+        bad = [s for s in items if s.status == MISMATCH or (s.status == MISSING and (s.required or not needed))]
+        state = "ok" if not bad else ("optional, not present" if not needed and
                                       all(s.status == MISSING for s in items) else "INCOMPLETE")
         lines.append(f"{ds}: {state}")
         for s in items:

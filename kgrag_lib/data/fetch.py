@@ -6,11 +6,17 @@ request), never leave a cut or wrong file under the name the loaders read (it is
 place only when complete and checked), and say how sure it is of what it installed: checked
 against a sha256 the manifest knows, or only recorded (`<download>.sha256`) where it knows none.
 
-Manifest fields read per file (all optional; a file without `url` is obtained by hand):
-`url` (where to download it), `unpack` (`gzip`: the download is the file gzipped; `tar.gz`: an
-archive holding it), `member` (its name in that archive; default: the file's own name),
+Manifest fields read per file (all optional; a file without `url` or `derive` is obtained by hand):
+`url` (where to download it), `unpack` (`gzip`: the download is the file gzipped; `tar.gz` or
+`zip`: an archive holding it), `member` (its name in that archive; default: the file's own name),
 `download_sha256` (sum of the download itself, checked before unpacking) and `approx_download`
 (the size the source states, shown by `--list`). Files sharing one `url` come from one download.
+`derive` + `from`: the file is made from other files of the entry (`derive.py`) once they are in.
+
+A download whose sum the manifest does not know is recorded on its first fetch (`<download>.sha256`
+beside it) and every later download of it must match: a source that changed its file is refused,
+never silently installed. `mirror` (`--mirror`, `$KGRAG_DATA_MIRROR`) fetches `https://host/path`
+from `<mirror>/host/path` instead: a local copy of the sources, or the tests' loopback server.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -38,11 +45,15 @@ from ..errors import ConfigError, MissingDataError
 from ..paths import data_root
 from ..progress import progress
 from ..redact import redact
+from .derive import run_step
 from .manifest import MANIFEST_PATH, check_file_path, load_manifest, sha256_file
 
-UNPACK = ("gzip", "tar.gz")
+UNPACK = ("gzip", "tar.gz", "zip")
+ARCHIVES = ("tar.gz", "zip")   # the unpack forms that hold named members
 CHUNK = 1 << 20
-TIMEOUT_S = 60.0          # a connection silent this long counts as cut (and is resumed)
+TIMEOUT_S = 20.0          # a connection silent this long (connecting, or between two reads) counts as cut
+TIMEOUT_ENV = "KGRAG_FETCH_TIMEOUT"
+MIRROR_ENV = "KGRAG_DATA_MIRROR"
 RETRIES = 3               # further tries after a cut connection or an unreachable host
 RETRY_BACKOFF_S = 2.0     # wait before try k: k * this (tests set it to 0)
 USER_AGENT = f"kgrag/{__version__} (data fetch)"
@@ -60,18 +71,19 @@ class Target:
     """One manifest file produced by a download."""
     spec: dict[str, Any]
     path: Path           # its final place under the data root
-    member: str = ""     # its name inside a tar.gz download
+    member: str = ""     # its name inside a tar.gz or zip download
 
 
 @dataclass
 class Download:
     """One URL and the manifest files it yields."""
     url: str
-    unpack: str                  # "" (the download is the file), "gzip" or "tar.gz"
+    unpack: str                  # "" (the download is the file), "gzip", "tar.gz" or "zip"
     saved: Path                  # the completed download (for "", the file itself)
     sha256: str | None           # known sum of the download, if any
     approx: str = ""
     targets: list[Target] = field(default_factory=list)
+    via: str = ""                # where it is fetched from when not `url` itself (a mirror)
 
     @property
     def part(self) -> Path:
@@ -80,6 +92,54 @@ class Download:
 
 def _url_name(url: str) -> str:
     return PurePosixPath(urlparse(url).path).name
+
+
+def mirrored(url: str, mirror: str | None) -> str:
+    """`url` as fetched through `mirror` (`<mirror>/<host>/<path>?<query>`), or itself without one."""
+    if not mirror:
+        return url
+    p = urlparse(url)
+    return f"{mirror.rstrip('/')}/{p.hostname}{p.path}" + (f"?{p.query}" if p.query else "")
+
+
+def check_mirror(mirror: str | None) -> str | None:
+    """`--mirror` / $KGRAG_DATA_MIRROR: an http(s) URL (refused otherwise, naming where it came from)."""
+    given = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
+    if given is not None and urlparse(given).scheme not in ("http", "https"):
+        where = "--mirror" if mirror is not None else f"${MIRROR_ENV}"
+        raise ConfigError(f"{where} {redact(given)!r}: expected an http(s):// URL, e.g. http://127.0.0.1:8000/sources")
+    return given
+
+
+def fetch_timeout(timeout: float | None = None) -> float:
+    """Seconds of silence a download tolerates: the argument, $KGRAG_FETCH_TIMEOUT, else TIMEOUT_S."""
+    raw: Any = timeout if timeout is not None else os.environ.get(TIMEOUT_ENV) or TIMEOUT_S
+    where = "--timeout" if timeout is not None else f"${TIMEOUT_ENV}"
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise ConfigError(f"{where} {raw!r}: expected seconds of silence to wait for, a number in (0, 3600], "
+                          f"e.g. 20")
+    return value
+
+
+def derived(entry: dict[str, Any], name: str, where: str) -> list[dict[str, Any]]:
+    """The files of an entry made by a `derive` step, each checked to name inputs of the same entry."""
+    paths = {spec["path"] for spec in entry.get("files", [])}
+    out = []
+    for spec in entry.get("files", []):
+        if not spec.get("derive"):
+            continue
+        inputs = spec.get("from")
+        here = f"{where}: datasets.{name}: {spec['path']}"
+        if spec.get("url"):
+            raise ConfigError(f"{here}: a file has either url or derive, not both")
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) and i in paths for i in inputs):
+            raise ConfigError(f"{here}: from {inputs!r}; expected a list of paths of other files of datasets.{name}")
+        out.append(spec)
+    return out
 
 
 def plan(name: str, entry: dict[str, Any], root: Path, where: str = "the manifest") -> list[Download]:
@@ -95,8 +155,8 @@ def plan(name: str, entry: dict[str, Any], root: Path, where: str = "the manifes
             raise ConfigError(f"{here}: url {redact(url)!r}; expected an http(s):// URL")
         if unpack and unpack not in UNPACK:
             raise ConfigError(f"{here}: unpack {unpack!r}; accepted: {', '.join(UNPACK)} (or none)")
-        if spec.get("member") and unpack != "tar.gz":
-            raise ConfigError(f"{here}: 'member' needs unpack: tar.gz")
+        if spec.get("member") and unpack not in ARCHIVES:
+            raise ConfigError(f"{here}: 'member' needs unpack: tar.gz or zip")
         final = root / check_file_path(spec["path"], f"{where}: datasets.{name}: path {spec['path']!r}")
         if not os.path.abspath(final).startswith(os.path.join(os.path.abspath(root), "")):
             raise ConfigError(f"{here}: path {spec['path']!r} leaves the data root {root}; expected a path inside it")
@@ -113,9 +173,9 @@ def plan(name: str, entry: dict[str, Any], root: Path, where: str = "the manifes
         if d.unpack != unpack or (known and d.sha256 and known != d.sha256):
             raise ConfigError(f"{here}: files sharing the url {redact(url)} must agree on unpack and download_sha256")
         d.sha256 = d.sha256 or known
-        d.targets.append(Target(spec, final, str(spec.get("member") or final.name) if unpack == "tar.gz" else ""))
-        if unpack != "tar.gz" and len(d.targets) > 1:
-            raise ConfigError(f"{here}: only a tar.gz download may yield several files (url {redact(url)})")
+        d.targets.append(Target(spec, final, str(spec.get("member") or final.name) if unpack in ARCHIVES else ""))
+        if unpack not in ARCHIVES and len(d.targets) > 1:
+            raise ConfigError(f"{here}: only a tar.gz or zip download may yield several files (url {redact(url)})")
     return list(downloads.values())
 
 
@@ -229,13 +289,14 @@ def download(d: Download, label: str, manual: str, say: Say, *, retries: int | N
     connection is retried from the bytes written (RETRIES times, then refused: rerunning resumes).
     """
     retries = RETRIES if retries is None else retries
+    timeout = fetch_timeout(timeout)
     d.part.parent.mkdir(parents=True, exist_ok=True)
-    failures, last = 0, ""
+    failures, last, silent = 0, "", False
     while failures <= retries:
         try:
-            digest = _try_once(d, label, manual, say, TIMEOUT_S if timeout is None else timeout)
+            digest = _try_once(d, label, manual, say, timeout)
         except _Retry as exc:
-            failures, last = failures + 1, str(exc)
+            failures, last, silent = failures + 1, str(exc), "silent" in str(exc)
             if failures <= retries:
                 say(f"{label}: {last}; trying again in {RETRY_BACKOFF_S * failures:.0f} s ({failures}/{retries})")
                 time.sleep(RETRY_BACKOFF_S * failures)
@@ -244,6 +305,9 @@ def download(d: Download, label: str, manual: str, say: Say, *, retries: int | N
             return digest
         # None: the `.part` was dropped (it did not match the file served); the next try starts at byte 0
     have = d.part.stat().st_size if d.part.exists() else 0
+    if silent:
+        manual = (f"a slow source may need a longer wait: --timeout SECONDS or ${TIMEOUT_ENV} (now {timeout:g} s); "
+                  + manual)
     if have:
         raise FetchError(f"{redact(d.url)}: download failed ({last}); the {have} bytes so far are kept in {d.part}: rerun "
                          f"the same command to resume, {manual}")
@@ -270,7 +334,7 @@ def _try_once(d: Download, label: str, manual: str, say: Say, timeout: float) ->
     `.part` had to be dropped, `_Retry` when the connection failed."""
     part = d.part
     offset = part.stat().st_size if part.exists() else 0
-    url, auth = _split_userinfo(d.url)
+    url, auth = _split_userinfo(d.via or d.url)
     headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **auth}
     if offset:
         headers["Range"] = f"bytes={offset}-"
@@ -289,6 +353,8 @@ def _try_once(d: Download, label: str, manual: str, say: Say, timeout: float) ->
         raise FetchError(f"{redact(d.url)}: HTTP {exc.code} {exc.reason} (the link may have moved); {manual}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", None) or exc
+        if isinstance(reason, TimeoutError):
+            raise _Retry(f"the server stayed silent for {timeout:g} s before answering") from None
         raise _Retry(str(reason) or type(reason).__name__) from None
     with resp:
         if "text/html" in (resp.headers.get("Content-Type") or "") and not d.url.lower().endswith((".html", ".htm")):
@@ -310,6 +376,9 @@ def _try_once(d: Download, label: str, manual: str, say: Say, timeout: float) ->
         if total is not None:
             _check_space(part.parent, total - offset, d.url)
         done, cut = _stream(resp, part, mode, hasher, label, offset, total)
+    if isinstance(cut, TimeoutError):
+        raise _Retry(f"the server stayed silent for {timeout:g} s after {done} of "
+                     f"{total if total is not None else '?'} bytes")
     if cut is not None or (total is not None and done < total):
         why = f" ({type(cut).__name__})" if cut is not None else ""
         raise _Retry(f"cut after {done} of {total if total is not None else '?'} bytes{why}")
@@ -404,6 +473,9 @@ def _unpack(d: Download, todo: list[Target], label: str, manual: str, say: Say) 
             _install(tmp, t, digest, manual, say)
             return
         wanted = {t.member: t for t in todo}
+        if d.unpack == "zip":
+            _unzip(d, wanted, label, manual, say)
+            return
         with open(d.saved, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as tar:
             names = []
             for member in tar:
@@ -421,7 +493,7 @@ def _unpack(d: Download, todo: list[Target], label: str, manual: str, say: Say) 
                 raise FetchError(f"{d.saved}: no member {', '.join(sorted(wanted))} in the archive from {redact(d.url)} "
                                  f"(it holds {', '.join(names[:10]) or 'nothing'}); fix `member:` in the manifest, "
                                  f"{manual}")
-    except (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError) as exc:
+    except (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError, zipfile.BadZipFile) as exc:
         for t in todo:
             t.path.with_name(t.path.name + ".unpacking").unlink(missing_ok=True)
         bad = _reject(d.saved)
@@ -429,12 +501,33 @@ def _unpack(d: Download, todo: list[Target], label: str, manual: str, say: Say) 
                          f"rerun with --force to download it again, {manual}") from None
 
 
+def _unzip(d: Download, wanted: dict[str, Target], label: str, manual: str, say: Say) -> None:
+    """Install each wanted member of a zip (matched by its path or its file name, the first one that fits)."""
+    with zipfile.ZipFile(d.saved) as zf:
+        names = zf.namelist()
+        for info in zf.infolist():
+            t = wanted.get(info.filename) or wanted.get(PurePosixPath(info.filename).name)
+            if t is None or info.is_dir():
+                continue
+            tmp = t.path.with_name(t.path.name + ".unpacking")
+            with zf.open(info) as src:
+                digest = _copy_hashed(src, tmp, f"{label} ({t.member})", info.file_size or None, src.tell)
+            _install(tmp, t, digest, manual, say)
+            wanted = {k: v for k, v in wanted.items() if v is not t}
+    if wanted:
+        raise FetchError(f"{d.saved}: no member {', '.join(sorted(wanted))} in the archive from {redact(d.url)} "
+                         f"(it holds {', '.join(names[:10]) or 'nothing'}); fix `member:` in the manifest, {manual}")
+
+
 def fetch_dataset(name: str, root: str | Path | None = None, manifest_path: str | Path | None = None, *,
-                  force: bool = False, say: Say = print, retries: int | None = None) -> int:
-    """Download and install the files of manifest entry `name`; returns how many were installed.
-    A URL's user:password and query tokens are sent (Basic auth, the query as given) but every line
-    said shows them masked (`redact`)."""
+                  force: bool = False, say: Say = print, retries: int | None = None, mirror: str | None = None,
+                  timeout: float | None = None) -> int:
+    """Download and install the files of manifest entry `name`, then derive the files made from them;
+    returns how many were installed. A URL's user:password and query tokens are sent (Basic auth,
+    the query as given) but every line said shows them masked (`redact`)."""
     shown, say = say, (lambda line: shown(redact(line)))
+    mirror = check_mirror(mirror)
+    timeout = fetch_timeout(timeout)
     doc = _load(manifest_path)
     entry = doc["datasets"].get(name)
     where = str(manifest_path or MANIFEST_PATH)
@@ -443,9 +536,22 @@ def fetch_dataset(name: str, root: str | Path | None = None, manifest_path: str 
         raise ConfigError(f"no dataset {name!r} in {where}; fetchable: {names} (`kgrag data fetch --list`)")
     base = data_root(root)
     downloads = plan(name, entry, base, where)
+    steps = derived(entry, name, where)
     manual = _manual(entry)
-    if not downloads:
+    if not downloads and not steps:
         raise ConfigError(f"{name}: the manifest has no download url for it; {manual}")
+    for d in downloads:
+        d.via = mirrored(d.url, mirror) if mirror else ""
+    if not force:   # the inputs of a derived file already present are not needed: leave them out
+        spare = {base / p for spec in steps if (base / spec["path"]).is_file() for p in spec["from"]}
+        for d in downloads:
+            d.targets = [t for t in d.targets if t.path not in spare]
+        downloads = [d for d in downloads if d.targets]
+    seen: list[str] = []
+    if not force and all(_present_ok(t, seen.append) for t in _targets(downloads, steps, base)):
+        for line in seen:
+            say(line)
+        return 0   # nothing to do: nothing written, not even the lock (a shared read-only root stays untouched)
     base.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(base / f".kgrag-fetch-{name}.lock"))
     try:
@@ -454,12 +560,34 @@ def fetch_dataset(name: str, root: str | Path | None = None, manifest_path: str 
         raise FetchError(f"{name}: another `kgrag data fetch {name}` is downloading into {base} now; wait for it "
                          "to end (or end it), then rerun") from None
     try:
-        return sum(_fetch_one(d, force, manual, say, retries) for d in downloads)
+        n = sum(_fetch_one(d, force, manual, say, retries, timeout) for d in downloads)
+        return n + sum(_derive_one(spec, base, force, manual, say, where, name) for spec in steps)
     finally:
         lock.release()
 
 
-def _fetch_one(d: Download, force: bool, manual: str, say: Say, retries: int | None) -> int:
+def _targets(downloads: list[Download], steps: list[dict[str, Any]], base: Path) -> list[Target]:
+    return [t for d in downloads for t in d.targets] + [Target(spec, base / spec["path"]) for spec in steps]
+
+
+def _derive_one(spec: dict[str, Any], base: Path, force: bool, manual: str, say: Say, where: str, name: str) -> int:
+    """Make one derived file from its inputs (all present by now), installed only when its sha256 is the manifest's."""
+    t = Target(spec, base / spec["path"])
+    if not force and _present_ok(t, say):
+        return 0
+    inputs = [base / p for p in spec["from"]]
+    missing = [str(p) for p in inputs if not p.is_file()]
+    if missing:
+        raise FetchError(f"{spec['path']}: cannot derive it ({spec['derive']}): {', '.join(missing)} missing; "
+                         f"rerun the fetch, {manual}")
+    t.path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run_step(str(spec["derive"]), inputs, t.path, f"{where}: datasets.{name}: {spec['path']}")
+    say(f"{spec['path']}: derived ({spec['derive']} from {', '.join(spec['from'])})")
+    _install(tmp, t, sha256_file(tmp), manual, say)
+    return 1
+
+
+def _fetch_one(d: Download, force: bool, manual: str, say: Say, retries: int | None, timeout: float) -> int:
     """Download (or reuse) one URL, check it, install its missing files; returns how many were installed."""
     todo = [t for t in d.targets if force or not _present_ok(t, say)]
     if not todo:
@@ -473,11 +601,13 @@ def _fetch_one(d: Download, force: bool, manual: str, say: Say, retries: int | N
         if d.sha256 and digest != d.sha256:
             raise _mismatch(d.saved, digest, d.sha256, _reject(d.saved), manual)
     else:
-        say(f"{label}: downloading {redact(d.url)}" + (f" ({d.approx})" if d.approx else ""))
-        digest = download(d, label, manual, say, retries=retries)
+        say(f"{label}: downloading {redact(d.url)}" + (f" ({d.approx})" if d.approx else "")
+            + (f" from the mirror {redact(d.via)}" if d.via else ""))
+        digest = download(d, label, manual, say, retries=retries, timeout=timeout)
         named = d.saved if d.unpack else todo[0].path
         if d.sha256 and digest != d.sha256:
             raise _mismatch(named, digest, d.sha256, _reject(d.part, named), manual)
+        _check_recorded(d, named, digest, manual)
         os.replace(d.part, named)
         if not d.unpack:
             _say_sum(say, todo[0].spec["path"] + ": installed", digest, d.sha256, named, "sha256")
@@ -488,6 +618,19 @@ def _fetch_one(d: Download, force: bool, manual: str, say: Say, retries: int | N
     return len(todo)
 
 
+def _check_recorded(d: Download, named: Path, digest: str, manual: str) -> None:
+    """A download the manifest has no sum for must match the sum its first fetch recorded (`<file>.sha256`)."""
+    side = named.with_name(named.name + ".sha256")
+    if d.sha256 or not side.is_file():
+        return
+    recorded = side.read_text(encoding="utf-8").split()[:1]
+    if recorded and recorded[0] != digest:
+        kept = _reject(d.part, named)
+        raise FetchError(f"{named}: sha256 {digest}, but its first fetch recorded {recorded[0]} in {side}: the source "
+                         f"changed the file since; not installed (kept as {kept}). If the change is expected, check "
+                         f"it, delete {side.name} and rerun; {manual}")
+
+
 def _say_sum(say: Say, what: str, digest: str, known: str | None, path: Path, field_name: str) -> None:
     """Say how sure we are of a download: verified, or its sum recorded in `<file>.sha256` for pinning."""
     if known:
@@ -496,3 +639,46 @@ def _say_sum(say: Say, what: str, digest: str, known: str | None, path: Path, fi
     side = _write_sidecar(path, digest)
     say(f"{what}, sha256 {digest} (not verified: the manifest has no sum for this download; recorded in "
         f"{side.name}, add it as {field_name}: to pin it)")
+
+
+def missing_files(names: list[str], root: str | Path | None = None,
+                  manifest_path: str | Path | None = None) -> dict[str, list[str]]:
+    """The files of required entries `names` absent under the root (entry -> paths). The inputs of a
+    derived file that is present are not needed (a KB obtained by hand needs no ID-form sources)."""
+    doc = _load(manifest_path)
+    base = data_root(root)
+    out: dict[str, list[str]] = {}
+    for name in names:
+        entry = doc["datasets"].get(name) or {}
+        if not entry.get("required", True):
+            continue
+        files = entry.get("files", [])
+        spare = {p for spec in files if spec.get("derive") and (base / spec["path"]).is_file()
+                 for p in spec.get("from", [])}
+        gone = [spec["path"] for spec in files if spec["path"] not in spare and not (base / spec["path"]).is_file()]
+        if gone:
+            out[name] = gone
+    return out
+
+
+def fetch_many(names: list[str], root: str | Path | None = None, manifest_path: str | Path | None = None, *,
+               force: bool = False, say: Say = print, mirror: str | None = None, timeout: float | None = None,
+               retries: int | None = None, optional_failures: bool = True) -> int:
+    """Fetch every entry of `names` (a profile's data); an optional entry (`required: false`) that fails is
+    said, not fatal (unless `optional_failures` is False: the user named it): the run that would read it
+    says what it lacks. Returns the files installed."""
+    doc = _load(manifest_path)
+    unknown = [n for n in names if n not in doc["datasets"]]
+    if unknown:
+        raise ConfigError(f"no dataset {', '.join(map(repr, unknown))} in {manifest_path or MANIFEST_PATH}; "
+                          f"fetchable: {', '.join(fetchable(doc)) or 'none'} (`kgrag data fetch --list`)")
+    total = 0
+    for name in names:
+        try:
+            total += fetch_dataset(name, root, manifest_path, force=force, say=say, mirror=mirror, timeout=timeout,
+                                   retries=retries)
+        except FetchError as exc:
+            if doc["datasets"][name].get("required", True) or not optional_failures:
+                raise
+            say(f"{name} (optional): not fetched: {exc}")
+    return total

@@ -70,14 +70,17 @@ def load_manifest(path: str | Path | None = None) -> dict[str, Any]:
     return _load(str(p), p.stat().st_mtime)
 
 
-def obtain_hint(dataset: str, manifest: dict[str, Any] | None = None) -> str:
-    """How to obtain a dataset, from the manifest (source and steps)."""
+def obtain_hint(dataset: str, manifest: dict[str, Any] | None = None, root: str | Path | None = None) -> str:
+    """How to obtain a dataset, from the manifest (source and steps): the exact `kgrag data fetch`
+    command (naming `root`, the data root that lacks it, when known) where the manifest has a URL."""
     entry = (manifest or load_manifest())["datasets"].get(dataset)
     if not entry:
         return "see kgrag_lib/data/manifests/datasets.yaml and data/README.md of the repository"
     parts = [str(entry.get("obtain", "")).strip()]
     if any(spec.get("url") for spec in entry.get("files", [])):
-        parts.insert(0, f"Run `kgrag data fetch {dataset}` (resumable), or by hand:")
+        where = f" --root {root}" if root else ""
+        parts.insert(0, f"Run `kgrag data fetch {dataset}{where}` (resumable; or `kgrag data fetch --profile "
+                        f"<profile>{where}` for all a profile reads), or by hand:")
     if entry.get("source"):
         parts.append(f"Source: {str(entry['source']).strip()}")
     return " ".join(p for p in parts if p)

@@ -51,6 +51,8 @@ class DatasetSpec:
     # extra keyword files the loader reads beside the question file, by data root (2Wiki's id aliases)
     loader_files: Callable[[str | Path | None], dict[str, Path]] | None = None
     many_answers: bool = False  # several gold answers per question (MetaQA): `kgrag data stats` shows their spread
+    # further manifest entries its loader reads when present (2Wiki's id aliases): `data fetch --profile` gets them
+    companions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.corpus not in ("none", "pooled", "facts") and self.corpus_loader is None:
@@ -97,6 +99,7 @@ DATASETS: dict[str, DatasetSpec] = {
              "HippoRAG corpus, so open retrieval over that corpus can find the evidence.",
         marks=("evidences", "entity_ids", "evidences_id", "answer_id"),
         corpus_loader=load_2wiki_corpus, corpus_form=twowiki.CORPUS_FORM, loader_files=_twowiki_files,
+        companions=("2wiki-aliases",),
     ),
     "musique": DatasetSpec(
         "musique", "musique", load_musique,
@@ -150,9 +153,10 @@ def get_spec(name: str) -> DatasetSpec:
 
 def _missing(path: Path, manifest_key: str, what: str, root: Path | None = None) -> MissingDataError:
     where = (f"looked under the data root {root}, chosen by the root argument, else $KGRAG_DATA_ROOT, "
-             f"else ../shared/data beside the repository" if root else "looked at the path given")
+             f"else ../shared/data beside the repository, else the per-user data folder" if root
+             else "looked at the path given")
     return MissingDataError(
-        f"{what}: file not found: {path} ({where}). How to obtain it: {obtain_hint(manifest_key)}"
+        f"{what}: file not found: {path} ({where}). How to obtain it: {obtain_hint(manifest_key, root=root)}"
     )
 
 

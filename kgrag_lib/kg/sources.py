@@ -243,7 +243,8 @@ def twowiki_evidence_source(held_out: bool) -> Callable[[str, Path], SourcePlan]
         missing = [p for p in inputs if not p.is_file()]
         if missing:
             raise MissingDataError(f"{missing[0]} not found: the {name} KG is built from "
-                                   f"{', '.join(str(p.relative_to(data_root)) for p in inputs)} under the data root")
+                                   f"{', '.join(str(p.relative_to(data_root)) for p in inputs)} under the data root; "
+                                   f"fetch them with: kgrag data fetch 2wiki --root {data_root}")
         return SourcePlan(name, inputs, lambda: build_2wiki_evidence_store(data_root, held_out))
 
     return plan
@@ -440,14 +441,18 @@ class Source:
     forms: str  # the spec forms it accepts, for error messages
     needs_llm: bool = False
     provider: str = ""
+    # the data manifest entries its plan reads under the data root (a `text:`/`tcr:` KG reads the dataset its
+    # spec names, `metaqa:<file>` / `wikidata5m:<folder>` a file given, no entry)
+    data: tuple[str, ...] = ()
 
 
 SOURCES: dict[str, Source] = {
-    "metaqa": Source(metaqa_source, "'metaqa', 'metaqa:<kb.txt-format file>'"),
-    "2wiki-evidence-heldout": Source(twowiki_evidence_source(True), "'2wiki-evidence-heldout'"),
-    "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)"),
-    FULL_KG: Source(full_source, f"'{FULL_KG}'"),
-    "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'"),
+    "metaqa": Source(metaqa_source, "'metaqa', 'metaqa:<kb.txt-format file>'", data=("metaqa",)),
+    "2wiki-evidence-heldout": Source(twowiki_evidence_source(True), "'2wiki-evidence-heldout'", data=("2wiki",)),
+    "2wiki-evidence-oracle": Source(twowiki_evidence_source(False), "'2wiki-evidence-oracle' (upper bound)",
+                                    data=("2wiki",)),
+    FULL_KG: Source(full_source, f"'{FULL_KG}'", data=("2wiki",)),
+    "wikidata5m": Source(wikidata5m_source, "'wikidata5m', 'wikidata5m:<folder>'", data=("wikidata5m",)),
     "text": Source(None, "'text:<dataset>[:<split>][:n=<N>][:seed=<S>][:max_<cap>=<N>...]' (with llm=)", needs_llm=True,
                    provider="kgrag_lib.methods.sa_rag"),
     "tcr": Source(None, "'tcr:<dataset>[:<split>][:n=<N>][:seed=<S>]' (with llm=)", needs_llm=True,

@@ -30,6 +30,8 @@ class NotebookSettings:
 
     family: ClassVar[str | None] = None   # the study whose `models:` entry picks the LLM (None: no LLM)
     from_methods: ClassVar[dict[str, tuple[str, str]]] = {}   # field -> (method, setting) when None
+    # data manifest entries the notebook reads that none of its settings names (`studies.data_needs`)
+    reads: ClassVar[tuple[str, ...]] = ()
 
     def check(self, where: str) -> None:
         """Refuse, once the settings are resolved, values a later cell would find wrong only after

@@ -112,6 +112,7 @@ class DPOPairs(WithModel):
     are the profile's `methods.kg-infused` (so the greedy candidate is the evaluation request)."""
 
     family = KGI
+    reads = ("2wiki",)   # the pool is a 2Wiki question file (`split`)
     n_questions: int | None = opt(None, "2Wiki training questions drawn from the non-evaluated pool (None: "
                                         "DPODataConfig's 100; the paper: 1,500)")
     seed: int | None = opt(None, "seed of the question sample, the KG stages and the candidates (None: run.seed)")

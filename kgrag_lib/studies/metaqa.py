@@ -57,6 +57,8 @@ class Quickstart(Sample, WithModel):
 class KBProfile(Sample):
     """10_metaqa_kb: the MetaQA KG (no LLM)."""
 
+    reads = ("metaqa",)   # the KB and the questions of every hop count
+
     hops: list[int] = opt([1, 2, 3], "N values for the candidate-set counts")
     cutoff: int = opt(30, "last degree drawn in the histogram (the paper cuts at 30)")
 
