@@ -24,7 +24,8 @@ SHARED_METHODS = {"base.py", "common.py", "registry.py", "prompt_digest.py", "__
 SHARED_REPORT = {"__init__.py", "claims.py", "tables.py", "figures.py", "study.py", "mechanism.py", "rescore.py",
                  "papers.py", "cross_method.py", "multiplicity.py", "accounting.py", "findings.py", "publish.py",
                  "plan.py", "preregistration.py", "__pycache__"}
-SHARED_STUDIES = {"__init__.py", "base.py", "profiles.py", "report.py", "order.py", "cross_method.py", "__pycache__"}
+SHARED_STUDIES = {"__init__.py", "base.py", "profiles.py", "report.py", "order.py", "cross_method.py", "data_needs.py",
+                  "__pycache__"}
 
 
 @pytest.mark.parametrize("paper", PAPERS)
