@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -71,6 +72,28 @@ def available_profiles() -> list[str]:
 ProfileCheck = Callable[[dict[str, Any], str], None]
 
 
+class CheckedProfile(dict):
+    """A profile as `read_profile` returned it, with the checks it passed: read again with no more checks than
+    these and unchanged since, it is returned as it is, so a run checks its profile once (`kgrag run` checks every
+    section, then `experiment.resolve_run` reads the same dict). Changed in place, it is checked again."""
+
+    def __init__(self, data: dict[str, Any], checks: tuple[ProfileCheck, ...]) -> None:
+        super().__init__(data)
+        self.checks = checks
+        self.digest = _profile_digest(data)
+
+    def passed(self, checks: tuple[ProfileCheck, ...]) -> bool:
+        return set(checks) <= set(self.checks) and _profile_digest(self) == self.digest
+
+
+# written out (a study's profile.yaml) as the mapping it is
+yaml.SafeDumper.add_representer(CheckedProfile, yaml.representer.SafeRepresenter.represent_dict)
+
+
+def _profile_digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=repr).encode()).hexdigest()
+
+
 def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck,
                  _children: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Read a profile: by name (shipped in kgrag_lib/profiles), YAML path, or a dict.
@@ -82,6 +105,8 @@ def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck,
     `studies.load_profile` runs them all. So a misspelt section is refused with the file, the
     key and the accepted keys instead of silently falling back to code defaults.
     """
+    if isinstance(name_or_path, CheckedProfile) and name_or_path.passed(checks):
+        return name_or_path
     if isinstance(name_or_path, dict):
         data = dict(name_or_path)
         data.setdefault("name", "custom")
@@ -104,7 +129,7 @@ def read_profile(name_or_path: str | Path | dict, *checks: ProfileCheck,
     check_profile_basics(data, where)
     for check in checks:
         check(data, where)
-    return data
+    return CheckedProfile(data, checks)
 
 
 def fill_n(section: dict[str, Any], n: Any, where: str) -> dict[str, Any]:

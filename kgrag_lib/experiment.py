@@ -63,7 +63,8 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
     """Settings of one run. `overrides` are RunConfig fields or fields of the method's config;
     None values mean "not given". An unknown name, a wrong type or a dataset the method does
     not support is refused here, before anything is loaded."""
-    prof = read_profile(profile, check_profile_methods)  # `kgrag run` checks the notebooks sections too
+    # `kgrag run` has checked every section already (`load_profile`): a CheckedProfile is not checked twice
+    prof = read_profile(profile, check_profile_methods)
     spec = get_method(method)
     check_dataset(spec, dataset)
     run_over = {k: v for k, v in overrides.items() if k in RUN_FIELDS and v is not None}

@@ -417,10 +417,16 @@ def test_read_probes_reads_the_judge_the_answer_probe_and_run_folders(tmp_path):
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_committed_probes_keep_sa_rag_judged_claims_out_of_the_1_5b_plan():
+@pytest.fixture(scope="module")
+def committed_plan():
+    """The plan of the committed results folders and probes, made once for the tests that only read it (making
+    it reads every results folder: about 10 s on a busy 2-core machine)."""
     folders = tuple(str(ROOT / f) for f in P.DEFAULT_RESULTS)
-    probes = P.read_probes(ROOT / P.DEFAULT_PROBES)
-    plan = P.build_plan([P.read_outcomes(f) for f in folders], P.PlanConfig(results=folders), probes=probes)
+    return P.make_plan(P.PlanConfig(results=folders, probes=str(ROOT / P.DEFAULT_PROBES)))
+
+
+def test_committed_probes_keep_sa_rag_judged_claims_out_of_the_1_5b_plan(committed_plan):
+    plan = committed_plan
     assert plan.meta["planned_model"] == "qwen2.5-coder-1.5b-q4"
     c = plan.claims
     judged = c[(c["paper"] == "sa_rag") & (c["metric"] == "correct")]
@@ -454,8 +460,8 @@ def test_an_equivalence_claim_is_planned_by_tost_inside_the_margin_and_by_refuta
     assert abs(P.Effect(5.0, "x", p_a=0.10, p_b=0.05).sd_points - 100 * (0.15 - 0.05 ** 2) ** 0.5) < 1e-9
 
 
-def test_the_committed_plan_plans_the_placebo_claim_on_the_full_kg_with_its_committed_effect():
-    plan = P.make_plan()
+def test_the_committed_plan_plans_the_placebo_claim_on_the_full_kg_with_its_committed_effect(committed_plan):
+    plan = committed_plan
     row = plan.claims.set_index("claim").loc["m1.kg_over_placebo.2wiki"]
     assert row["planned"] and row["status"] == P.NOT_RUN and row["notebook"] == "21_kg_infused_main"
     assert "2wiki-evidence-oracle minus 2wiki-evidence-heldout" in row["effect_source"] and row["effect"] > 0

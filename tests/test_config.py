@@ -116,3 +116,23 @@ def test_an_alias_bomb_is_refused_and_ordinary_aliases_pass(tmp_path):
     with pytest.raises(ConfigError, match=r"bomb\.yaml: its anchors and aliases expand to [\d,]+ values"):
         read_profile(bomb)
     assert read_profile("cpu-reference")["methods"]["kg-infused"] == read_profile("cpu-reference")["methods"]["nor"]
+
+
+def test_a_run_checks_its_profile_once_and_a_changed_one_again(monkeypatch, tmp_path):
+    """Issue 60: `kgrag run` checks every section (`load_profile`), then `resolve_run` reads the same dict: it
+    is not checked a second time, unless it was changed in place since."""
+    from kgrag_lib import config as config_mod
+    from kgrag_lib.experiment import resolve_run
+    from kgrag_lib.studies import load_profile
+
+    seen = []
+    real = config_mod.check_profile_basics
+    monkeypatch.setattr(config_mod, "check_profile_basics", lambda data, where: seen.append(where) or real(data, where))
+    prof = load_profile("cpu-smoke")
+    assert len(seen) == 1
+    r = resolve_run("llm", "metaqa-1hop", tmp_path / "r", profile=prof)
+    assert len(seen) == 1 and r.run.profile == "cpu-smoke"
+    prof["methods"]["llm"] = {"max_tokenz": 3}   # changed in place after its check: checked again, and refused
+    with pytest.raises(ConfigError, match="max_tokenz"):
+        resolve_run("llm", "metaqa-1hop", tmp_path / "r", profile=prof)
+    assert len(seen) == 2

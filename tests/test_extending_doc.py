@@ -35,8 +35,9 @@ def test_the_tables_it_names_are_defined_where_it_says():
     # issue 60: what a newcomer adding a dataset or a reusing method met outside the guide
     where.update({"DatasetSpec": "kgrag_lib/data/registry.py", "read_json_records": "kgrag_lib/data/common.py",
                   "VARIANTS": "kgrag_lib/methods/sa_rag/pipeline.py", "offline_parts": "tests/conftest.py",
-                  "metaqa_root": "tests/conftest.py", "NAMES": "tests/test_sa_rag.py"})
-    for name, file in [*where.items(), ("METHODS", "kgrag_lib/methods/kg_infused/__init__.py"),
+                  "metaqa_root": "tests/conftest.py", "NAMES": "tests/test_sa_rag.py",
+                  "jsonl_dataset": "kgrag_lib/data/registry.py", "method_specs": "kgrag_lib/methods/base.py"})
+    for name, file in [*where.items(), ("METHODS", "kgrag_lib/methods/kg_infused/pipeline.py"),
                        ("METHODS", "kgrag_lib/studies/cross_method.py")]:
         assert f"`{name}`" in DOC, name
         text = (REPO_ROOT / file).read_text(encoding="utf-8")

@@ -37,12 +37,13 @@ sys.exit(main(sys.argv[2:]))
 
 TOY = [
     {"id": "1", "question": "Which city is the capital of France?", "answers": ["Paris"],
-     "toy_paragraphs": [{"title": "France", "text": "France is a country in Europe. Its capital is Paris."},
-                        {"title": "Paris", "text": "Paris is the largest city of France, on the Seine."}]},
+     "context": [{"title": "France", "text": "France is a country in Europe. Its capital is Paris."},
+                 {"title": "Paris", "text": "Paris is the largest city of France, on the Seine."}]},
     {"id": "2", "question": "On which river does Paris lie?", "answers": ["Seine"],
-     "toy_paragraphs": [{"title": "Seine", "text": "The Seine flows through Paris to the English Channel."}]},
+     "context": [{"title": "Seine", "text": "The Seine flows through Paris to the English Channel."}]},
     {"id": "3", "question": "Which country has Berlin as its capital?", "answers": ["Germany"],
-     "toy_paragraphs": [{"title": "Berlin", "text": "Berlin is the capital and largest city of Germany."}]},
+     "context": [{"title": "Berlin", "text": "Berlin is the capital and largest city of Germany."}],
+     "meta": {"source": "written by hand"}},
 ]
 
 
@@ -134,5 +135,5 @@ def test_the_recipes_add_a_dataset_and_a_method_that_run_end_to_end(tmp_path):
         rows = [json.loads(ln) for ln in (work / "runs" / folder / "predictions.jsonl").read_text().splitlines()]
         assert len(rows) == 2 and {r["dataset"] for r in rows} == {"toyqa"}
         assert {r["method"] for r in rows} == {method}
-        assert {r["qid"] for r in rows} <= {f"toyqa-{r['id']}" for r in TOY}
+        assert {r["qid"] for r in rows} <= {r["id"] for r in TOY}
         assert all(r["requests"] for r in rows)   # each question was answered through the (scripted) LLM

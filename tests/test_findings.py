@@ -24,15 +24,17 @@ def committed_facts_read_once(monkeypatch):
     renders of them: FINDINGS of both folders and README's block render from the same reads (1.5B's findings
     quote the 0.5B folder), each still through `render_folder` / `readme_block`. Only these tests, which never
     change the committed results, share them."""
-    real = F.Facts
+    monkeypatch.setattr(F, "Facts", _committed_facts)
 
-    def facts(folder):
-        key = str(folder.resolve() if hasattr(folder, "resolve") else folder)
-        if key not in _COMMITTED_FACTS:
-            _COMMITTED_FACTS[key] = real(folder)
-        return _COMMITTED_FACTS[key]
 
-    monkeypatch.setattr(F, "Facts", facts)
+_REAL_FACTS = F.Facts
+
+
+def _committed_facts(folder):
+    key = str(folder.resolve() if hasattr(folder, "resolve") else folder)
+    if key not in _COMMITTED_FACTS:
+        _COMMITTED_FACTS[key] = _REAL_FACTS(folder)
+    return _COMMITTED_FACTS[key]
 
 
 @pytest.mark.usefixtures("committed_facts_read_once")
@@ -229,9 +231,10 @@ def test_a_qualitative_sentence_the_data_stop_supporting_fails_to_render(cross_f
 
 @pytest.fixture(scope="module")
 def reference_facts():
-    return F.Facts(REPO_ROOT / "results" / "reference")
+    return _committed_facts(REPO_ROOT / "results" / "reference")   # read once with the renders' reads
 
 
+@pytest.mark.usefixtures("committed_facts_read_once")   # its sibling and README block: the same reads
 def test_the_findings_counts_per_paper_are_the_claims_tables(reference_facts):
     """README's SA-RAG / TCR-QF line and the oracle sentence are tallies of the claims table, not one verdict
     stretched over a paper (issue 56: "not testable" where two TCR-QF claims read "not separable")."""
@@ -274,6 +277,7 @@ def test_which_confirmations_hold_under_every_reading_follows_the_readings_table
            f"shows both), {held_own} of the {len(under)}" in text
 
 
+@pytest.mark.usefixtures("committed_facts_read_once")
 def test_the_15b_findings_give_each_comparison_its_own_p():
     folder = REPO_ROOT / "results" / "reference-1.5b"
     text = " ".join(F.render_folder(folder, write=False).split())

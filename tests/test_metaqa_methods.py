@@ -384,9 +384,11 @@ def test_registered_methods_and_config_errors(tmp_path, fake_embedder):
         assert methods[name].datasets == ("metaqa-1hop", "metaqa-2hop", "metaqa-3hop")
     ctx = RunContext(llm=ScriptedLLM(["x"]), embedder=fake_embedder, cache_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="hops"):
-        methods["llm"].factory(ctx, {"hops": 2}, 0)  # the zero-shot LLM has no retrieval
+        methods["llm"].check_config({"hops": 2}, where="t")  # the zero-shot LLM has no retrieval
     with pytest.raises(ConfigError, match="direction"):
-        methods["kg-rag"].factory(ctx, {"direction": "sideways", "kb": str(tmp_path / "none.txt")}, 0)
+        methods["kg-rag"].check_config({"direction": "sideways", "kb": str(tmp_path / "none.txt")}, where="t")
+    m = methods["llm"].factory(ctx, cfg := methods["llm"].check_config({"max_tokens": 7}, where="t"), 0)
+    assert m.config is cfg   # the factory builds from the typed config as given: checked once, never copied
 
 
 def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
@@ -395,8 +397,9 @@ def test_factory_builds_kb_once_and_caches_it(tmp_path, fake_embedder):
     llm = scripted({"answer_kg": ["Louis Malle", "Louis Malle"]})
     ctx = RunContext(llm=llm, embedder=fake_embedder, cache_dir=str(tmp_path / "cache"))
     spec = available_methods()["llm-kg"]
-    m = spec.factory(ctx, {"kb": str(kb_path), "hops": 1, "top_k": 3}, 0)
-    m2 = available_methods()["kg-rag"].factory(ctx, {"kb": str(kb_path)}, 0)
+    m = spec.factory(ctx, spec.check_config({"kb": str(kb_path), "hops": 1, "top_k": 3}, where="t"), 0)
+    kg_rag = available_methods()["kg-rag"]
+    m2 = kg_rag.factory(ctx, kg_rag.check_config({"kb": str(kb_path)}, where="t"), 0)
     assert m.selector.kb.store is m2.selector.kb.store  # shared through ctx.memo
     assert m.selector.kb.embeddings is m2.selector.kb.embeddings
     assert list((tmp_path / "cache" / "kg").glob("metaqa-*/stats.json"))
@@ -413,7 +416,8 @@ def test_missing_kb_is_a_clear_error(tmp_path, fake_embedder):
 
     ctx = RunContext(llm=ScriptedLLM(["x"]), embedder=fake_embedder, cache_dir=str(tmp_path))
     with pytest.raises(MissingDataError, match="kb.txt|subject\\|relation\\|object"):
-        available_methods()["llm-kg"].factory(ctx, {"kb": str(tmp_path / "nope.txt")}, 0)
+        spec = available_methods()["llm-kg"]
+        spec.factory(ctx, spec.check_config({"kb": str(tmp_path / "nope.txt")}, where="t"), 0)
 
 
 # ---- the real MetaQA KB -----------------------------------------------------------------------

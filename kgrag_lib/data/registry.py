@@ -20,6 +20,7 @@ from ..records import Passage, Question
 from . import bamboogle, hotpotqa, musique, strategyqa, twowiki
 from .bamboogle import load_bamboogle
 from .common import DATASET_MARKS, check_file, pool_passages
+from .generic import FORM as JSONL_FORM, load_jsonl_questions
 from .hotpotqa import load_hotpotqa
 from .manifest import obtain_hint
 from .metaqa import QA_FORM, load_metaqa_qa
@@ -69,6 +70,20 @@ def _metaqa(k: int) -> DatasetSpec:
         qtypes={"test": f"metaqa/qtype/{k}hop_qa_test_qtype.txt", "dev": f"metaqa/qtype/{k}hop_qa_dev_qtype.txt"},
         note="KG question answering over metaqa/kb.txt (see metaqa_kb_path); no text corpus.", many_answers=True,
     )
+
+
+def jsonl_dataset(name: str, splits: dict[str, str], *, default_split: str | None = None, corpus: str = "pooled",
+                  note: str = "", many_answers: bool = False) -> DatasetSpec:
+    """A dataset in kgrag's own question format (`data/generic.py`: `{"id", "question", "answers", "context"?,
+    ...}` per line): one registry row, no loader code. `corpus` is "pooled" (the questions' `context`
+    paragraphs, de-duplicated by id) or "none"; its manifest key is its name."""
+    if corpus not in ("pooled", "none"):
+        raise ConfigError(f"dataset {name!r}: a JSONL dataset's corpus is 'pooled' (its questions' context "
+                          f"paragraphs) or 'none', not {corpus!r}")
+    if not splits:
+        raise ConfigError(f"dataset {name!r}: at least one split (name -> file under the data root)")
+    return DatasetSpec(name, name, load_jsonl_questions, dict(splits), default_split or next(iter(splits)), corpus,
+                       JSONL_FORM, note=note, many_answers=many_answers)
 
 
 def _twowiki_files(root: str | Path | None) -> dict[str, Path]:
@@ -290,7 +305,8 @@ def load_corpus(
     """The passages a dataset ships, as a retrieval corpus.
 
     - a file corpus, read by the spec's `corpus_loader`: 2wiki, HippoRAG's 6,119-passage corpus (pid = title).
-    - hotpotqa, musique: the pooled, de-duplicated context paragraphs of every question in the file.
+    - hotpotqa, musique and a `jsonl_dataset` with corpus pooled: the pooled, de-duplicated context paragraphs
+      of every question in the file.
     - strategyqa: the pooled annotated facts, pid `fact:<digest>` — a gold-derived stand-in.
     - bamboogle, metaqa-*: none (empty list); Bamboogle has no corpus, MetaQA is KG-only.
     `path` is the corpus file for 2wiki and the question file to pool from otherwise (`split`

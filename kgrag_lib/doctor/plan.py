@@ -192,13 +192,13 @@ def _method_settings(spec: Any, section: Any) -> dict[str, Any]:
 
 
 def _methods_not_run(profile: dict[str, Any]) -> set[str]:
-    """Methods with a model of their own that the profile's notebooks leave out: Self-RAG runs only in
-    notebook 28's Table 2."""
+    """Methods with a model of their own that the profile's notebooks leave out: those that need a GPU
+    (`MethodSpec.needs_gpu`, Self-RAG and Self-RAG + KG-Infused RAG) run only in notebook 28's Table 2."""
     try:
         tables = notebook_settings("28_plugins", profile).tables
     except Exception:  # noqa: BLE001 - a profile without the notebook's section: its defaults
         return set()
-    return set() if "2" in tables else {"self-rag", "self-rag-kg-infused"}
+    return set() if "2" in tables else {name for name, spec in available_methods().items() if spec.needs_gpu}
 
 
 def gpu_need_gib(weights: list[Weights] | tuple[Weights, ...]) -> float | None:

@@ -1,19 +1,20 @@
 """What a method is, and what it runs with.
 
 A method is a `Method`: `answer(question) -> Prediction`, the `config` it was built from and
-an optional `resume`. Its `MethodSpec` names it,
-lists the datasets it supports, its config dataclass, and the factory that builds it from a
-`RunContext` (shared, lazily loaded parts: LLM, embedder, KGs), its config dict (profile
-section merged with overrides) and the run seed; so the same method runs from the CLI, a
-notebook or a test. The table of all methods is `methods.registry`.
+an optional `resume`. Its `MethodSpec` names it, lists the datasets it supports, its config
+dataclass, and the factory that builds it from a `RunContext` (shared, lazily loaded parts: LLM,
+embedder, KGs), its typed config (the profile section merged with overrides, checked once by
+`MethodSpec.check_config`) and the run seed; so the same method runs from the CLI, a notebook or
+a test. The table of all methods is `methods.registry`.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from ..config import make_config
 from ..llm import DEFAULT_SPEC
@@ -56,24 +57,69 @@ class Method:
         raise NotImplementedError(f"{type(self).__name__} answers question by question (answers_sample is False)")
 
 
-Factory = Callable[["RunContext", dict, int], Method]
+ConfigT = TypeVar("ConfigT")
+# (ctx, the method's typed config as `MethodSpec.check_config` made it, run seed) -> the method
+Factory = Callable[["RunContext", ConfigT, int], Method]
+
+
+# The signals that say a method's mechanism ran on a question (`MethodSpec.mechanism`, read by report.mechanism)
+MECHANISMS = {
+    "final-answer": "the answer was read from a 'Final Answer:' line (TCR-QF's prompt and parser)",
+    "decomposition": "the question decomposition parsed (no fall-back to the original question)",
+    "kg-subgraph": "the KG gave a non-empty subgraph (KG-Infused RAG's spreading activation)",
+    "activation": "spreading activation reached beyond its seed entities (SA-RAG)",
+}
 
 
 @dataclass(frozen=True)
-class MethodSpec:
+class MethodSpec(Generic[ConfigT]):
     name: str
-    factory: Factory               # (ctx, config dict, run seed) -> Method
-    config: type                   # the config dataclass the factory builds from the dict
+    factory: Factory[ConfigT]      # (ctx, typed config, run seed) -> Method
+    config: type[ConfigT]          # the config dataclass: `check_config` makes it from a settings dict
     datasets: tuple[str, ...]      # datasets the method can run on (others are refused)
     summary: str
     family: str                    # study (and profile `models:` entry) the method belongs to
     # prompt modules the method sends prompts from, e.g. ("kg_infused.prompts",); empty: every prompt
     # module of its paper package. Their wording is part of a run's identity (`prompt_digest`).
     prompts: tuple[str, ...] = ()
+    # what shows its mechanism ran, a key of MECHANISMS (report.mechanism reads each run's health by it); "": none
+    mechanism: str = ""
+    # needs a model of its own that a CPU profile does not serve (Self-RAG's reflection-token generator):
+    # the CPU cross-method notebook leaves it out
+    needs_gpu: bool = False
 
-    def check_config(self, section: dict[str, Any], where: str) -> Any:
+    def __post_init__(self) -> None:
+        if self.mechanism and self.mechanism not in MECHANISMS:
+            raise ValueError(f"method {self.name!r}: mechanism {self.mechanism!r}; expected one of "
+                             f"{', '.join(MECHANISMS)} or empty")
+
+    def check_config(self, section: dict[str, Any], where: str) -> ConfigT:
         """The method's config from a settings dict; unknown keys and bad values refused."""
         return make_config(self.config, section, where=where)
+
+
+def method_specs(build: Callable[..., Method], summaries: Mapping[str, str], config: type | Mapping[str, type],
+                 datasets: Sequence[str], family: str, prompts: tuple[str, ...] = (), *,
+                 mechanism: str | Mapping[str, str] = "", needs_gpu: bool = False) -> tuple[MethodSpec, ...]:
+    """A paper's table rows for methods one builder makes by name, `build(name, ctx, config, seed)` (its
+    `make_method`): one `MethodSpec` per `summaries` entry, in order. `config` is the config dataclass of
+    all of them, or one per name; `mechanism` the signal of all of them, or one per name (absent: none).
+    Each factory takes its typed config and refuses anything else (a settings dict goes through
+    `check_config` first, so a config is checked once)."""
+    def spec(name: str, summary: str) -> MethodSpec:
+        cls = config[name] if isinstance(config, Mapping) else config
+        signal = mechanism.get(name, "") if isinstance(mechanism, Mapping) else mechanism
+        return MethodSpec(name, functools.partial(_build_typed, build, name, cls), cls, tuple(datasets), summary,
+                          family, prompts, mechanism=signal, needs_gpu=needs_gpu)
+
+    return tuple(spec(name, summary) for name, summary in summaries.items())
+
+
+def _build_typed(build: Callable[..., Method], name: str, cls: type, ctx: "RunContext", cfg: Any, seed: int) -> Method:
+    if not isinstance(cfg, cls):
+        raise TypeError(f"method {name!r}: its factory takes a {cls.__name__} (MethodSpec.check_config makes one from "
+                        f"a settings dict), got {type(cfg).__name__}")
+    return build(name, ctx, cfg, seed)
 
 
 class RunContext:

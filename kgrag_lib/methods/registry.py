@@ -27,8 +27,12 @@ def paper_package(paper: str) -> ModuleType:
 
 
 def available_methods() -> dict[str, MethodSpec]:
-    specs = [s for paper in PAPERS for s in paper_package(paper).METHODS]
-    return {s.name: s for s in sorted(specs, key=lambda s: s.name)}
+    return {s.name: s for s in sorted(methods_by_paper(), key=lambda s: s.name)}
+
+
+def methods_by_paper() -> list[MethodSpec]:
+    """Every method, paper by paper in `PAPERS` order and each paper's in its table's order (a study's rows)."""
+    return [s for paper in PAPERS for s in paper_package(paper).METHODS]
 
 
 def cli_flags() -> list[tuple[str, type, str]]:

@@ -21,6 +21,7 @@ does not record is said as such ("not recorded in the compact results"), never g
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -28,6 +29,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from ..eval.metrics import normalize_answer
+from ..methods.registry import available_methods
 from .kg_infused import paper_numbers as kgi
 from .sa_rag import paper_numbers as sar
 from .tcr_qf import paper_numbers as tcr
@@ -59,17 +61,35 @@ KG_VERDICT_RULE = (
     "2wiki-evidence-full against 2wiki-evidence-heldout) is testable, its mechanism read on the full KG's side. "
     "Beside a full KG in the same notebook, the held-out KG is the placebo arm, not a claim's own KG. This rule "
     "was stated before any run on 2wiki-evidence-full.")
-# Methods whose answers rest on the KG they are given (KG-Infused RAG and its ablations).
-KG_METHODS = ("kg-infused", "kg-qe-only", "kg-aug-only", "self-ask-kg-infused", "self-rag-kg-infused")
-# TCR-QF, its ablations and its baselines (they answer through TCR-QF's prompt and parser) read the
-# answer from a `Final Answer:` line, or a weaker form of it (`methods.tcr_qf.prompts.read_answer`);
-# only the last-line fallback counts as not parsed.
-TCR_METHODS = ("tcr-qf", "tog", "tog-tcr", "tog-qf", "tcr-af", "tcr-llm", "tcr-cot", "tcr-naive-rag", "graphrag-local")
-# SA-RAG and its combinations spread activation from seed entities over the LLM-built KG.
-SA_RAG_METHODS = ("sa-rag", "sa-rag-cot", "sa-rag-qd")
+# Which methods show which mechanism signal is said where each is registered (`MethodSpec.mechanism`):
+# "kg-subgraph" (answers resting on the KG they are given: KG-Infused RAG and its ablations),
+# "final-answer" (TCR-QF, its ablations and baselines: the answer from a `Final Answer:` line, or a weaker
+# form of it, `methods.tcr_qf.prompts.read_answer`; only the last-line fallback counts as not parsed),
+# "activation" (SA-RAG and its combinations: spreading activation from seed entities over the LLM-built KG)
+# and "decomposition" (a parsed question decomposition).
+
+
+def methods_with(signal: str) -> tuple[str, ...]:
+    """The registered methods whose mechanism `signal` (a key of `methods.base.MECHANISMS`) says theirs ran."""
+    return _by_signal().get(signal, ())
+
+
+def signal_of(method: str) -> str:
+    """The mechanism signal of a registered method ("" for none, or a method no longer registered)."""
+    return next((sig for sig, names in _by_signal().items() if method in names), "")
+
+
+@functools.cache
+def _by_signal() -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for spec in available_methods().values():
+        if spec.mechanism:
+            out[spec.mechanism] = (*out.get(spec.mechanism, ()), spec.name)
+    return out
+
+
 NO_FINAL_ANSWER = "answer: no 'Final Answer:' line"
 DECOMPOSITION_FAILED = "decomposition: fell back to the original question"
-DECOMPOSING = ("kg-rag", "llm-qd")
 
 
 def run_rows(folder: str | Path) -> list[dict[str, Any]]:
@@ -174,15 +194,16 @@ def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
     n = len(rows)
     rec = {"notebook": run.get("notebook"), "method": method, "dataset": run.get("dataset"),
            "model": run.get("model"), "kg": run.get("kg"), "n": n, "folder": run.get("folder")}
-    if method in TCR_METHODS:
+    signal = signal_of(method)
+    if signal == "final-answer":
         x = sum(not any(i.startswith(NO_FINAL_ANSWER) for i in _issues(r)) for r in rows)
         rec.update(signal="final answer parsed", ran=x)
         fb = [r["mechanism"].get("feedback_triples") for r in rows if isinstance(r.get("mechanism"), Mapping)]
         rec["feedback produced triples"] = (f"{sum(1 for v in fb if v)} of {len(fb)}" if fb else NOT_RECORDED)
-    elif method in DECOMPOSING:
+    elif signal == "decomposition":
         x = sum(not any(i.startswith(DECOMPOSITION_FAILED) for i in _issues(r)) for r in rows)
         rec.update(signal="decomposition parsed", ran=x)
-    elif method in KG_METHODS:
+    elif signal == "kg-subgraph":
         mech = [r.get("mechanism") for r in rows if isinstance(r.get("mechanism"), Mapping)]
         mech_ok = bool(mech) and len(mech) == n and all("subgraph_triples" in m for m in mech)
         if mech_ok and method == "kg-qe-only":
@@ -199,7 +220,7 @@ def run_health(run: Mapping[str, Any]) -> dict[str, Any]:
         if mech_ok:
             gold = [m["gold_in_subgraph"] for m in mech if "gold_in_subgraph" in m]
             rec[GOLD_COLUMN] = f"{sum(gold)} of {len(gold)}" if gold else NOT_RECORDED
-    elif method in SA_RAG_METHODS:
+    elif signal == "activation":
         mech = [r.get("mechanism") for r in rows if isinstance(r.get("mechanism"), Mapping)]
         if mech and len(mech) == n and all("activated_beyond_seeds" in m for m in mech):
             rec.update(signal="activated beyond seeds", ran=sum(1 for m in mech if m["activated_beyond_seeds"]))
@@ -280,8 +301,9 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     nb, dataset = claim.get("notebook"), claim.get("dataset")
     mine = runs[(runs["notebook"] == nb) & (runs["dataset"] == dataset)] if not runs.empty else runs
     sides = _claim_sides(str(claim.get("claim")))
+    kg_methods = methods_with("kg-subgraph")
     on_kg = str(claim.get("claim")).split("@", 1)[1] if "@" in str(claim.get("claim")) else None   # claim@<kg>
-    kg_runs = mine[mine["method"].isin([s for s in sides if s in KG_METHODS])] if sides and "method" in mine \
+    kg_runs = mine[mine["method"].isin([s for s in sides if s in kg_methods])] if sides and "method" in mine \
         else mine.iloc[0:0]
     if on_kg and "kg" in kg_runs:
         kg_runs = kg_runs[kg_runs["kg"] == on_kg]
@@ -297,12 +319,12 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
     def compared(methods: tuple[str, ...]) -> pd.DataFrame:   # the claim's own sides among `methods`
         return h[h["method"].isin(methods) & (h["method"].isin(sides) if sides else True)]
 
-    tcr = _fewest(compared(TCR_METHODS))
+    tcr = _fewest(compared(methods_with("final-answer")))
     if tcr and run:
         x, n, m = tcr
         text = f"final answer parsed for {x} of {n} ({m}; fewest among the TCR-QF runs compared)"
         return (_dead(x, n) if ran_too_rarely(x, n) else None), text
-    sa = _fewest(compared(SA_RAG_METHODS))
+    sa = _fewest(compared(methods_with("activation")))
     if sa and run and "sa_rag" in str(claim.get("claim")):
         x, n, m = sa
         text = f"activation spread beyond its seeds for {x} of {n} ({m}; fewest among the SA-RAG runs compared)"
@@ -310,7 +332,7 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         return (_dead(x, n) if ran_too_rarely(x, n) and not judged else None), text
     # beside a KG that is neither held out nor the oracle (2wiki-evidence-full), a held-out KG is the
     # placebo arm (KG_VERDICT_RULE): no claim's own KG, the placebo claim's included
-    kgs_here = {str(k) for k in h[h["method"].isin(KG_METHODS)].get("kg", pd.Series(dtype=object)).dropna()}
+    kgs_here = {str(k) for k in h[h["method"].isin(kg_methods)].get("kg", pd.Series(dtype=object)).dropna()}
     placebo_arm = any(not k.endswith("oracle") and k not in HELD_OUT_KGS for k in kgs_here)
 
     def this_kg(r: Mapping[str, Any]) -> bool:   # on the claim's own KG (claim@<kg>; else not the oracle)
@@ -319,9 +341,9 @@ def testability(claim: Mapping[str, Any], runs: pd.DataFrame, health: pd.DataFra
         return not str(r["kg"]).endswith("oracle") and not (placebo_arm and r["kg"] in HELD_OUT_KGS)
 
     recs = [r for r in h.to_dict("records") if (not sides or r["method"] in sides)]
-    kg_recs = [r for r in recs if sides and r["method"] in KG_METHODS]
+    kg_recs = [r for r in recs if sides and r["method"] in kg_methods]
     kg_recs = [r for r in kg_recs if isinstance(r.get("kg"), str) and this_kg(r)] or kg_recs
-    recs = [r for r in recs if not (sides and r["method"] in KG_METHODS)] + kg_recs
+    recs = [r for r in recs if not (sides and r["method"] in kg_methods)] + kg_recs
     parts = [(f"{r['method']}: {r['signal']} {r['ran']}" if isinstance(r.get("ran"), str) else
               f"{r['method']}: {r['signal']} {NOT_RECORDED}")
              + (f", {GOLD_COLUMN} {r[GOLD_COLUMN]}" if " of " in str(r.get(GOLD_COLUMN, "")) else "") for r in recs]
@@ -395,7 +417,7 @@ def tcr_parse_note(health: pd.DataFrame, model: str, labels: Mapping[str, str] |
         return ""
     labels = dict(labels or {})
     parts = []
-    for ds, h in health[health["method"].isin(TCR_METHODS)].groupby("dataset", sort=False):
+    for ds, h in health[health["method"].isin(methods_with("final-answer"))].groupby("dataset", sort=False):
         counts = [(int(r.split(" of ")[0]), int(r.split(" of ")[1]), m)
                   for r, m in zip(h["ran"], h["method"]) if isinstance(r, str)]
         low = [(x, n, m) for x, n, m in counts if ran_too_rarely(x, n)]

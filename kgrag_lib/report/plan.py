@@ -58,8 +58,7 @@ from ..provenance import git_commit
 from .accounting import PAPER_NAMES, REFERENCE_REASONS
 from .claims import JUDGE_UNINFORMATIVE
 from .kg_infused import paper_numbers as kgi
-from .mechanism import (DECOMPOSING, KG_METHODS, NOT_TESTABLE_DATA, NOT_TESTABLE_MODEL, SA_RAG_METHODS, TCR_METHODS,
-                        ran_too_rarely, run_health)
+from .mechanism import NOT_TESTABLE_DATA, NOT_TESTABLE_MODEL, ran_too_rarely, run_health, signal_of
 from .metaqa import paper_numbers as mq
 from .sa_rag import paper_numbers as sar
 from .tables import to_markdown
@@ -342,12 +341,13 @@ def claim_mechanism(paper: str, metric: str) -> str:
     return JUDGE if metric == "correct" else _PAPER_MECHANISM.get(paper, "")
 
 
+_SIGNAL_MECHANISM = {"final-answer": ANSWER_LINE, "kg-subgraph": KG_SUBGRAPH, "decomposition": DECOMPOSITION,
+                     "activation": ACTIVATION}
+
+
 def _method_mechanism(method: str) -> str:
-    for methods, mech in ((TCR_METHODS, ANSWER_LINE), (KG_METHODS, KG_SUBGRAPH), (DECOMPOSING, DECOMPOSITION),
-                          (SA_RAG_METHODS, ACTIVATION)):
-        if method in methods:
-            return mech
-    return ""
+    """The mechanism a method's runs probe, from its registered signal (`MethodSpec.mechanism`)."""
+    return _SIGNAL_MECHANISM.get(signal_of(method), "")
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,12 @@ from ...errors import ConfigError
 from ...llm.base import SamplingParams
 from ...llm.parsing import clean_answer, strip_think
 from ...records import Prediction, Question
-from ..base import Method, MethodSpec, RunContext
+from ..base import Method, RunContext
 from . import prompts
 from . import self_ask_prompts
 from .corpus import CorpusIndex
 from .kg_sources import KGSource
-from .pipeline import DATASETS, FAMILY, KGInfusedConfig, KGInfusedRAG
+from .rag import KGInfusedConfig, KGInfusedRAG
 
 NAMES = ("self-ask", "self-ask-kg-infused")
 SUMMARIES = {
@@ -234,20 +234,11 @@ class SelfAsk(Method):
                           failed=True, error=error)
 
 
-def make_self_ask(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, seed: int = 0,
+def make_self_ask(name: str, ctx: RunContext, cfg: SelfAskConfig | dict[str, Any] | None = None, seed: int = 0,
                   **kw: Any) -> SelfAsk:
-    """Build `self-ask` or `self-ask-kg-infused` from a config dict (unknown keys: ConfigError)."""
+    """Build `self-ask` or `self-ask-kg-infused` from its typed config, or a settings dict (unknown keys:
+    ConfigError)."""
     if name not in NAMES:
         raise ConfigError(f"unknown Self-Ask variant {name!r}; expected one of {', '.join(NAMES)}")
-    return SelfAsk(name, make_config(SelfAskConfig, cfg, where=f"method {name}"), ctx, seed=seed, **kw)
-
-
-def _spec(name: str) -> MethodSpec:
-    def factory(ctx: RunContext, cfg: dict, seed: int) -> SelfAsk:
-        return make_self_ask(name, ctx, cfg, seed)
-
-    return MethodSpec(name, factory, SelfAskConfig, DATASETS, SUMMARIES[name], FAMILY,
-                      prompts=("kg_infused.prompts", "kg_infused.self_ask_prompts"))  # retrieval stages too
-
-
-METHODS = tuple(_spec(n) for n in NAMES)
+    typed = cfg if isinstance(cfg, SelfAskConfig) else make_config(SelfAskConfig, cfg, where=f"method {name}")
+    return SelfAsk(name, typed, ctx, seed=seed, **kw)

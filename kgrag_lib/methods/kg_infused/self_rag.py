@@ -45,10 +45,10 @@ from ...errors import ConfigError
 from ...llm.base import Generation, SamplingParams, TokenLogprob, raw_prompt
 from ...llm.parsing import clean_answer
 from ...records import Passage, Prediction, Question
-from ..base import Method, MethodSpec, RunContext
+from ..base import Method, RunContext
 from .corpus import CorpusIndex
 from .kg_sources import KGSource
-from .pipeline import DATASETS, FAMILY, KGInfusedConfig, KGInfusedRAG
+from .rag import KGInfusedConfig, KGInfusedRAG
 from .self_rag_prompts import instruction, with_evidence
 
 # ---- the Self-RAG model's vocabulary and prompt format ------------------------------------
@@ -354,23 +354,14 @@ METHOD_SUMMARIES = {
     "self-rag-kg-infused": "Self-RAG + KG-Infused RAG: spreading activation, KG-based QE (3+3 passages), "
                            "KG-augmented passages, then Self-RAG (Table 2)",
 }
-_CONFIGS = {"self-rag": SelfRAGConfig, "self-rag-kg-infused": SelfRAGKGConfig}
+CONFIGS = {"self-rag": SelfRAGConfig, "self-rag-kg-infused": SelfRAGKGConfig}
 
 
-def make_method(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, seed: int = 0,
+def make_method(name: str, ctx: RunContext, cfg: SelfRAGConfig | dict[str, Any] | None = None, seed: int = 0,
                 **kw: Any) -> SelfRAG:
-    """Build `self-rag` or `self-rag-kg-infused` from a config dict (unknown keys are a ConfigError)."""
-    if name not in _CONFIGS:
-        raise ConfigError(f"unknown Self-RAG method {name!r}; expected one of {', '.join(_CONFIGS)}")
-    return SelfRAG(name, make_config(_CONFIGS[name], cfg, where=f"method {name}"), ctx, seed=seed, **kw)
-
-
-def _spec(name: str) -> MethodSpec:
-    def factory(ctx: RunContext, cfg: dict, seed: int) -> SelfRAG:
-        return make_method(name, ctx, cfg, seed)
-
-    return MethodSpec(name, factory, _CONFIGS[name], DATASETS, METHOD_SUMMARIES[name], FAMILY,
-                      prompts=("kg_infused.prompts", "kg_infused.self_rag_prompts"))  # retrieval stages too
-
-
-METHODS = tuple(_spec(n) for n in METHOD_SUMMARIES)
+    """Build `self-rag` or `self-rag-kg-infused` from its typed config, or a settings dict (unknown keys are a
+    ConfigError)."""
+    if name not in CONFIGS:
+        raise ConfigError(f"unknown Self-RAG method {name!r}; expected one of {', '.join(CONFIGS)}")
+    typed = cfg if isinstance(cfg, CONFIGS[name]) else make_config(CONFIGS[name], cfg, where=f"method {name}")
+    return SelfRAG(name, typed, ctx, seed=seed, **kw)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import MAX_SEED, make_config, opt
+from ...config import MAX_SEED, opt
 from ...llm import SamplingParams
 from ..base import MethodSpec, RunContext
 from .candidates import DIRECTIONS, TripleSelector
@@ -104,34 +104,35 @@ class KGRAGConfig(SamplingConfig, DecompositionConfig, RetrievalConfig):
 
 
 # ---- the four methods -------------------------------------------------------------------
-def make_zero_shot(ctx: RunContext, cfg: dict, seed: int) -> ZeroShotLLM:
-    return ZeroShotLLM(ctx.llm, make_config(ZeroShotConfig, cfg, where="methods.llm"), seed)
+# Each factory takes its typed config (`MethodSpec.check_config` makes it from a settings dict).
+def make_zero_shot(ctx: RunContext, cfg: ZeroShotConfig, seed: int) -> ZeroShotLLM:
+    return ZeroShotLLM(ctx.llm, cfg, seed)
 
 
-def make_decompose(ctx: RunContext, cfg: dict, seed: int) -> DecomposedQA:
-    return DecomposedQA("llm-qd", ctx.llm, make_config(DecomposeConfig, cfg, where="methods.llm-qd"), seed)
+def make_decompose(ctx: RunContext, cfg: DecomposeConfig, seed: int) -> DecomposedQA:
+    return DecomposedQA("llm-qd", ctx.llm, cfg, seed)
 
 
-def make_kaping(ctx: RunContext, cfg: dict, seed: int) -> KapingQA:
-    c = make_config(KapingConfig, cfg, where="methods.llm-kg")
-    kb = metaqa_kb(ctx, c.kb)  # a bad KB file is refused before the model loads
-    return KapingQA(ctx.llm, TripleSelector(kb, ctx.embedder, c), c, seed)
+def make_kaping(ctx: RunContext, cfg: KapingConfig, seed: int) -> KapingQA:
+    kb = metaqa_kb(ctx, cfg.kb)  # a bad KB file is refused before the model loads
+    return KapingQA(ctx.llm, TripleSelector(kb, ctx.embedder, cfg), cfg, seed)
 
 
-def make_kg_rag(ctx: RunContext, cfg: dict, seed: int) -> DecomposedQA:
-    c = make_config(KGRAGConfig, cfg, where="methods.kg-rag")
-    kb = metaqa_kb(ctx, c.kb)  # a bad KB file is refused before the model loads
-    return build_kg_rag(ctx.llm, TripleSelector(kb, ctx.embedder, c), c, seed)
+def make_kg_rag(ctx: RunContext, cfg: KGRAGConfig, seed: int) -> DecomposedQA:
+    kb = metaqa_kb(ctx, cfg.kb)  # a bad KB file is refused before the model loads
+    return build_kg_rag(ctx.llm, TripleSelector(kb, ctx.embedder, cfg), cfg, seed)
 
 
 METHODS = (
     MethodSpec("llm", make_zero_shot, ZeroShotConfig, DATASETS,
                "zero-shot LLM answer, no decomposition, no KG (KG-RAG baseline 'LLM')", FAMILY),
     MethodSpec("llm-qd", make_decompose, DecomposeConfig, DATASETS,
-               "question decomposition + zero-shot sub-answers + synthesis, no KG (baseline 'LLM+QD')", FAMILY),
+               "question decomposition + zero-shot sub-answers + synthesis, no KG (baseline 'LLM+QD')", FAMILY,
+               mechanism="decomposition"),
     MethodSpec("llm-kg", make_kaping, KapingConfig, DATASETS,
                "KAPING: top-K of the triples up to N hops from the question entity, one answer call "
                "(baseline 'LLM+KG')", FAMILY),
     MethodSpec("kg-rag", make_kg_rag, KGRAGConfig, DATASETS,
-               "KG-RAG: decomposition + per-sub-question top-K triples + reformulation + synthesis", FAMILY),
+               "KG-RAG: decomposition + per-sub-question top-K triples + reformulation + synthesis", FAMILY,
+               mechanism="decomposition"),
 )

@@ -48,7 +48,7 @@ from ...errors import ConfigError
 from ...llm.base import PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
 from ...retrieval import encode_queries
-from ..base import Method, MethodSpec, RunContext
+from ..base import Method, RunContext, method_specs
 from ..common import coverage_issue, resolve_spec
 from .corpus import ChunkCorpus, load_chunk_corpus
 from .graph_index import GraphIndex, load_graph_index
@@ -275,18 +275,14 @@ class SARAG(Method):
                           failed=not ans, error="" if ans else "empty answer from the model")
 
 
-def make_method(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, seed: int = 0, **kw: Any) -> SARAG:
-    """Build a variant by name from a config dict (unknown keys are a ConfigError)."""
+def make_method(name: str, ctx: RunContext, cfg: SARAGConfig | dict[str, Any] | None = None, seed: int = 0,
+                **kw: Any) -> SARAG:
+    """Build a variant by name from its typed config, or a settings dict (unknown keys are a ConfigError)."""
     if name not in VARIANTS:
         raise ConfigError(f"unknown SA-RAG variant {name!r}; expected one of {', '.join(VARIANTS)}")
-    return SARAG(name, make_config(SARAGConfig, cfg, where=f"method {name}"), ctx, seed=seed, **kw)
+    typed = cfg if isinstance(cfg, SARAGConfig) else make_config(SARAGConfig, cfg, where=f"method {name}")
+    return SARAG(name, typed, ctx, seed=seed, **kw)
 
 
-def _spec(variant: Variant) -> MethodSpec:
-    def factory(ctx: RunContext, cfg: dict, seed: int) -> SARAG:
-        return make_method(variant.name, ctx, cfg, seed)
-
-    return MethodSpec(variant.name, factory, SARAGConfig, DATASETS, variant.summary, FAMILY)
-
-
-METHODS = tuple(_spec(v) for v in VARIANTS.values())
+METHODS = method_specs(make_method, {v.name: v.summary for v in VARIANTS.values()}, SARAGConfig, DATASETS, FAMILY,
+                       mechanism={v.name: "activation" for v in VARIANTS.values() if v.retriever == "sa"})

@@ -52,7 +52,7 @@ from .prompts import GRAMMAR, answer_messages, feedback_messages
 from .records import parse_records
 from ...llm.base import Meter, PromptTooLongError, SamplingParams
 from ...records import Prediction, Question
-from ..base import Method, MethodSpec, RunContext
+from ..base import Method, RunContext, method_specs
 from ..common import coverage_issue, resolve_spec
 from . import prompts
 from .search import EntityIndex, dense_top, entity_index, local_search, tog_search, topic_entities
@@ -536,18 +536,15 @@ class TcrQF(Method):
                           error="" if ans else "empty answer from the model")
 
 
-def make_method(name: str, ctx: RunContext, cfg: dict[str, Any] | None = None, seed: int = 0, **kw: Any) -> TcrQF:
-    """Build a variant by name from a config dict (unknown keys are a ConfigError)."""
+def make_method(name: str, ctx: RunContext, cfg: TcrQFConfig | dict[str, Any] | None = None, seed: int = 0,
+                **kw: Any) -> TcrQF:
+    """Build a variant by name from its typed config, or a settings dict (unknown keys are a ConfigError)."""
     if name not in VARIANTS:
         raise ConfigError(f"unknown TCR-QF variant {name!r}; expected one of {', '.join(VARIANTS)}")
-    return TcrQF(name, make_config(TcrQFConfig, cfg, where=f"method {name}"), ctx, seed=seed, **kw)
+    typed = cfg if isinstance(cfg, TcrQFConfig) else make_config(TcrQFConfig, cfg, where=f"method {name}")
+    return TcrQF(name, typed, ctx, seed=seed, **kw)
 
 
-def _spec(variant: Variant) -> MethodSpec:
-    def factory(ctx: RunContext, cfg: dict, seed: int) -> TcrQF:
-        return make_method(variant.name, ctx, cfg, seed)
-
-    return MethodSpec(variant.name, factory, TcrQFConfig, DATASETS, variant.summary, FAMILY)
-
-
-METHODS = tuple(_spec(v) for v in VARIANTS.values())
+# every variant answers through TCR-QF's prompt and parser, so each shows whether its answer line parsed
+METHODS = method_specs(make_method, {v.name: v.summary for v in VARIANTS.values()}, TcrQFConfig, DATASETS, FAMILY,
+                       mechanism="final-answer")
