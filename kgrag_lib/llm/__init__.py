@@ -310,20 +310,32 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
             kw.setdefault(key, entry[key])
         return _construct(OpenAICompatLLM, spec, entry["base_url"], entry["alias"], name=redact(spec), cache=c,
                           weights=entry["weights"], **kw)
+    from .lora import check_base, lora_args, read_adapter, split_lora
+
+    rest, lora = split_lora(spec, rest)
+    if lora is not None and prefix != "vllm-serve":
+        raise ConfigError(f"llm spec {redact(spec)!r}: lora= is an option of vllm-serve: only (vLLM serves the adapter "
+                          f"beside its base); for {prefix}: merge the adapter (train_dpo's model/ folder)")
     target, cfg = managed_server_options(spec, rest, kw.pop("server", None))
+    adapter = read_adapter(spec, lora) if lora is not None else None
+    if adapter is not None:
+        lora_args(adapter, [str(a) for a in cfg.args])   # its rank against server.args, before anything starts
     log_dir, alias = kw.pop("log_dir", None), kw.pop("alias", None)
     if prefix == "vllm-serve":
         from .vllm_env import find_vllm
 
         engine = find_vllm(cfg.python)
         model, weights, dtype, prompt, commit = _vllm_weights(spec, target, cfg, kw, engine)
+        if adapter is not None:
+            check_base(spec, adapter, model)
+            weights += adapter.identity
         for option, value in prompt.items():
             kw.setdefault(option, value)
         # a CPU decodes a few tokens/s per request: 60 s is too short with 8 in flight; so is a 24 GB
         # card's ~10-15 tokens/s per sequence for gpu-paper's 1,000-token answers under load
         kw.setdefault("timeout", CPU_SERVER_REQUEST_TIMEOUT if engine.is_cpu_build else GPU_SERVER_REQUEST_TIMEOUT)
         server = ms.start_vllm(model, alias=alias or target, config=cfg, dtype=dtype, engine=engine, log_dir=log_dir,
-                               revision=commit)
+                               revision=commit, **({"lora": adapter} if adapter is not None else {}))
     else:
         layers = None
         if target in PRESETS:
@@ -378,7 +390,8 @@ SPEC_KINDS: dict[str, SpecKind] = {
     "vllm-serve": SpecKind(_load_managed, "vllm-serve:<id|dir|preset>",
                            "vllm-serve:<hf id, dir, preset or .gguf>[?max_model_len=N&dtype=...]: start vLLM (from "
                            ".venv-vllm, scripts/install_vllm.sh) on a free local port for this run; options: "
-                           "ServerConfig, or the profile's server:", True, True),
+                           "ServerConfig, or the profile's server:; lora=<name>=<adapter folder> answers with that "
+                           "LoRA adapter on the base", True, True),
     "llamacpp-server": SpecKind(_load_managed, "llamacpp-server:<gguf|preset>",
                                 "llamacpp-server:<gguf or preset>: start llama-cpp-python's server "
                                 "(python -m llama_cpp.server)", True, True),
