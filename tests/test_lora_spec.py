@@ -136,3 +136,10 @@ def test_lora_is_refused_on_llama_cpp_servers_and_on_the_base_name(served, tmp_p
     base = model_folder(tmp_path / "base")
     with pytest.raises(ConfigError, match="is the base model's served name"):
         served(f"vllm-serve:{base}?lora=base={adapter}", alias="base")
+
+
+def test_the_doctor_reads_the_server_options_of_a_spec_with_an_adapter(tmp_path):
+    from kgrag_lib.llm import managed_server_options
+
+    target, cfg = managed_server_options("s", f"m?gpu_memory_utilization=0.5&lora=a={tmp_path}", None)
+    assert target == "m" and cfg.gpu_memory_utilization == 0.5

@@ -212,15 +212,17 @@ def managed_server_options(spec: str, rest: str, server: Any) -> tuple[str, Any]
     """`<model>?max_model_len=4096&dtype=bfloat16` -> (model, ServerConfig): the spec's options over
     `server` (the profile's `server` section); each value is read as YAML, as `--set` reads it
     (`config.cli_yaml_value`: 1e-9 is a float; 010, 0x10 and 1_000, which YAML 1.1 reads as 8, 16
-    and 1000, are refused); a key given twice is refused."""
+    and 1000, are refused); a key given twice is refused. A `lora=` adapter is no server setting
+    (`lora.split_lora`; `_load_managed` reads it) and is left out."""
     import dataclasses
     from urllib.parse import parse_qsl
 
     import yaml
 
     from ..config import ServerConfig, cli_yaml_value, make_config
+    from .lora import split_lora
 
-    target, sep, query = rest.partition("?")
+    target, sep, query = split_lora(spec, rest)[0].partition("?")
     options: dict[str, Any] = {}
     if sep:
         pairs = parse_qsl(query, keep_blank_values=True)
