@@ -92,8 +92,8 @@ def shared_llm_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def shared_llm(shared_llm_cache):
     """The embedded 0.5B model in this process, over `shared_llm_cache`: loaded once per test session for the
-    real-model tests that only send it requests through that cache (SA-RAG's, TCR-QF's, the text index's and
-    the DPO data's), not once per module. Skipped where the model packages (an optional extra) are missing."""
+    real-model tests that only send it requests (SA-RAG's, TCR-QF's, KG-Infused RAG's, Self-Ask's, the text
+    index's and the DPO data's), not once per module; a request another test sent is answered from the cache. Skipped where the model packages (an optional extra) are missing."""
     from kgrag_lib.llm import load_llm
 
     try:
