@@ -90,6 +90,18 @@ def shared_llm_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def shared_embedder():
+    """MiniLM (a run's default embedder), loaded once per test session for the real-model tests' run contexts
+    (`RunContext(embedder=...)`), which would each load it on first use. Skipped where it is not installed."""
+    from kgrag_lib.retrieval import load_embedder
+
+    try:
+        return load_embedder("minilm")
+    except Exception as exc:  # the model packages are an optional extra
+        pytest.skip(f"MiniLM unavailable: {type(exc).__name__}: {exc}")
+
+
+@pytest.fixture(scope="session")
 def shared_llm(shared_llm_cache):
     """The embedded 0.5B model in this process, over `shared_llm_cache`: loaded once per test session for the
     real-model tests that only send it requests (SA-RAG's, TCR-QF's, KG-Infused RAG's, Self-Ask's, the text

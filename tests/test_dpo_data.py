@@ -428,7 +428,7 @@ def test_real_model_builds_pairs_or_counts_drops(tmp_path_factory, request):
     if not (root / "2wiki" / "lag_2wiki_dev_4000_nocontext.json").exists():
         pytest.skip(f"real 2Wiki files not under the data root {root}")
     llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
-    ctx = RunContext(model="qwen2.5-coder-0.5b-q4", llm=llm)
+    ctx = RunContext(model="qwen2.5-coder-0.5b-q4", llm=llm, embedder=request.getfixturevalue("shared_embedder"))
     cfg = dpo_data.make_dpo_config({"n_questions": 1, "rounds": [1], "max_tokens": 48, "judge_max_tokens": 32,
                              "kg_infused": {"k_p": 2, "max_tokens": 32, "query_max_tokens": 20,
                                             "max_triples_per_entity": 10}})

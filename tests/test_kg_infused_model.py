@@ -25,7 +25,8 @@ def setup(request):
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.methods.base import RunContext
 
-    ctx = RunContext(llm=llm)  # KG build and embeddings: the default cache folder
+    # KG build and embeddings: the default cache folder
+    ctx = RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder"))
     questions = load_questions("2wiki", n=2, seed=0, root=ROOT)
     return ctx, questions
 

@@ -649,7 +649,8 @@ def real(request):
     llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
     from kgrag_lib.data.registry import load_questions
 
-    ctx = RunContext(llm=llm)  # KG build and embeddings: the default cache folder
+    # KG build and embeddings: the default cache folder
+    ctx = RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder"))
     return ctx, lambda dataset, split, n: load_questions(dataset, split=split, n=n, seed=0, root=root)
 
 

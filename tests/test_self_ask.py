@@ -263,7 +263,8 @@ def real(request):
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.methods.base import RunContext
 
-    return RunContext(llm=llm), load_questions("2wiki", n=1, seed=0, root=root)[0]
+    ctx = RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder"))
+    return ctx, load_questions("2wiki", n=1, seed=0, root=root)[0]
 
 
 @pytest.mark.model

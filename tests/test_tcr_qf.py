@@ -825,7 +825,7 @@ def real(request, tmp_path_factory):
                                     show_progress=False)
     store.save(folder / "kg")
     kg.save(folder / "kg")
-    return RunContext(llm=llm), q, folder / "kg", stats
+    return RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder")), q, folder / "kg", stats
 
 
 REAL_CFG = {"width": 2, "depth": 2, "max_iterations": 1, "max_missing": 1, "feedback_top_k": 1, "max_tokens": 160,
