@@ -50,8 +50,8 @@ import sys
 import tarfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 QWEN_ID = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -137,8 +137,7 @@ def rehearsal_profile(work: Path) -> Path:
     return path
 
 
-@dataclass
-class Checkout:
+class Checkout(NamedTuple):
     """Where a study runs: this checkout (its .venv's `kgrag`), or a fresh clone run by this Python."""
     kgrag: list[str]
     cwd: Path
