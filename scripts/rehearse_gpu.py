@@ -201,7 +201,7 @@ def start_mirror(data: Path, profile: str, manifest: Path | None = None) -> tupl
 
 def stop_mirror(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

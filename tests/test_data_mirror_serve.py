@@ -69,7 +69,7 @@ def test_a_fetch_through_a_running_kgrag_data_mirror_installs_every_file(source_
                        "--mirror", url])
         assert rc == 0
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "stopped after" in out, out
     statuses = check_data(new, manifest)

@@ -121,6 +121,13 @@ def cmd_mirror(args: argparse.Namespace) -> int:
           f"({', '.join(served.entries)})")
     print(f"mirror: {server.url}", flush=True)   # scripts read this line
     print(f"on another machine: kgrag data fetch {what} --mirror {server.url}   (Ctrl-C here to stop)", flush=True)
+    import signal
+
+    def _stop(signum, frame):   # SIGTERM (a script's stop) and SIGINT, even where a background start ignored it
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
