@@ -138,7 +138,7 @@ def rehearsal_profile(work: Path) -> Path:
 
 
 class Checkout(NamedTuple):
-    """Where a study runs: this checkout (its .venv's `kgrag`), or a fresh clone run by this Python."""
+    """Where a study runs (`kgrag` as this Python's `-m kgrag_lib.cli`): this checkout, or a fresh clone."""
     kgrag: list[str]
     cwd: Path
     env: dict[str, str]
@@ -184,8 +184,7 @@ def fresh_clone(work: Path, repo: Path = REPO) -> Checkout:
 
 def start_mirror(data: Path, profile: str, manifest: Path | None = None) -> tuple[subprocess.Popen, str]:
     """`kgrag data mirror` (this checkout's) over `data` on a free loopback port; (process, its URL)."""
-    cmd = [sys.executable, "-m", "kgrag_lib.cli", "data", "mirror", "--profile", profile, "--root", str(data),
-           "--port", "0"] + (["--manifest", str(manifest)] if manifest else [])
+    cmd = [*KGRAG, "data", "mirror", "--profile", profile, "--root", str(data), "--port", "0"] + (["--manifest", str(manifest)] if manifest else [])
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     said = []
     while not (said and said[-1].startswith("mirror: ")):
