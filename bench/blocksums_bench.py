@@ -6,6 +6,10 @@
   rows (first touch: every row pays its blocks' crc) and a full `iter_texts` pass, with the
   columns' checks and with them removed.
 - Saved faiss index (every MiB checked at load): `DenseIndex.load` alone, and the check added.
+- Embedding array (`emb_cache`: whole on open up to FULL_CHECK_BYTES, else a sample on open and
+  each 64 KiB block at its first row read): the whole check on open, the sampled open, re-ranking
+  style scattered row reads after a fresh open, and a block-by-block pass over every row (what an
+  index build does), each against a plain `np.load(mmap_mode="r")` of the same file.
 
 Each timing is the median of `--repeat` runs on files in the page cache (a cold disk adds the read
 time to both sides alike for the index and the KG; for the passage store a cold first touch reads
@@ -13,6 +17,7 @@ the block either way). Sizes are synthetic; the report gives GB/s so that they s
 
     .venv/bin/python bench/blocksums_bench.py
     .venv/bin/python bench/blocksums_bench.py --triples 4000000 --passages 400000 --vectors 400000
+    .venv/bin/python bench/blocksums_bench.py --only embeddings --emb-rows 1000000 --dim 768
 """
 
 from __future__ import annotations
@@ -130,6 +135,57 @@ def bench_index(work: Path, vectors: int, dim: int, repeat: int) -> None:
     print(row("load (mmap)", naive + check, naive, path.stat().st_size))
 
 
+def bench_embeddings(work: Path, vectors: int, dim: int, queries: int, repeat: int) -> None:
+    from kgrag_lib.retrieval import emb_cache
+
+    rng = np.random.default_rng(3)
+    path = work / "embeddings" / "bench.npy"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    x = rng.standard_normal((vectors, dim)).astype(np.float32)
+    np.save(path, x)
+    del x
+    emb_cache._write_meta(path, {"n": vectors, "dim": dim}, [])
+    size = path.stat().st_size
+    rows = rng.integers(0, vectors, (queries, 60))   # a re-ranking: k x depth = 6 x 10 rows a query
+
+    def plain() -> np.ndarray:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+
+    def checked(verify: str = "sample") -> np.ndarray:
+        arr, problem = emb_cache._open_checked(path, vectors, dim, False, verify)
+        assert arr is not None, problem
+        return arr
+
+    def scattered(opener) -> np.ndarray:
+        arr = opener()
+        for q in rows:
+            np.asarray(arr[q])
+        return arr
+
+    def full_pass(opener) -> None:
+        arr = opener()
+        for a in range(0, vectors, 65536):
+            np.asarray(arr[a:a + 65536]).sum()
+
+    print(f"embedding array: {vectors:,} x {dim} float32, {size / 1e6:.0f} MB "
+          f"(checked whole on open up to {emb_cache.FULL_CHECK_BYTES >> 20} MiB)")
+    print(row("open, every block checked", median_time(lambda: checked("full"), repeat),
+              median_time(plain, repeat), size))
+    big = emb_cache.FULL_CHECK_BYTES
+    emb_cache.FULL_CHECK_BYTES = 0   # as a file above the threshold is opened: sample, then lazily
+    try:
+        print(row("open, sample of blocks", median_time(checked, repeat), median_time(plain, repeat), 0))
+        done = scattered(checked)
+        touched = done._file.verified_bytes
+        print(row(f"{queries:,} queries x 60 scattered rows", median_time(lambda: scattered(checked), repeat),
+                  median_time(lambda: scattered(plain), repeat), touched))
+        print(f"  ({touched / 1e6:.0f} MB of blocks checked by those reads, fresh open each time)")
+        print(row("block pass over every row", median_time(lambda: full_pass(checked), repeat),
+                  median_time(lambda: full_pass(plain), repeat), size))
+    finally:
+        emb_cache.FULL_CHECK_BYTES = big
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--triples", type=int, default=2_000_000, help="KG store size")
@@ -137,13 +193,20 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=20_000, help="random passage rows read after a fresh open")
     ap.add_argument("--vectors", type=int, default=200_000, help="rows of the flat index (dim --dim)")
     ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--emb-rows", type=int, default=400_000, help="rows of the embedding array (dim --dim)")
+    ap.add_argument("--queries", type=int, default=200, help="re-ranking queries over the embedding array")
+    ap.add_argument("--only", choices=("kg", "passages", "index", "embeddings"), help="run one part")
     ap.add_argument("--repeat", type=int, default=5, help="runs per timing (median)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        bench_kg(work, args.triples, args.repeat)
-        bench_passages(work, args.passages, args.reads, args.repeat)
-        bench_index(work, args.vectors, args.dim, args.repeat)
+        parts = {"kg": lambda: bench_kg(work, args.triples, args.repeat),
+                 "passages": lambda: bench_passages(work, args.passages, args.reads, args.repeat),
+                 "index": lambda: bench_index(work, args.vectors, args.dim, args.repeat),
+                 "embeddings": lambda: bench_embeddings(work, args.emb_rows, args.dim, args.queries, args.repeat)}
+        for name, part in parts.items():
+            if args.only in (None, name):
+                part()
 
 
 if __name__ == "__main__":

@@ -112,6 +112,21 @@ class CheckedFile:
                 if not done[b]:
                     self._verify(b)
 
+    def check_rows(self, offset: int, row_bytes: int, rows: np.ndarray) -> None:
+        """Verify the blocks holding fixed-size rows `rows` (ints in [0, n)) of a table whose row 0
+        starts at byte `offset`: a scattered read (a re-ranking's candidates) hashes only its blocks."""
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        if not len(rows):
+            return
+        first = (offset + rows * row_bytes) // self.block_bytes
+        last = (offset + (rows + 1) * row_bytes - 1) // self.block_bytes
+        blocks = np.unique(np.concatenate([first, last]))
+        if (last - first).max(initial=0) > 1:   # rows longer than a block: every block between
+            blocks = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last)]))
+        todo = blocks[np.frombuffer(self._done, dtype=np.uint8)[blocks] == 0]
+        for b in todo.tolist():
+            self._verify(b)
+
     def check_all(self) -> None:
         """Verify every block (the size first)."""
         self.check_size()

@@ -87,3 +87,60 @@ def shared_llm_cache(tmp_path_factory):
     """One LLM call cache for every real-model test of a session: tests that send the same
     requests (two builds of the same text KG, say) pay for them once."""
     return tmp_path_factory.mktemp("shared-llm") / "llm_cache.sqlite"
+
+
+@pytest.fixture(scope="session")
+def shared_embedder():
+    """MiniLM (a run's default embedder), loaded once per test session for the real-model tests' run contexts
+    (`RunContext(embedder=...)`), which would each load it on first use. Skipped where it is not installed."""
+    from kgrag_lib.retrieval import load_embedder
+
+    try:
+        return load_embedder("minilm")
+    except Exception as exc:  # the model packages are an optional extra
+        pytest.skip(f"MiniLM unavailable: {type(exc).__name__}: {exc}")
+
+
+@pytest.fixture(scope="session")
+def shared_llm(shared_llm_cache):
+    """The embedded 0.5B model in this process, over `shared_llm_cache`: loaded once per test session for the
+    real-model tests that only send it requests (SA-RAG's, TCR-QF's, KG-Infused RAG's, Self-Ask's, the text
+    index's and the DPO data's), not once per module; a request another test sent is answered from the cache. Skipped where the model packages (an optional extra) are missing."""
+    from kgrag_lib.llm import load_llm
+
+    try:
+        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=shared_llm_cache)
+    except Exception as exc:  # the embedded model is an optional extra
+        pytest.skip(f"embedded model unavailable: {exc}")
+    try:
+        yield llm
+    finally:
+        llm.close()
+
+
+@pytest.fixture(scope="session")
+def lcp_server(tmp_path_factory):
+    """`python -m llama_cpp.server` on the embedded GGUF, alias `qwen`, on a free loopback port: one server per
+    test session for every module that only sends it requests (test_llm_server, test_doctor_server), not one
+    per module. Skipped where the server extra or the embedded model is missing."""
+    import subprocess
+    import sys
+
+    from kgrag_lib.llm.managed_server import free_port
+    from test_llm_server import _embedded_or_skip, _server_modules_or_skip, _wait_listed
+
+    _server_modules_or_skip()
+    path, _ = _embedded_or_skip()
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("lcp") / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", "qwen",
+                             "--n_ctx", "4096", "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait_listed(url, "qwen", proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()

@@ -1,7 +1,8 @@
 """A loopback stand-in for the datasets' sources: small files in the exact layouts the real sources
 publish (MetaQA's QA lines and ID-form KB, HotpotQA/2Wiki/MuSiQue JSON and JSON Lines records, the
-Wikidata5M slice's id triples, 2Wiki's id aliases inside the release's zip), served by a real HTTP
-server (stdlib, in a thread) under `<mirror>/<host>/<path>` of each URL in the shipped manifest, and
+Wikidata5M slice's id triples, 2Wiki's id aliases inside the release's zip), served by `kgrag data
+mirror`'s own server (kgrag_lib/data/mirror.py, in a thread; here with a cut connection or a stall
+where a test asks) under `<mirror>/<host>/<path>` of each URL in the shipped manifest, and
 a copy of that manifest whose sums and sizes are those of these small files.
 
 The derived files' expected bytes are written out by hand here (not made by the derive step), so a
@@ -14,16 +15,14 @@ import copy
 import hashlib
 import io
 import json
-import re
 import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlparse
 
 import yaml
 
 from kgrag_lib.data.manifest import MANIFEST_PATH, count_rows
+from kgrag_lib.data.mirror import MirrorHandler, MirrorServer, served_at
 
 # ---- MetaQA: ID-form KB (RoBERTa-KGQA), names in first-appearance order (keallm), QA and qtype files
 ENTITIES = ["Kismet", "William Dieterle", "Marlene Dietrich", "1944", "Flags of Our Fathers", "Clint Eastwood",
@@ -164,80 +163,57 @@ def mirror_manifest(folder: Path, entries: list[str]) -> tuple[Path, dict[str, b
 
 
 def _served_at(url: str) -> str:
-    p = urlparse(url)
-    return f"{p.hostname}{p.path}"
+    return served_at(url)
 
 
 class State:
-    """What the mirror serves and how it misbehaves; every request's path and Range are logged."""
+    """How the mirror misbehaves (fault injection, on top of kgrag's own mirror server)."""
 
     def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
+        self.files: dict[str, bytes] = {}       # the server's own table (set by Mirror)
         self.requests: list[tuple[str, str | None]] = []
         self.cut_after: dict[str, int] = {}     # path -> bytes to send once before dropping the connection
         self.silent: set[str] = set()           # paths whose answer stops after the headers
         self.release = threading.Event()        # set at teardown: a silent answer ends
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
+class Handler(MirrorHandler):
+    """`kgrag data mirror`'s handler, with a cut connection or a stall after the headers where the test asks."""
 
-    def do_GET(self) -> None:
+    def send_body(self, key: str, source, start: int) -> None:
         state: State = self.server.state   # type: ignore[attr-defined]
-        path = self.path.split("?")[0].lstrip("/")
-        rng = self.headers.get("Range")
-        state.requests.append((path, rng))
-        body = state.files.get(path)
-        if body is None:
-            self.send_error(404)
-            return
-        start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1)) if rng else 0
-        if start >= len(body) and rng:
-            self.send_response(416)
-            self.send_header("Content-Range", f"bytes */{len(body)}")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        self.send_response(206 if rng else 200)
-        if rng:
-            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(body) - start))
-        self.end_headers()
-        if path in state.silent:
+        if key in state.silent:
             self.wfile.flush()
             state.release.wait(30)   # headers sent, then nothing: a stalled source
             return
-        payload = body[start:]
-        if path in state.cut_after:
-            payload = payload[:state.cut_after.pop(path)]
-        self.wfile.write(payload)
-        self.wfile.flush()
+        if key in state.cut_after:
+            self.wfile.write(bytes(source[start:])[:state.cut_after.pop(key)])
+            self.wfile.flush()
+            return
+        super().send_body(key, source, start)
 
 
 class Mirror:
-    """A running loopback mirror: `url` is what `--mirror` takes."""
+    """A running loopback mirror (kgrag_lib.data.mirror's server): `url` is what `--mirror` takes."""
 
     def __init__(self) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = MirrorServer({}, handler=Handler)
         self.state = State()
+        self.state.files = self.server.files       # one table: what the tests change is what is served
+        self.state.requests = self.server.requests
         self.server.state = self.state   # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/sources"
+        self.url = self.server.url
 
     def __enter__(self) -> "Mirror":
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.state.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
     def serve(self, served: dict[str, bytes]) -> None:
-        self.state.files.update({f"sources/{k}": v for k, v in served.items()})
+        self.server.files.update(served)
 
     def path_of(self, url: str) -> str:
-        return f"sources/{_served_at(url)}"
+        return served_at(url)

@@ -13,6 +13,7 @@ dangling symlinks, paths below a regular file, over-long path components.
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -20,8 +21,9 @@ import pytest
 
 from kgrag_lib import cli
 
-CASES = 160
-SEEDS = (20261127, 1, 5, 7)
+# a longer fuzz than CI runs: KGRAG_FUZZ_SEEDS=11,12,13 KGRAG_FUZZ_CASES=400 (seeds comma-separated)
+SEEDS = tuple(int(s) for s in os.environ.get("KGRAG_FUZZ_SEEDS", "").split(",") if s.strip()) or (20261127, 1, 5, 7)
+CASES = int(os.environ.get("KGRAG_FUZZ_CASES") or 160)
 DEEP_YAML = 600
 
 

@@ -33,8 +33,9 @@ from kgrag_lib.paths import REPO_ROOT
 from test_cli_fuzz import _inputs
 from test_data_fetch import Handler as FileHandler, Loopback
 
-SEEDS = (20261207, 3)
-CASES = 30
+# a longer fuzz than CI runs: KGRAG_FUZZ_SEEDS=11,12,13 KGRAG_FUZZ_CASES=400 (seeds comma-separated)
+SEEDS = tuple(int(s) for s in os.environ.get("KGRAG_FUZZ_SEEDS", "").split(",") if s.strip()) or (20261207, 3)
+CASES = int(os.environ.get("KGRAG_FUZZ_CASES") or 30)
 _PROGRESS = re.compile(r"(?:\d|\?)\s*\w*/s\]|\|\s*\d+/\d+|\[\d\d:\d\d")   # a tqdm bar's redraw, not a message
 
 

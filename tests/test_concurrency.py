@@ -380,7 +380,8 @@ def test_run_concurrency_sets_how_many_extraction_requests_are_in_flight(tmp_pat
     from kgrag_lib.cli import main as kgrag
     from fakes import BagOfWordsEmbedder
 
-    lock, state = threading.Lock(), {"active": 0, "peak": 0, "extraction": 0}
+    lock = threading.Condition()
+    state = {"active": 0, "peak": 0, "extraction": 0, "want": 0}
 
     def reply(body):
         schema = json.dumps(body.get("response_format") or {})
@@ -388,7 +389,11 @@ def test_run_concurrency_sets_how_many_extraction_requests_are_in_flight(tmp_pat
             state["active"] += 1
             state["peak"] = max(state["peak"], state["active"])
             state["extraction"] += '"entities"' in schema or '"relations"' in schema
-        time.sleep(0.6)   # long enough that every request of a wave is in flight at once, even on a busy machine
+            lock.notify_all()
+            # hold each request until a full wave is in flight (or 1.5 s: a wave's tail), so the peak reads the
+            # client's limit however busy the machine is; a fixed sleep lost the race under load
+            lock.wait_for(lambda: state["active"] >= state["want"], timeout=1.5)
+        time.sleep(0.05)
         with lock:
             state["active"] -= 1
         if '"entities"' in schema:
@@ -406,7 +411,7 @@ def test_run_concurrency_sets_how_many_extraction_requests_are_in_flight(tmp_pat
     server.reply = reply
     try:
         for flags, cache, want in ((["--concurrency", "16"], "a", 16), (["--concurrency", "16", "--max-in-flight", "3"], "b", 3)):
-            state.update(peak=0, extraction=0)
+            state.update(peak=0, extraction=0, want=want)
             rc = kgrag(["run", "--method", "sa-rag", "--dataset", "2wiki", "--split", "dev200", "--n", "2",
                         "--set", "kg=text:2wiki:dev200:n=3:seed={seed}", "--no-progress", *flags,
                         "--model", f"openai:{server.url}#qwen-test", "--cache-dir", str(tmp_path / cache),

@@ -78,3 +78,45 @@ def test_a_row_with_a_corpus_the_format_cannot_give_is_refused():
         registry.jsonl_dataset("toyqa", {"test": "toyqa/test.jsonl"}, corpus="facts")
     with pytest.raises(ConfigError, match="at least one split"):
         registry.jsonl_dataset("toyqa", {})
+
+
+def test_a_row_without_a_manifest_entry_says_where_its_file_goes_and_that_nothing_downloads_it(tmp_path,
+                                                                                                monkeypatch):
+    from kgrag_lib.errors import MissingDataError
+
+    monkeypatch.setitem(registry.DATASETS, "toyqa", registry.jsonl_dataset(
+        "toyqa", {"test": "toyqa/test.jsonl"}, obtain="write it from the toy sheet"))
+    with pytest.raises(MissingDataError) as exc:
+        registry.load_questions("toyqa", root=tmp_path)
+    said = str(exc.value)
+    assert str(tmp_path.resolve() / "toyqa" / "test.jsonl") in said
+    assert "registry row 'toyqa'" in said and "no download source" in said and "no entry 'toyqa'" in said
+    assert "write it from the toy sheet" in said and '"answers": [answer, alias, ...]' in said
+
+
+def test_a_pooled_row_whose_questions_carry_no_paragraphs_is_refused_as_a_corpus(toy_registered):
+    write_jsonl(toy_registered / "toyqa" / "test.jsonl", [{"id": "1", "question": "Q?", "answers": ["a"]}])
+    assert len(registry.load_questions("toyqa", root=toy_registered)) == 1     # the questions still read
+    with pytest.raises(DataFormatError, match="context paragraphs to pool.*no question has any"):
+        registry.load_corpus("toyqa", root=toy_registered)
+
+
+def test_methods_accept_a_generic_row_by_what_it_provides(toy_registered, monkeypatch):
+    from kgrag_lib.methods.registry import check_dataset, get_method, runs_on
+
+    for method in ("naive-rag", "sa-rag", "tcr-qf", "kg-infused", "self-ask-kg-infused"):
+        check_dataset(get_method(method), "toyqa")
+        assert "toyqa" in runs_on(get_method(method))
+    with pytest.raises(ConfigError, match="'llm-kg' does not run on dataset 'toyqa'; it supports metaqa-1hop"):
+        check_dataset(get_method("llm-kg"), "toyqa")      # tied to MetaQA's KB: its list only
+    assert "toyqa" not in runs_on(get_method("llm-kg"))
+    with pytest.raises(ConfigError, match="'naive-rag' does not run on dataset 'hotpotqa'; it supports "
+                                          "musique, 2wiki, and on a dataset in kgrag's question format"):
+        check_dataset(get_method("naive-rag"), "hotpotqa")   # a layout of its own: named, never guessed
+    monkeypatch.setitem(registry.DATASETS, "bare", registry.jsonl_dataset("bare", {"test": "b.jsonl"}, corpus="none"))
+    with pytest.raises(ConfigError, match=r"'sa-rag' reads corpus \(passages.*which dataset 'bare' does not "
+                                          r"provide \(corpus 'none'"):
+        check_dataset(get_method("sa-rag"), "bare")
+    check_dataset(get_method("kg-infused"), "bare")   # questions with answers are all it reads
+    with pytest.raises(ConfigError, match="unknown dataset 'nosuch'"):
+        check_dataset(get_method("sa-rag"), "nosuch")

@@ -165,9 +165,7 @@ def test_study_refuses_27_and_28_beside_vllm_serve_at_its_default_share(tmp_path
 
 
 # ---- a real server on loopback --------------------------------------------------------------------------
-from test_llm_server import lcp_server  # noqa: E402,F401  (llama-cpp-python's server on the embedded model)
-
-
+# `lcp_server` (conftest.py): llama-cpp-python's server on the embedded model, shared with test_llm_server
 @pytest.mark.model
 def test_the_doctor_asks_a_real_server_for_its_model(lcp_server, capsys):
     """llama-cpp-python's server answers /v1/models (alias `qwen`) and has no vLLM /metrics: the doctor

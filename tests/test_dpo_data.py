@@ -418,7 +418,7 @@ def test_loader_refuses_a_file_that_is_not_pairs(tmp_path):
 
 # ---- the real small model ------------------------------------------------------------------------
 @pytest.mark.model
-def test_real_model_builds_pairs_or_counts_drops(tmp_path_factory, shared_llm_cache):
+def test_real_model_builds_pairs_or_counts_drops(tmp_path_factory, request):
     """One non-evaluated real 2Wiki question, one round, the real held-out KG and corpus (MiniLM),
     Qwen2.5-Coder-0.5B as generator and judge, short budgets: the build either yields a pair in
     trl's form or records why the input was dropped."""
@@ -427,13 +427,8 @@ def test_real_model_builds_pairs_or_counts_drops(tmp_path_factory, shared_llm_ca
     root = data_root()
     if not (root / "2wiki" / "lag_2wiki_dev_4000_nocontext.json").exists():
         pytest.skip(f"real 2Wiki files not under the data root {root}")
-    try:
-        from kgrag_lib.llm import load_llm
-
-        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=shared_llm_cache)
-    except Exception as exc:  # the embedded model is an optional extra
-        pytest.skip(f"embedded model unavailable: {exc}")
-    ctx = RunContext(model="qwen2.5-coder-0.5b-q4", llm=llm)
+    llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
+    ctx = RunContext(model="qwen2.5-coder-0.5b-q4", llm=llm, embedder=request.getfixturevalue("shared_embedder"))
     cfg = dpo_data.make_dpo_config({"n_questions": 1, "rounds": [1], "max_tokens": 48, "judge_max_tokens": 32,
                              "kg_infused": {"k_p": 2, "max_tokens": 32, "query_max_tokens": 20,
                                             "max_triples_per_entity": 10}})

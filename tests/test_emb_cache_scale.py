@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fakes import BagOfWordsEmbedder
-from kgrag_lib.errors import CacheDamagedError, ConfigError
+from kgrag_lib.errors import CacheDamagedError, ConfigError, DataFormatError
 from kgrag_lib.retrieval import ShardResult, cache_path, embed_cached, embed_shard, shard_path
 from kgrag_lib.retrieval import emb_cache
 from kgrag_lib.retrieval.embedder import resolve_precision
@@ -84,60 +84,108 @@ def _flip(path, row: int, dim: int = 256) -> None:
     path.write_bytes(bytes(data))
 
 
+HEADER = 128            # the .npy header of these arrays; rows are 1 KiB, 64 to a 64 KiB block
+
+
+def _block_of(row: int) -> int:
+    return (HEADER + row * 1024 + 5) // emb_cache.BLOCK_BYTES
+
+
 def test_a_flipped_byte_in_a_sampled_block_is_caught_and_recomputed(tmp_path, monkeypatch, caplog):
     emb = BagOfWordsEmbedder()
     good = np.array(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False))
     path = cache_path(emb, TEXTS, cache_dir=tmp_path)
+    monkeypatch.setattr(emb_cache, "FULL_CHECK_BYTES", 0)   # checked as a large file is: by sample
     monkeypatch.setattr(emb_cache, "VERIFY_SEED", 7)
     monkeypatch.setattr(emb_cache, "SAMPLE_BLOCKS", 4)
-    sampled = emb_cache._sample_blocks(25)
-    assert 0 in sampled and 24 in sampled and len(sampled) == 6
-    middle = next(b for b in sampled if 0 < b < 24)
-    _flip(path, middle * 40 + 3)
+    sampled = emb_cache._sample_blocks(16)
+    assert 0 in sampled and 15 in sampled and len(sampled) == 6
+    middle = next(b for b in sampled if 0 < b < 15)
+    _flip(path, middle * 64)
+    assert _block_of(middle * 64) == middle
     calls = emb.calls
     with caplog.at_level(logging.WARNING, logger="kgrag_lib.retrieval.emb_cache"):
         again = embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)
     assert emb.calls > calls
     np.testing.assert_array_equal(np.asarray(again), good)
     [record] = caplog.records
-    assert f"{path} is damaged (block {middle} (rows {middle * 40}-{middle * 40 + 39}) fails its crc32 check)" \
-        in record.getMessage()
+    assert f"{path} is damaged (block {middle} (bytes {middle * 65536}-{middle * 65536 + 65535}) as written" \
+        in record.getMessage() and "changed since written); recomputing it" in record.getMessage()
 
 
-def test_a_flip_outside_the_sample_needs_verify_full(tmp_path, monkeypatch):
+def test_a_flip_outside_the_sample_is_refused_by_the_first_read_that_touches_it(tmp_path, monkeypatch):
+    """A large array is opened on a sample; each other block is checked the first time a row read
+    (a slice, a row, a re-ranking's scattered rows) touches it, and a changed one is refused in one
+    line naming the file, the block and what to do. `verify="full"` checks every block on open."""
     emb = BagOfWordsEmbedder()
-    embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)
+    good = np.array(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False))
     path = cache_path(emb, TEXTS, cache_dir=tmp_path)
+    monkeypatch.setattr(emb_cache, "FULL_CHECK_BYTES", 0)
     monkeypatch.setattr(emb_cache, "VERIFY_SEED", 7)
     monkeypatch.setattr(emb_cache, "SAMPLE_BLOCKS", 4)
-    unsampled = next(b for b in range(25) if b not in emb_cache._sample_blocks(25))
-    _flip(path, unsampled * 40)
+    unsampled = next(b for b in range(1, 15) if b not in emb_cache._sample_blocks(16))
+    row = unsampled * 64 + 10
+    assert _block_of(row) == unsampled
+    _flip(path, row)
     calls = emb.calls
-    embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)    # the sample misses it: a hit
-    assert emb.calls == calls
+    hit = embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)    # the sample misses it
+    assert emb.calls == calls and isinstance(hit, emb_cache.CheckedRows)
+    np.testing.assert_array_equal(hit[:unsampled * 64 - 64], good[:unsampled * 64 - 64])   # other blocks read fine
+    np.testing.assert_array_equal(hit[[3, -1]], good[[3, -1]])
+    want = f"{path}: malformed input; expected block {unsampled} (bytes {unsampled * 65536}-"
+    for read in (lambda a: a[row], lambda a: a[row - 5:row + 5], lambda a: a[np.array([1, row, 900])],
+                 lambda a: a[row, 3], lambda a: a[..., 0]):
+        fresh = embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)
+        with pytest.raises(DataFormatError) as err:
+            read(fresh)
+        assert str(err.value).startswith(want) and "delete it and its .json, and run again" in str(err.value)
+    assert type(hit[2:4]) is np.memmap   # views are plain memory maps
     embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False, verify="full")
-    assert emb.calls > calls   # every block checked: found and recomputed
+    assert emb.calls > calls   # every block checked on open: found and recomputed
     with pytest.raises(ConfigError, match="verify='some'"):
         embed_cached(emb, TEXTS, cache_dir=tmp_path, verify="some")
 
 
-def test_a_file_without_block_record_is_scanned_in_full_then_recorded(tmp_path):
+def test_a_small_file_is_checked_whole_on_open(tmp_path, monkeypatch):
+    """Under FULL_CHECK_BYTES (callers read such arrays whole, past any lazy check) every block is
+    checked on open: a flip outside any sample is recomputed."""
+    emb = BagOfWordsEmbedder()
+    good = np.array(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False))
+    path = cache_path(emb, TEXTS, cache_dir=tmp_path)
+    monkeypatch.setattr(emb_cache, "VERIFY_SEED", 7)
+    monkeypatch.setattr(emb_cache, "SAMPLE_BLOCKS", 4)
+    unsampled = next(b for b in range(1, 15) if b not in emb_cache._sample_blocks(16))
+    _flip(path, unsampled * 64 + 10)
+    calls = emb.calls
+    np.testing.assert_array_equal(np.asarray(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)), good)
+    assert emb.calls > calls
+
+
+def test_an_older_row_record_is_checked_in_full_and_no_record_is_refused(tmp_path, caplog):
+    """A file recorded only by row blocks (before byte records) is checked against them once and
+    gets the byte record; one with no record at all cannot be checked, so it is recomputed (the
+    other stores refuse theirs likewise)."""
     emb = BagOfWordsEmbedder()
     good = np.array(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False))
     path = cache_path(emb, TEXTS, cache_dir=tmp_path)
     meta_path = path.with_suffix(".json")
     meta = json.loads(meta_path.read_text())
-    crcs = meta.pop("blocks")
-    meta_path.write_text(json.dumps(meta))   # as written before records existed
+    record = meta.pop("file_blocks")
+    meta_path.write_text(json.dumps(meta))   # as written before byte records
     calls = emb.calls
     np.testing.assert_array_equal(np.asarray(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)), good)
-    assert emb.calls == calls and json.loads(meta_path.read_text())["blocks"] == crcs
-    data = bytearray(path.read_bytes())     # an old file with a NaN: the full scan finds it
-    meta_path.write_text(json.dumps(meta))
-    data[-4:] = np.float32(np.nan).tobytes()
-    path.write_bytes(bytes(data))
+    assert emb.calls == calls and json.loads(meta_path.read_text())["file_blocks"] == record
+    meta_path.write_text(json.dumps(meta))   # an old file changed in its last row: its row record finds it
+    _flip(path, N - 1)
     np.testing.assert_array_equal(np.asarray(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)), good)
     assert emb.calls > calls
+    calls = emb.calls
+    del meta["blocks"]
+    meta_path.write_text(json.dumps(meta))   # no record at all
+    with caplog.at_level(logging.WARNING, logger="kgrag_lib.retrieval.emb_cache"):
+        np.testing.assert_array_equal(np.asarray(embed_cached(emb, TEXTS, cache_dir=tmp_path, show_progress=False)),
+                                      good)
+    assert emb.calls > calls and "no block checksum record" in caplog.text
 
 
 def test_two_shards_merge_into_the_unsharded_array(tmp_path, caplog):

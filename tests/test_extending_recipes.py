@@ -101,6 +101,14 @@ def test_the_guide_marks_a_dataset_and_a_method_recipe():
         assert any(op != "run" for op, _ in found[name]), f"the {name} recipe edits nothing"
 
 
+def test_a_dataset_touches_one_file_and_a_method_reusing_a_pipeline_at_most_three():
+    """Issue 60's bar: the dataset recipe edits one file; the method recipe's edits plus its test (the paper's
+    test that lists its methods, named in the guide's prose) are at most three (the snapshot is regenerated)."""
+    touched = {name: {op.split(" ")[1] for op, _ in found if op != "run"} for name, found in recipes().items()}
+    assert touched["dataset"] == {"kgrag_lib/data/registry.py"}
+    assert len(touched["method"] | {"tests/test_sa_rag.py"}) <= 3, touched["method"]
+
+
 def test_the_recipes_add_a_dataset_and_a_method_that_run_end_to_end(tmp_path):
     pkg = tmp_path / "pkg"
     shutil.copytree(REPO_ROOT / "kgrag_lib", pkg / "kgrag_lib", ignore=shutil.ignore_patterns("__pycache__"))

@@ -18,19 +18,15 @@ ORDER = ("nor", "vanilla-rag", "vanilla-qe", "kg-infused", "kg-qe-only", "kg-aug
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(request):
     if not (ROOT / "2wiki" / "lag_2wiki_dev_4000_nocontext.json").exists():
         pytest.skip(f"real 2Wiki files not under the data root {ROOT}")
-    try:
-        from kgrag_lib.llm import load_llm
-
-        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=tmp_path_factory.mktemp("llm") / "calls.sqlite")
-    except Exception as exc:  # the embedded model is an optional extra
-        pytest.skip(f"embedded model unavailable: {exc}")
+    llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.methods.base import RunContext
 
-    ctx = RunContext(llm=llm)  # KG build and embeddings: the default cache folder
+    # KG build and embeddings: the default cache folder
+    ctx = RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder"))
     questions = load_questions("2wiki", n=2, seed=0, root=ROOT)
     return ctx, questions
 

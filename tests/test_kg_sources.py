@@ -303,3 +303,41 @@ def test_an_edit_keeping_size_and_mtime_gets_a_new_build(kb_file, tmp_path):
     assert "Kismet" in text(before) and "Kizmet" not in text(before)
     assert "Kizmet" in text(after) and "Kismet" not in text(after)
     assert len([p for p in (cache / "kg").iterdir() if p.is_dir()]) == 2
+
+
+def test_a_changed_side_file_is_a_damaged_build(kb_file, tmp_path, caplog):
+    """stats.json and the side tables are recorded in side_files.json: an edit inside valid JSON
+    (a count changed) is a damaged build, rebuilt in the cache; in a folder the user names it is
+    refused naming the file and the way to rebuild. A build from before the record is rebuilt."""
+    import logging
+
+    from kgrag_lib.errors import DataFormatError
+
+    cache = tmp_path / "cache"
+    kg = load_kg(f"metaqa:{kb_file}", cache_dir=cache)
+    folder, = (p for p in (cache / "kg").iterdir() if p.is_dir())
+    stats_path = folder / sources.STATS_FILE
+    assert json.loads((folder / sources.SIDE_SUMS_FILE).read_text())["files"].keys() == {sources.STATS_FILE}
+    edited = stats_path.read_text().replace('"triples": 4', '"triples": 9')
+    assert edited != stats_path.read_text() and len(edited) == len(stats_path.read_text())
+    stats_path.write_text(edited)
+    with caplog.at_level(logging.WARNING, logger="kgrag_lib.kg.sources"):
+        again = load_kg(f"metaqa:{kb_file}", cache_dir=cache)
+    assert again.stats == kg.stats and again.stats["triples"] == 4
+    assert f"built KG {folder} is damaged" in caplog.text and "stats.json: malformed input; expected block 0" \
+        in caplog.text
+    caplog.clear()
+    (folder / sources.SIDE_SUMS_FILE).unlink()      # a build from before side records: rebuilt
+    with caplog.at_level(logging.WARNING, logger="kgrag_lib.kg.sources"):
+        assert load_kg(f"metaqa:{kb_file}", cache_dir=cache).stats == kg.stats
+    assert "side_files.json: malformed input; expected the checksum record of the side files stats.json" in caplog.text
+    assert (folder / sources.SIDE_SUMS_FILE).is_file()
+
+    stats_path.write_text(edited)                   # a folder the user names: refused, never rebuilt
+    with pytest.raises(DataFormatError, match=r"stats\.json: malformed input; expected block 0 .*\(a side file of "
+                                              r"the KG is damaged: rebuild it: delete .* and rerun"):
+        load_kg(str(folder), cache_dir=tmp_path / "other")
+    (folder / "text_kg.json").write_text("{}")     # a side table added by hand: no record
+    with pytest.raises(DataFormatError, match=r"side_files\.json: malformed input; expected a record for every "
+                                              r"side file .*no record for text_kg\.json"):
+        load_kg(str(folder), cache_dir=tmp_path / "other")

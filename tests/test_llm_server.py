@@ -1,5 +1,6 @@
 """The OpenAI-compatible client against real servers: llama-cpp-python's server on the embedded
-0.5B model (started once for this module), and the managed `llamacpp-server:` spec.
+0.5B model (`lcp_server`, started once per test session in conftest.py: these tests only send it
+requests), and the managed `llamacpp-server:` spec (started by the tests that check its start and stop).
 
 Run under the model lock: `flock /tmp/kgrag-model.lock .venv/bin/python -m pytest -m model tests/test_llm_server.py`.
 """
@@ -19,7 +20,6 @@ import pytest
 
 from kgrag_lib.errors import BackendUnavailableError
 from kgrag_lib.llm import load_llm
-from kgrag_lib.llm.managed_server import free_port
 
 pytestmark = [pytest.mark.model, pytest.mark.filterwarnings("ignore:.*does not say which weights:UserWarning")]
 
@@ -55,26 +55,6 @@ def _wait_listed(url, alias, proc, seconds=120):
             pass
         time.sleep(0.25)
     raise TimeoutError("llama_cpp.server did not come up")
-
-
-@pytest.fixture(scope="module")
-def lcp_server(tmp_path_factory):
-    """`python -m llama_cpp.server` on the embedded GGUF, alias `qwen`, on a free loopback port."""
-    _server_modules_or_skip()
-    path, sha = _embedded_or_skip()
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("lcp") / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", "qwen",
-                             "--n_ctx", "4096", "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        _wait_listed(url, "qwen", proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
 
 
 @pytest.fixture(scope="module")

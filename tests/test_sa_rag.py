@@ -640,21 +640,17 @@ def test_the_judge_is_checked_on_each_questions_gold_and_another_questions_answe
 
 # ---- the real model (not run in the fast loop) --------------------------------------------------------------
 @pytest.fixture(scope="module")
-def real(shared_llm_cache):
+def real(request):
     from kgrag_lib.paths import data_root
 
     root = data_root()
     if not (root / "musique" / "MIGRES_200_musique_ans.jsonl").is_file():
         pytest.skip(f"real MuSiQue file not under the data root {root}")
-    try:
-        from kgrag_lib.llm import load_llm
-
-        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=shared_llm_cache)
-    except Exception as exc:  # the embedded model is an optional extra
-        pytest.skip(f"embedded model unavailable: {exc}")
+    llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
     from kgrag_lib.data.registry import load_questions
 
-    ctx = RunContext(llm=llm)  # KG build and embeddings: the default cache folder
+    # KG build and embeddings: the default cache folder
+    ctx = RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder"))
     return ctx, lambda dataset, split, n: load_questions(dataset, split=split, n=n, seed=0, root=root)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fakes import OpenAIJsonHandler, serve_loopback
 from kgrag_lib.cli import main
@@ -245,6 +246,80 @@ def test_doctor_and_publish_write_and_print_no_secret(tmp_path, capsys, monkeypa
 
     written = [p for p in (tmp_path / "published").rglob("*") if p.is_file()]
     said = printed + [str(w.message) for w in recwarn] + [r.getMessage() for r in caplog.records]
+    for secret in (KEY, PASSWORD, TOKEN):
+        for form in _forms(secret):
+            assert [str(p) for p in written if form in p.read_bytes()] == [], (secret, form)
+            assert [t for t in said if form.decode() in t] == [], (secret, form)
+
+
+def test_a_fetch_through_the_source_mirror_writes_and_prints_no_secret(tmp_path, capsys, monkeypatch, caplog):
+    """`data fetch --profile`-style: MetaQA from the loopback stand-in of the real sources
+    (`source_mirror`: the shipped manifest's URLs, the derive step included), the mirror URL
+    carrying user:password and each manifest URL a ?token=; then a mirror that answers 404. Every file
+    under the data root and every printed line and log record is grepped."""
+    import source_mirror
+
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setattr(fetch, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.delenv("KGRAG_DATA_ROOT", raising=False)
+    monkeypatch.delenv(fetch.MIRROR_ENV, raising=False)
+    printed: list[str] = []
+    with source_mirror.Mirror() as m:
+        manifest, served = source_mirror.mirror_manifest(tmp_path / "manifest", ["metaqa"])
+        doc = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+        for spec in doc["datasets"]["metaqa"]["files"]:
+            if spec.get("url"):
+                spec["url"] += ("&" if "?" in spec["url"] else "?") + f"token={TOKEN}"
+        manifest.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        m.serve(served)
+        host = m.url.removeprefix("http://")
+        codes = {}
+        for name, mirror in (("fetch", f"http://reader:{PASSWORD}@{host}"),
+                             ("fetch 404", f"http://reader:{PASSWORD}@{host}/nothing-here")):
+            codes[name] = main(["data", "fetch", "metaqa", "--root", str(tmp_path / name.replace(" ", "")),
+                                "--manifest", str(manifest), "--mirror", mirror])
+            out, err = capsys.readouterr()
+            printed.extend([out, err])
+            assert "Traceback" not in out + err
+        asked = [path for path, _ in m.state.requests]
+    assert codes == {"fetch": 0, "fetch 404": 2}, (codes, printed[-1][-500:])
+    assert asked and (tmp_path / "fetch" / "metaqa" / "kb.txt").is_file()   # fetched and derived: no vacuous pass
+    written = [p for p in (tmp_path / "fetch").rglob("*") if p.is_file()] + \
+        [p for p in (tmp_path / "fetch404").rglob("*") if p.is_file()]
+    said = printed + [r.getMessage() for r in caplog.records]
+    for secret in (PASSWORD, TOKEN):
+        for form in _forms(secret):
+            assert [str(p) for p in written if form in p.read_bytes()] == [], (secret, form)
+            assert [t for t in said if form.decode() in t] == [], (secret, form)
+
+
+@pytest.mark.model   # the notebook's kernel loads the profile's real embedder (run under flock)
+def test_a_study_that_runs_a_notebook_writes_and_prints_no_secret(tmp_path, metaqa_root, capsys, monkeypatch,
+                                                                   caplog):
+    """`kgrag study --profile cpu-smoke --only 00` run for real (the notebook executed in its kernel)
+    against the loopback chat server, with the key in the environment and user:password and a token in
+    the --model URL: the executed notebook, its run's files, the study's profile, manifest and logs
+    and every printed line hold none of them."""
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
+    monkeypatch.setenv("KGRAG_OPENAI_API_KEY", KEY)
+    monkeypatch.delenv("KGRAG_DEBUG", raising=False)
+    chat = _serve(_Chat, [])
+    try:
+        rc = main(["study", "--profile", "cpu-smoke", "--only", "00", "--out", str(tmp_path / "study"), "--model",
+                   f"openai:http://u:{PASSWORD}@127.0.0.1:{chat.server_address[1]}/v1?token={TOKEN}#m"])
+        out, err = capsys.readouterr()
+    finally:
+        chat.shutdown()
+        chat.server_close()
+    assert rc == 0, (out + err)[-3000:]
+    assert f"Bearer {KEY}" in {auth for _, auth in chat.state}   # type: ignore[attr-defined]
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and "data" not in p.relative_to(tmp_path).parts[:1]]
+    names = {p.name for p in written}
+    assert {"profile.yaml", "predictions.jsonl", "summary.json"} <= names and any(n.endswith(".ipynb") for n in names), \
+        sorted(names)
+    said = [out, err] + [r.getMessage() for r in caplog.records]
     for secret in (KEY, PASSWORD, TOKEN):
         for form in _forms(secret):
             assert [str(p) for p in written if form in p.read_bytes()] == [], (secret, form)

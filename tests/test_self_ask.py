@@ -253,22 +253,18 @@ MODEL_CFG = {"rounds": 1, "k_p": 2, "max_tokens": 32, "answer_max_tokens": 12, "
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def real(request):
     from kgrag_lib.paths import data_root
 
     root = data_root()
     if not (root / "2wiki" / "lag_2wiki_dev_4000_nocontext.json").exists():
         pytest.skip(f"real 2Wiki files not under the data root {root}")
-    try:
-        from kgrag_lib.llm import load_llm
-
-        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=tmp_path_factory.mktemp("llm") / "calls.sqlite")
-    except Exception as exc:  # the embedded model is an optional extra
-        pytest.skip(f"embedded model unavailable: {exc}")
+    llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
     from kgrag_lib.data.registry import load_questions
     from kgrag_lib.methods.base import RunContext
 
-    return RunContext(llm=llm), load_questions("2wiki", n=1, seed=0, root=root)[0]
+    ctx = RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder"))
+    return ctx, load_questions("2wiki", n=1, seed=0, root=root)[0]
 
 
 @pytest.mark.model

@@ -805,7 +805,7 @@ def test_an_answer_read_from_a_weaker_form_is_named_in_the_issues(tmp_path, fake
 
 
 @pytest.fixture(scope="module")
-def real(shared_llm_cache, tmp_path_factory):
+def real(request, tmp_path_factory):
     """The embedded model, one real 2Wiki dev200 question, and the TCR-QF KG the model extracts
     from that question's gold paragraphs (2 chunks: under the record grammar the 0.5B model
     writes ~11 tokens/s, so the 10 paragraphs of a question would cost ~10 minutes)."""
@@ -814,12 +814,7 @@ def real(shared_llm_cache, tmp_path_factory):
     root = data_root()
     if not (root / "2wiki").is_dir():
         pytest.skip(f"real 2Wiki files not under the data root {root}")
-    try:
-        from kgrag_lib.llm import load_llm
-
-        llm = load_llm("qwen2.5-coder-0.5b-q4", cache_path=shared_llm_cache)
-    except Exception as exc:  # the embedded model is an optional extra
-        pytest.skip(f"embedded model unavailable: {exc}")
+    llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
     from kgrag_lib.data.registry import load_questions
 
     q = next(q for q in load_questions("2wiki", "dev200", root=root, n=20, seed=0)
@@ -830,7 +825,7 @@ def real(shared_llm_cache, tmp_path_factory):
                                     show_progress=False)
     store.save(folder / "kg")
     kg.save(folder / "kg")
-    return RunContext(llm=llm), q, folder / "kg", stats
+    return RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder")), q, folder / "kg", stats
 
 
 REAL_CFG = {"width": 2, "depth": 2, "max_iterations": 1, "max_missing": 1, "feedback_top_k": 1, "max_tokens": 160,

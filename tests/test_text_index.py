@@ -431,12 +431,11 @@ KEEP_PARAGRAPHS = 4   # the question's supporting paragraphs first, then distrac
 
 
 @pytest.mark.model
-def test_real_model_indexes_a_musique_question(tmp_path, shared_llm_cache):
+def test_real_model_indexes_a_musique_question(tmp_path, request):
     """The embedded model extracts a KG from the paragraphs of one real MuSiQue question (the seed-0 draw),
     cut to KEEP_PARAGRAPHS, its supporting ones first (4 chunks, each call capped: the 2 uncapped questions'
     40 chunks were about 1,700 s of CI), through the same `text:` spec and build a run uses."""
     from kgrag_lib.data.registry import load_questions
-    from kgrag_lib.llm import load_llm
 
     musique = data_root() / "musique" / "MIGRES_200_musique_ans.jsonl"
     if not musique.is_file():
@@ -448,11 +447,8 @@ def test_real_model_indexes_a_musique_question(tmp_path, shared_llm_cache):
     (root / "musique").mkdir(parents=True)
     (root / "musique" / musique.name).write_text(json.dumps({**record, "paragraphs": paragraphs}) + "\n",
                                                  encoding="utf-8")
-    llm = load_llm(cache_path=shared_llm_cache)
-    try:
-        kg = load_kg(f"text:musique:dev200:n=1:seed=0:{CAPS}", data_root=root, cache_dir=tmp_path / "cache", llm=llm)
-    finally:
-        llm.close()
+    llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
+    kg = load_kg(f"text:musique:dev200:n=1:seed=0:{CAPS}", data_root=root, cache_dir=tmp_path / "cache", llm=llm)
     st, tables = kg.stats, kg.extra["text"]
     assert st["questions"] == 1 and st["chunks"] >= len(paragraphs) and st["llm_requests"] >= st["chunks"]
     # llm_calls counts only requests the cache could not answer: another real-model test may have filled it

@@ -1,4 +1,4 @@
-"""`kgrag data check | stats | refresh-manifest | fetch`: inspect and download the datasets under the data root."""
+"""`kgrag data check | stats | refresh-manifest | fetch | mirror`: inspect, download and serve the datasets under the data root."""
 
 from __future__ import annotations
 
@@ -90,6 +90,50 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     root = data_root(args.root)
     print(f"{what}: {n} file(s) installed under {root} ({data_root_origin(args.root)})" if n else
           f"{what}: nothing to fetch, every file is present under {root}")
+    return 0
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    """Serve the root's downloads to `data fetch --mirror` on other machines until interrupted."""
+    from ..data.mirror import MirrorServer, mirror_plan
+
+    _given(args, "root", "manifest", "profile", "host")
+    _root_folder(args.root)
+    root = data_root(args.root)
+    if not root.is_dir():
+        raise ConfigError(f"--root {root}: no such folder; expected a data root holding the datasets to serve")
+    names = args.name or None
+    if args.profile:
+        if names:
+            raise ConfigError("kgrag data mirror: name datasets or --profile P, not both (or neither: every entry)")
+        from ..studies.data_needs import profile_data
+
+        names = profile_data(args.profile)
+    served = mirror_plan(root, args.manifest, names)
+    for line in served.missing:
+        print(f"not served: {line}")
+    if not served.files:
+        raise ConfigError(f"kgrag data mirror: {root} holds none of the downloads "
+                          f"{'of ' + ', '.join(names) if names else 'the manifest names'}; nothing to serve")
+    server = MirrorServer(served.files, args.host, args.port, allow_remote=args.allow_remote)
+    what = f"--profile {args.profile}" if args.profile else " ".join(served.entries)
+    print(f"serving {len(served.files)} download(s), {served.total_bytes() / 2**20:.1f} MiB, of {root} "
+          f"({', '.join(served.entries)})")
+    print(f"mirror: {server.url}", flush=True)   # scripts read this line
+    print(f"on another machine: kgrag data fetch {what} --mirror {server.url}   (Ctrl-C here to stop)", flush=True)
+    import signal
+
+    def _stop(signum, frame):   # SIGTERM (a script's stop) and SIGINT, even where a background start ignored it
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print(f"stopped after {len(server.requests)} request(s)")
+    finally:
+        server.server_close()
     return 0
 
 
@@ -213,6 +257,20 @@ def register(subparsers) -> None:
     f.add_argument("--force", action="store_true", help="download again even where the files are present")
     f.add_argument("--manifest", default=None, help=f"manifest file (default: the shipped {MANIFEST_PATH.name})")
     f.set_defaults(func=cmd_fetch)
+
+    m = sub.add_parser("mirror", help="serve a data root's downloads over HTTP in the layout `data fetch --mirror` "
+                                      "reads (loopback unless --allow-remote), until Ctrl-C")
+    m.add_argument("name", nargs="*", default=None, help="manifest entries to serve (default: every one found)")
+    m.add_argument("--profile", default=None, choices=profile_choices(), metavar="PROFILE",
+                   help="serve the datasets this profile reads")
+    m.add_argument("--root", default=None, help="data root to serve (default: the data root kgrag resolves)")
+    m.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; another needs "
+                                                       "--allow-remote)")
+    m.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: any free port, printed)")
+    m.add_argument("--allow-remote", action="store_true",
+                   help="listen on a non-loopback --host: anyone who reaches the port can read the data")
+    m.add_argument("--manifest", default=None, help=f"manifest file (default: the shipped {MANIFEST_PATH.name})")
+    m.set_defaults(func=cmd_mirror)
 
     e = sub.add_parser("embed", help="embed a corpus or a KG's seed descriptions ahead of a run (or one shard, "
                                      "one process per GPU), into the cache the run reads")

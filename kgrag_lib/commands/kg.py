@@ -218,7 +218,8 @@ def _provide_paper_sources() -> None:
 
 def _build_from_corpus(args: argparse.Namespace) -> int:
     from ..data.selection import CorpusSelection
-    from ..kg.sources import STATS_FILE, load_kg
+    from ..jsonl import atomic_text
+    from ..kg.sources import STATS_FILE, load_kg, record_side_files
     from ..llm import load_llm
     from ..paths import data_root
 
@@ -236,7 +237,9 @@ def _build_from_corpus(args: argparse.Namespace) -> int:
         out = kg.store.save(args.out)
         for tables in kg.extra.values():
             tables.save(out)
-        (out / STATS_FILE).write_text(json.dumps(kg.stats, indent=1), encoding="utf-8")
+        stats_text = json.dumps(kg.stats, indent=1)
+        record_side_files(out, stats_text)   # what loading the folder checks its side files against
+        atomic_text(out / STATS_FILE, stats_text)
         shown["store"] = str(out)
     print(json.dumps(shown))
     return 0

@@ -67,11 +67,13 @@ def handle(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..experiment import run_experiment
     from ..methods import available_methods
+    from ..methods.registry import runs_on
     from ..studies import load_profile
 
     if args.list:
         for name, spec in available_methods().items():
-            print(f"{name:14s} [{spec.family}] {spec.summary}  (datasets: {', '.join(spec.datasets)})")
+            generic = "" if spec.needs is None else f"; and any in kgrag's question format with {', '.join(spec.needs)}"
+            print(f"{name:14s} [{spec.family}] {spec.summary}  (datasets: {', '.join(runs_on(spec))}{generic})")
         return 0
     if args.show_config:
         return _show_config(args.method, args.profile, _overrides(args))

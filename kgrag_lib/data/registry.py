@@ -22,12 +22,20 @@ from .bamboogle import load_bamboogle
 from .common import DATASET_MARKS, check_file, pool_passages
 from .generic import FORM as JSONL_FORM, load_jsonl_questions
 from .hotpotqa import load_hotpotqa
-from .manifest import obtain_hint
+from .manifest import load_manifest, obtain_hint
 from .metaqa import QA_FORM, load_metaqa_qa
 from .musique import load_musique
 from .strategyqa import fact_passages, load_strategyqa
 from .triples import FORMS
 from .twowiki import load_2wiki, load_2wiki_corpus
+
+# What a dataset can give a method (`DatasetSpec.provides`); a method that runs on any dataset in kgrag's own
+# question format names the parts it reads (`MethodSpec.needs`) and is refused a dataset that lacks one.
+PARTS = {
+    "question": "the question text",
+    "answers": "gold answers (the first, then its aliases)",
+    "corpus": "passages to retrieve from (pooled context paragraphs, facts, or a corpus file)",
+}
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,16 @@ class DatasetSpec:
     many_answers: bool = False  # several gold answers per question (MetaQA): `kgrag data stats` shows their spread
     # further manifest entries its loader reads when present (2Wiki's id aliases): `data fetch --profile` gets them
     companions: tuple[str, ...] = ()
+    # kgrag's own question format (`jsonl_dataset`): methods that can run on any such dataset accept it by
+    # what it provides (`provides`, `MethodSpec.needs`) instead of by name
+    generic: bool = False
+    # how to get its files where no manifest entry lists them (a row with no download source)
+    obtain: str = ""
+
+    @property
+    def provides(self) -> frozenset[str]:
+        """The PARTS its questions and corpus give a method."""
+        return frozenset({"question", "answers", *(("corpus",) if self.corpus != "none" else ())})
 
     def __post_init__(self) -> None:
         if self.corpus not in ("none", "pooled", "facts") and self.corpus_loader is None:
@@ -73,17 +91,20 @@ def _metaqa(k: int) -> DatasetSpec:
 
 
 def jsonl_dataset(name: str, splits: dict[str, str], *, default_split: str | None = None, corpus: str = "pooled",
-                  note: str = "", many_answers: bool = False) -> DatasetSpec:
+                  note: str = "", many_answers: bool = False, obtain: str = "") -> DatasetSpec:
     """A dataset in kgrag's own question format (`data/generic.py`: `{"id", "question", "answers", "context"?,
-    ...}` per line): one registry row, no loader code. `corpus` is "pooled" (the questions' `context`
-    paragraphs, de-duplicated by id) or "none"; its manifest key is its name."""
+    ...}` per line): one registry row, no loader code, no manifest entry needed. `corpus` is "pooled" (the
+    questions' `context` paragraphs, de-duplicated by id) or "none"; `obtain` says how to get the files (a
+    missing file's error shows it); its manifest key is its name, read when the manifest has such an entry
+    (then `kgrag data fetch` and `data check` know it too). Methods that run on any such dataset accept it
+    by what it provides (`DatasetSpec.provides`)."""
     if corpus not in ("pooled", "none"):
         raise ConfigError(f"dataset {name!r}: a JSONL dataset's corpus is 'pooled' (its questions' context "
                           f"paragraphs) or 'none', not {corpus!r}")
     if not splits:
         raise ConfigError(f"dataset {name!r}: at least one split (name -> file under the data root)")
     return DatasetSpec(name, name, load_jsonl_questions, dict(splits), default_split or next(iter(splits)), corpus,
-                       JSONL_FORM, note=note, many_answers=many_answers)
+                       JSONL_FORM, note=note, many_answers=many_answers, generic=True, obtain=obtain)
 
 
 def _twowiki_files(root: str | Path | None) -> dict[str, Path]:
@@ -170,9 +191,18 @@ def _missing(path: Path, manifest_key: str, what: str, root: Path | None = None)
     where = (f"looked under the data root {root}, chosen by the root argument, else $KGRAG_DATA_ROOT, "
              f"else ../shared/data beside the repository, else the per-user data folder" if root
              else "looked at the path given")
-    return MissingDataError(
-        f"{what}: file not found: {path} ({where}). How to obtain it: {obtain_hint(manifest_key, root=root)}"
-    )
+    return MissingDataError(f"{what}: file not found: {path} ({where}). {_how_to_obtain(manifest_key, root)}")
+
+
+def _how_to_obtain(manifest_key: str, root: Path | None) -> str:
+    """The manifest's steps for the file; for a registry row no manifest entry holds, that it has no download
+    source and what to write where."""
+    row = next((s for s in DATASETS.values() if s.manifest_key == manifest_key), None)
+    if row is None or manifest_key in load_manifest()["datasets"]:
+        return f"How to obtain it: {obtain_hint(manifest_key, root=root)}"
+    return (f"The registry row {row.name!r} (DATASETS in kgrag_lib/data/registry.py) expects it there and has no "
+            f"download source (no entry {manifest_key!r} in kgrag_lib/data/manifests/datasets.yaml): "
+            f"{row.obtain or 'put the file there'}; each record {row.form}.")
 
 
 def _checked(path: Path, root: Path | None, manifest_key: str, what: str, must_exist: bool, form: str = "") -> Path:
@@ -326,4 +356,9 @@ def load_corpus(
     questions = load_questions(name, split=split, path=path, root=root)
     if spec.corpus == "facts":
         return pool_passages(fact_passages(q) for q in questions)
-    return pool_passages(q.context for q in questions)
+    pooled = pool_passages(q.context for q in questions)
+    if not pooled:   # a pooled corpus with nothing in it would give every method an empty retrieval, silently
+        raise DataFormatError(path or default_path(name, split, root), None,
+                              f"questions with context paragraphs to pool into the {name} corpus, each {spec.form}",
+                              "no question has any")
+    return pooled

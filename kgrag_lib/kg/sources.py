@@ -41,7 +41,10 @@ Specs (the `kg` / `kb` config values):
 
 A built store is saved under `<cache>/kg/<name>-<fingerprint of its inputs>/`, under a
 file lock, with `stats.json` written last (its presence marks a complete build); later calls,
-in any process, load it memory-mapped. A resumable build keeps its journal beside that folder
+in any process, load it memory-mapped. The side files beside the store (`stats.json`, an SA-RAG
+`text_kg.json`, a TCR-QF `tcr_kg.json`) are recorded in `side_files.json` (their block crc32s,
+written just before `stats.json`) and checked on every load like the store's own files: a
+changed one is a damaged build (rebuilt; a build from before the record is rebuilt too). A resumable build keeps its journal beside that folder
 (`<folder>.journal.jsonl`) while it runs and moves it into the folder when done.
 
 Adding a source: write one function `(arg, data_root) -> SourcePlan` (`(arg, data_root, llm)`
@@ -72,10 +75,11 @@ from ..data.triples import FORMS
 from ..data.twowiki import load_2wiki, load_2wiki_corpus
 from ..data.wikidata5m import PAPER_TABLE5, preprocess_wikidata5m
 from ..errors import ConfigError, DataFormatError, KgragError, MissingDataError
+from ..blocksums import BlockSums, check_files, record_file
 from ..jsonl import atomic_text
 from ..paths import cache_dir as _cache_dir
 from ..paths import data_root as _data_root
-from .store import KGStore
+from .store import KGStore, rebuild_hint
 from .tcr_kg import TABLES_FILE
 from .text_kg import TEXT_KG_FILE, TextKG
 
@@ -84,6 +88,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 BUILDER_VERSION = 1
 STATS_FILE = "stats.json"
+SIDE_SUMS_FILE = "side_files.json"   # block crc32s of stats.json and the side tables
 log = logging.getLogger(__name__)
 TWOWIKI_QUESTIONS = "2wiki/lag_2wiki_dev_4000_nocontext.json"
 TWOWIKI_CORPUS = "2wiki/HippoRAG_2wiki_1000q_corpus.json"
@@ -519,6 +524,7 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
     def load(saved_before: bool = True) -> tuple[KGStore, dict[str, Any], dict[str, Any]]:
         t0 = time.perf_counter()
         store = KGStore.load(folder)
+        check_side_files(folder)
         extra = plan.load_extra(folder) if plan.load_extra else {}
         if saved_before:   # a later process reusing the build says so, as the passage store and indexes do
             log.info("opened saved KG store %s (%d entities, %d triples) in %.2f s", folder, store.num_entities,
@@ -548,13 +554,57 @@ def _cached_build(spec: str, plan: SourcePlan, cache: Path) -> tuple[KGStore, di
             t.save(folder)
         if journal.exists():
             os.replace(journal, folder / JOURNAL_FILE)
-        atomic_text(stats_file, json.dumps(stats, indent=1))  # written last: marks a complete build
+        stats_text = json.dumps(stats, indent=1)
+        record_side_files(folder, stats_text)
+        atomic_text(stats_file, stats_text)  # written last: marks a complete build
     return load(saved_before=False)
 
 
+def _side_files(folder: Path) -> list[str]:
+    """The side files present in a KG folder (besides the store's own)."""
+    return [n for n in (STATS_FILE, TEXT_KG_FILE, TABLES_FILE) if (folder / n).is_file()]
+
+
+def record_side_files(folder: Path, stats_text: str) -> None:
+    """Write `side_files.json`: the block crc32s of the side tables now in `folder` and of the
+    `stats.json` text about to be written (so that it can be written last)."""
+    records = {n: record_file(folder / n) for n in (TEXT_KG_FILE, TABLES_FILE) if (folder / n).is_file()}
+    sums = BlockSums()
+    sums.update(stats_text.encode("utf-8"))
+    records[STATS_FILE] = sums.record()
+    atomic_text(folder / SIDE_SUMS_FILE, json.dumps({"files": records}, indent=1))
+
+
+def check_side_files(folder: Path) -> None:
+    """Refuse a KG folder whose side files changed since they were recorded, or have no record
+    (a build from before records, or a file added by hand): one line naming the file, with the
+    way to rebuild the folder."""
+    remedy = rebuild_hint(folder)
+    path = folder / SIDE_SUMS_FILE
+    present = _side_files(folder)
+    if not path.is_file():
+        raise DataFormatError(path, None, f"the checksum record of the side files {', '.join(present)} "
+                              f"(a folder built before such records cannot be checked: {remedy})", "no such file")
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))["files"]
+        if not isinstance(records, dict):
+            raise TypeError(f"files is {type(records).__name__}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataFormatError(path, None, f"a JSON object {{\"files\": {{name: block record}}}} ({remedy})",
+                              f"{type(exc).__name__}: {exc}") from None
+    unrecorded = sorted(set(present) - set(records))
+    if unrecorded:
+        raise DataFormatError(path, None, f"a record for every side file ({remedy})",
+                              f"no record for {', '.join(unrecorded)}")
+    check_files(folder, records, f"a side file of the KG is damaged: {remedy}", path)
+
+
 def _saved_folder(spec: str, folder: Path) -> BuiltKG:
-    """A folder written by `KGStore.save` or copied from the KG cache (stats and side tables kept)."""
+    """A folder written by `KGStore.save` or copied from the KG cache (stats and side tables kept,
+    and checked against their record: `check_side_files`)."""
     store = KGStore.load(folder)
+    if _side_files(folder):
+        check_side_files(folder)
     _refuse_empty(spec, store, str(folder))
     stats = {"kg": str(folder), **size_stats(store)}
     if (folder / STATS_FILE).is_file():

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from ..config import make_config
+from ..data.registry import PARTS, DatasetSpec
 from ..llm import DEFAULT_SPEC
 from ..paths import cache_dir as _cache_dir
 from ..paths import cache_dir_scope as _cache_dir_scope
@@ -87,11 +88,37 @@ class MethodSpec(Generic[ConfigT]):
     # needs a model of its own that a CPU profile does not serve (Self-RAG's reflection-token generator):
     # the CPU cross-method notebook leaves it out
     needs_gpu: bool = False
+    # the PARTS (`data.registry`) it reads of a dataset in kgrag's own question format: it runs on any such
+    # dataset that provides them, beyond `datasets`; None: only on `datasets` (a method tied to their layout)
+    needs: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mechanism and self.mechanism not in MECHANISMS:
             raise ValueError(f"method {self.name!r}: mechanism {self.mechanism!r}; expected one of "
                              f"{', '.join(MECHANISMS)} or empty")
+        unknown = sorted(set(self.needs or ()) - set(PARTS))
+        if unknown:
+            raise ValueError(f"method {self.name!r}: needs {', '.join(unknown)}; expected parts among "
+                             f"{', '.join(PARTS)}")
+
+    def refusal(self, dataset: DatasetSpec) -> str:
+        """Why the method cannot run on `dataset` ("" when it can): one of its `datasets`, or a generic
+        dataset that provides every part it `needs`."""
+        if dataset.name in self.datasets:
+            return ""
+        named = f"it supports {', '.join(self.datasets)}"
+        if self.needs is None:
+            return f"method {self.name!r} does not run on dataset {dataset.name!r}; {named}"
+        generic = (f"and on a dataset in kgrag's question format (kgrag_lib/data/generic.py) that provides "
+                   f"{', '.join(self.needs) or 'questions with answers'}")
+        if not dataset.generic:
+            return f"method {self.name!r} does not run on dataset {dataset.name!r}; {named}, {generic}"
+        lacking = [p for p in self.needs if p not in dataset.provides]
+        if lacking:
+            return (f"method {self.name!r} reads {', '.join(f'{p} ({PARTS[p]})' for p in lacking)}, which dataset "
+                    f"{dataset.name!r} does not provide (corpus {dataset.corpus!r} in its registry row); {named}, "
+                    f"{generic}")
+        return ""
 
     def check_config(self, section: dict[str, Any], where: str) -> ConfigT:
         """The method's config from a settings dict; unknown keys and bad values refused."""
@@ -100,17 +127,19 @@ class MethodSpec(Generic[ConfigT]):
 
 def method_specs(build: Callable[..., Method], summaries: Mapping[str, str], config: type | Mapping[str, type],
                  datasets: Sequence[str], family: str, prompts: tuple[str, ...] = (), *,
-                 mechanism: str | Mapping[str, str] = "", needs_gpu: bool = False) -> tuple[MethodSpec, ...]:
+                 mechanism: str | Mapping[str, str] = "", needs_gpu: bool = False,
+                 needs: tuple[str, ...] | None = None) -> tuple[MethodSpec, ...]:
     """A paper's table rows for methods one builder makes by name, `build(name, ctx, config, seed)` (its
     `make_method`): one `MethodSpec` per `summaries` entry, in order. `config` is the config dataclass of
     all of them, or one per name; `mechanism` the signal of all of them, or one per name (absent: none).
+    `needs` the parts a generic dataset must provide for all of them to run on it (see `MethodSpec.needs`).
     Each factory takes its typed config and refuses anything else (a settings dict goes through
     `check_config` first, so a config is checked once)."""
     def spec(name: str, summary: str) -> MethodSpec:
         cls = config[name] if isinstance(config, Mapping) else config
         signal = mechanism.get(name, "") if isinstance(mechanism, Mapping) else mechanism
         return MethodSpec(name, functools.partial(_build_typed, build, name, cls), cls, tuple(datasets), summary,
-                          family, prompts, mechanism=signal, needs_gpu=needs_gpu)
+                          family, prompts, mechanism=signal, needs_gpu=needs_gpu, needs=needs)
 
     return tuple(spec(name, summary) for name, summary in summaries.items())
 

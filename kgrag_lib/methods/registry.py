@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from ..config import profile_mapping, refuse_unknown
+from ..data.registry import DATASETS, get_spec
 from ..errors import ConfigError
 from .base import MethodSpec
 
@@ -56,10 +57,16 @@ def get_method(name: str) -> MethodSpec:
 
 
 def check_dataset(spec: MethodSpec, dataset: str) -> None:
-    """Refuse a dataset the method cannot run on, before anything is loaded."""
-    if dataset not in spec.datasets:
-        raise ConfigError(f"method {spec.name!r} does not run on dataset {dataset!r}; it supports "
-                          f"{', '.join(spec.datasets)} (see `kgrag run --list`)")
+    """Refuse a dataset the method cannot run on (an unknown one, one not in its list, a generic one that
+    lacks a part it reads), before anything is loaded."""
+    refusal = spec.refusal(get_spec(dataset))
+    if refusal:
+        raise ConfigError(f"{refusal} (see `kgrag run --list`)")
+
+
+def runs_on(spec: MethodSpec) -> list[str]:
+    """The registered datasets the method accepts: its list, then the generic ones that provide what it reads."""
+    return [*spec.datasets, *(d.name for d in DATASETS.values() if d.name not in spec.datasets and not spec.refusal(d))]
 
 
 def check_profile_methods(profile: dict[str, Any], where: str) -> None:

@@ -11,12 +11,17 @@ caller passes `key=` (what identifies the texts, e.g. a passage store's fingerpr
 form) and a lazily iterated text source (anything with `__len__` and `iter_texts(block, start,
 stop)`, see `BlockTexts`), so no text is read unless it must be encoded.
 
-Checks: rows are checked as they are encoded (finite; unit length when normalized) and a crc32
-of every `BLOCK` rows is recorded in the file's `.json` beside it. Opening a stored file checks
-its header, exact size and the crc of the first, last and `SAMPLE_BLOCKS` random blocks
-(`verify="full"`: every block); a file without that record (written before it existed) gets the
-former full scan of every row, then the record. A file that fails is named in a warning and
-recomputed, never used.
+Checks: rows are checked as they are encoded (finite; unit length when normalized); the file's
+`.json` beside it records a crc32 of every `BLOCK` rows (what shards are merged by) and of every
+64 KiB of the file (`blocksums`). Opening a stored file checks its header and exact size, then
+every block of a file up to `FULL_CHECK_BYTES` (or any with `verify="full"`); a larger one gets
+its first, last and `SAMPLE_BLOCKS` random blocks checked on open and every other block the first
+time a row read touches it (`CheckedRows`), so a run that only re-ranks a few rows of Wikipedia's
+64 GB never hashes the rest (bench/blocksums_bench.py measures both). A file with only the row
+record (written before byte records) is checked against it in full once and gets the byte record;
+a file with no record is refused, as the other stores refuse theirs. A file that fails on open is
+named in a warning and recomputed, never used; a block that fails on a later read is refused in
+one line naming the file and the block.
 
 Sharding: `embed_cached(..., shard=(i, n))` encodes rows [i*N/n, (i+1)*N/n) into its own
 resumable file; whichever call finds all n shards done merges them into the final file (so n GPUs
@@ -37,7 +42,8 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence, Union, runtime_c
 
 import numpy as np
 
-from kgrag_lib.errors import CacheDamagedError, ConfigError
+from kgrag_lib.blocksums import BLOCK_BYTES, CheckedFile, record_file
+from kgrag_lib.errors import CacheDamagedError, ConfigError, DataFormatError
 from kgrag_lib.jsonl import atomic_text
 from kgrag_lib.paths import cache_dir as default_cache_dir
 from kgrag_lib.retrieval.embedder import DTYPE_ENV
@@ -54,6 +60,7 @@ def _chunk_size(batch_size: int) -> int:
     return min(BLOCK, max(CHUNK, 8 * int(batch_size)))
 CHECK_BLOCK_BYTES = 64 << 20  # rows scanned per numpy call in a full scan
 SAMPLE_BLOCKS = 16  # random blocks checked on open, besides the first and the last
+FULL_CHECK_BYTES = 256 << 20  # files up to this size are checked whole on open (~0.1 s); larger ones lazily
 VERIFY_SEED: int | None = None  # seed of that sample; None draws a fresh one per open
 VERIFY_MODES = ("sample", "full")
 _SHARD_NAME = re.compile(r"\.shard-(\d{3})of(\d{3})$")
@@ -212,10 +219,12 @@ def _blocks_problem(arr: np.ndarray, block_rows: int, crcs: list[int], which: It
 def _open_checked(path: Path, n: int, dim: int, normalize: bool,
                   verify: str = "sample") -> tuple[np.ndarray | None, str]:
     """(the memory-mapped array, "") if `path` holds the (n, dim) float32 array expected, else
-    (None, what is wrong). Checks the header and the exact file size, then the recorded block
-    crcs (a sample, or all with `verify="full"`); a file without that record gets a scan of every
-    row (finite; unit length or zero when normalized: a NaN in any row would poison every score
-    computed with it) and the record is added, so the next open samples."""
+    (None, what is wrong). Checks the header and the exact file size, then the file's recorded
+    64 KiB block crcs: all of them for a file up to `FULL_CHECK_BYTES` or with `verify="full"`;
+    else the first, last and a sample now, and every other block the first time a row read
+    touches it (`CheckedRows`). A file recorded only by row blocks (written before byte records)
+    is checked against those in full, once, and gets its byte record; a file with no record at
+    all cannot be checked and is refused (recomputed by the caller), as the other stores do."""
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -225,32 +234,104 @@ def _open_checked(path: Path, n: int, dim: int, normalize: bool,
     size, want = path.stat().st_size, arr.offset + arr.nbytes
     if size != want:
         return None, f"{size} bytes, expected {want}"
+    meta = _read_meta(path)
+    if isinstance(meta.get("file_blocks"), dict):
+        try:
+            checked = CheckedFile(path, meta["file_blocks"], _REMEDY, _meta_path(path))
+            if verify == "full" or size <= FULL_CHECK_BYTES:
+                checked.check_all()
+            else:
+                for b in _sample_blocks(len(checked.crcs)):
+                    checked.check(b * checked.block_bytes, b * checked.block_bytes + 1)
+        except DataFormatError as exc:
+            return None, f"{exc.expected.replace(f' ({_REMEDY})', '')}; {exc.got}"
+        return CheckedRows.over(arr, checked), ""
     rec = _read_blocks(path, n, dim)
-    if rec is not None:
-        block_rows, crcs = rec
-        which = range(len(crcs)) if verify == "full" else _sample_blocks(len(crcs))
-        problem = _blocks_problem(arr, block_rows, crcs, which)
-        return (None, problem) if problem else (arr, "")
-    sums = _BlockSums(BLOCK)
-    problem = _rows_problem(arr, n, normalize, sums)
+    if rec is None:
+        return None, "it has no block checksum record (written before records existed), so damage inside it cannot be seen"
+    problem = _blocks_problem(arr, rec[0], rec[1], range(len(rec[1])))
     if problem:
         return None, problem
-    _add_block_record(path, n, dim, sums.finish())
+    _add_file_record(path, meta)
     return arr, ""
 
 
-def _add_block_record(path: Path, n: int, dim: int, crcs: list[int]) -> None:
-    """Record the crcs of a file that had none (written before records existed): best effort."""
+_REMEDY = "the embedding file changed since written: delete it and its .json, and run again to embed its texts again"
+
+
+class CheckedRows(np.memmap):
+    """A stored embedding array whose row reads (`a[i]`, `a[i:j]`, `a[ids]`) first verify the
+    64 KiB blocks they touch, each once: a re-ranking reads a few rows of a 64 GB array, so
+    hashing all of it on open would cost more than the run. Views and results are plain memmaps;
+    `np.asarray(a)` reads without checks (files that small callers read whole are checked in
+    full on open, see `FULL_CHECK_BYTES`)."""
+
+    _file: CheckedFile | None = None
+    _offset = 0
+
+    @classmethod
+    def over(cls, arr: np.ndarray, checked: CheckedFile) -> "CheckedRows":
+        out = arr.view(cls)
+        out._file, out._offset = checked, int(arr.offset)
+        return out
+
+    def __array_finalize__(self, obj: Any) -> None:
+        super().__array_finalize__(obj)
+        self._file = None   # a view or a computed result: the reads that made it were checked
+
+    def check_all(self) -> None:
+        """Verify every block not verified yet (a caller about to read every row another way)."""
+        if self._file is not None:
+            self._file.check(0, self._file.size)
+
+    def _check(self, key: Any) -> None:
+        f, n = self._file, self.shape[0]
+        rows = key[0] if isinstance(key, tuple) and key else key
+        row_bytes = self.strides[0]
+        if isinstance(rows, (int, np.integer)) and not isinstance(rows, bool):
+            r = int(rows) + (n if rows < 0 else 0)
+            if 0 <= r < n:
+                f.check(self._offset + r * row_bytes, self._offset + (r + 1) * row_bytes)
+            return
+        if isinstance(rows, slice):
+            a, b, _ = rows.indices(n)
+            if b > a:
+                f.check(self._offset + a * row_bytes, self._offset + b * row_bytes)
+            return
+        if isinstance(rows, (list, np.ndarray)):
+            idx = np.asarray(rows)
+            if idx.dtype == bool and idx.shape == (n,):
+                f.check_rows(self._offset, row_bytes, np.flatnonzero(idx))
+                return
+            if idx.dtype.kind in "iu":
+                idx = idx.ravel().astype(np.int64)
+                f.check_rows(self._offset, row_bytes, np.where(idx < 0, idx + n, idx)[(idx >= -n) & (idx < n)])
+                return
+        self.check_all()   # any other index: check everything once
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._file is not None:
+            self._check(key)
+        out = super().__getitem__(key)
+        return out.view(np.memmap) if isinstance(out, CheckedRows) else out
+
+    def __reduce__(self) -> Any:   # pickled (sent to a worker): a plain array
+        return np.asarray(self).__reduce__()
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
     try:
         meta = json.loads(_meta_path(path).read_text(encoding="utf-8"))
-        if not isinstance(meta, dict):
-            meta = {}
     except (OSError, ValueError):
-        meta = {}
-    meta.update({"n": n, "dim": dim, "blocks": {"block_rows": BLOCK, "crc32": crcs}})
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _add_file_record(path: Path, meta: dict[str, Any]) -> None:
+    """Add the byte block record to a file checked against its older row record: best effort."""
     try:
-        atomic_text(_meta_path(path), json.dumps(meta, indent=1))
-    except OSError:  # a read-only cache: the next open scans again
+        atomic_text(_meta_path(path), json.dumps({**meta, "file_blocks": record_file(path, BLOCK_BYTES)}, indent=1))
+    except OSError:  # a read-only cache: the next open checks the row record again
         pass
 
 
@@ -443,7 +524,10 @@ def _build_final(job: _Job) -> None:
 
 
 def _write_meta(path: Path, meta: dict[str, Any], crcs: list[int]) -> None:
-    atomic_text(_meta_path(path), json.dumps({**meta, "blocks": {"block_rows": BLOCK, "crc32": crcs}}, indent=1))
+    """The record of the array just installed at `path`: its row-block crcs (what shards are merged
+    by) and its 64 KiB byte-block crcs (what an open checks, lazily for a large file)."""
+    atomic_text(_meta_path(path), json.dumps({**meta, "blocks": {"block_rows": BLOCK, "crc32": crcs},
+                                              "file_blocks": record_file(path, BLOCK_BYTES)}, indent=1))
 
 
 # ---- shards ----------------------------------------------------------------------------------

@@ -38,7 +38,9 @@ def _strings(value: Any) -> Iterator[str]:
 
 def _dataset_keys(name: str) -> list[str]:
     spec = DATASETS.get(name)
-    return [spec.manifest_key, *spec.companions] if spec else []
+    if spec is None or spec.manifest_key not in load_manifest()["datasets"]:
+        return []   # a registry row with no download source: its loader names the file it lacks
+    return [spec.manifest_key, *spec.companions]
 
 
 def _kg_keys(spec: str) -> list[str]:

@@ -11,6 +11,8 @@ from .rag import VARIANTS, KGInfusedConfig, KGInfusedRAG, Variant, make_method
 
 FAMILY = "kg-infused"
 DATASETS = ("hotpotqa", "2wiki", "musique", "bamboogle", "strategyqa")
+# a generic dataset needs only questions with answers: the KG is the profile's, the corpus its own or the pool
+NEEDS = ("question", "answers")
 # The reproduction's deviations from the paper (KG, corpus, models, DPO) are listed with its
 # reported numbers (`report.kg_infused.paper_numbers.DEVIATIONS`).
 DEVIATIONS: tuple[str, ...] = ()
@@ -31,14 +33,14 @@ CLI_FLAGS = (
 METHODS = (
     *method_specs(make_method, {v.name: v.summary for v in VARIANTS.values()}, KGInfusedConfig, DATASETS, FAMILY,
                   prompts=("kg_infused.prompts",),
-                  mechanism={v.name: "kg-subgraph" for v in VARIANTS.values() if v.uses_kg}),
+                  mechanism={v.name: "kg-subgraph" for v in VARIANTS.values() if v.uses_kg}, needs=NEEDS),
     # Self-RAG needs its reflection-token generator, which no CPU profile serves
     *method_specs(self_rag.make_method, self_rag.METHOD_SUMMARIES, self_rag.CONFIGS, DATASETS, FAMILY,
                   prompts=("kg_infused.prompts", "kg_infused.self_rag_prompts"),   # its retrieval stages too
-                  mechanism={"self-rag-kg-infused": "kg-subgraph"}, needs_gpu=True),
+                  mechanism={"self-rag-kg-infused": "kg-subgraph"}, needs_gpu=True, needs=NEEDS),
     *method_specs(self_ask.make_self_ask, self_ask.SUMMARIES, self_ask.SelfAskConfig, DATASETS, FAMILY,
                   prompts=("kg_infused.prompts", "kg_infused.self_ask_prompts"),
-                  mechanism={"self-ask-kg-infused": "kg-subgraph"}),
+                  mechanism={"self-ask-kg-infused": "kg-subgraph"}, needs=NEEDS),
 )
 
 __all__ = ["CLI_FLAGS", "DATASETS", "DEVIATIONS", "FAMILY", "METHODS", "VARIANTS", "KGInfusedConfig", "KGInfusedRAG",

@@ -285,4 +285,5 @@ def make_method(name: str, ctx: RunContext, cfg: SARAGConfig | dict[str, Any] | 
 
 
 METHODS = method_specs(make_method, {v.name: v.summary for v in VARIANTS.values()}, SARAGConfig, DATASETS, FAMILY,
-                       mechanism={v.name: "activation" for v in VARIANTS.values() if v.retriever == "sa"})
+                       mechanism={v.name: "activation" for v in VARIANTS.values() if v.retriever == "sa"},
+                       needs=("question", "answers", "corpus"))   # a generic dataset: its corpus is the KG's text

@@ -547,4 +547,4 @@ def make_method(name: str, ctx: RunContext, cfg: TcrQFConfig | dict[str, Any] | 
 
 # every variant answers through TCR-QF's prompt and parser, so each shows whether its answer line parsed
 METHODS = method_specs(make_method, {v.name: v.summary for v in VARIANTS.values()}, TcrQFConfig, DATASETS, FAMILY,
-                       mechanism="final-answer")
+                       mechanism="final-answer", needs=("question", "answers", "corpus"))   # the text KG's source
