@@ -212,15 +212,17 @@ def managed_server_options(spec: str, rest: str, server: Any) -> tuple[str, Any]
     """`<model>?max_model_len=4096&dtype=bfloat16` -> (model, ServerConfig): the spec's options over
     `server` (the profile's `server` section); each value is read as YAML, as `--set` reads it
     (`config.cli_yaml_value`: 1e-9 is a float; 010, 0x10 and 1_000, which YAML 1.1 reads as 8, 16
-    and 1000, are refused); a key given twice is refused."""
+    and 1000, are refused); a key given twice is refused. A `lora=` adapter is no server setting
+    (`lora.split_lora`; `_load_managed` reads it) and is left out."""
     import dataclasses
     from urllib.parse import parse_qsl
 
     import yaml
 
     from ..config import ServerConfig, cli_yaml_value, make_config
+    from .lora import split_lora
 
-    target, sep, query = rest.partition("?")
+    target, sep, query = split_lora(spec, rest)[0].partition("?")
     options: dict[str, Any] = {}
     if sep:
         pairs = parse_qsl(query, keep_blank_values=True)
@@ -310,20 +312,32 @@ def _load_managed(spec: str, prefix: str, rest: str, c: LLMCache | None, kw: dic
             kw.setdefault(key, entry[key])
         return _construct(OpenAICompatLLM, spec, entry["base_url"], entry["alias"], name=redact(spec), cache=c,
                           weights=entry["weights"], **kw)
+    from .lora import check_base, lora_args, read_adapter, split_lora
+
+    rest, lora = split_lora(spec, rest)
+    if lora is not None and prefix != "vllm-serve":
+        raise ConfigError(f"llm spec {redact(spec)!r}: lora= is an option of vllm-serve: only (vLLM serves the adapter "
+                          f"beside its base); for {prefix}: merge the adapter (train_dpo's model/ folder)")
     target, cfg = managed_server_options(spec, rest, kw.pop("server", None))
+    adapter = read_adapter(spec, lora) if lora is not None else None
+    if adapter is not None:
+        lora_args(adapter, [str(a) for a in cfg.args])   # its rank against server.args, before anything starts
     log_dir, alias = kw.pop("log_dir", None), kw.pop("alias", None)
     if prefix == "vllm-serve":
         from .vllm_env import find_vllm
 
         engine = find_vllm(cfg.python)
         model, weights, dtype, prompt, commit = _vllm_weights(spec, target, cfg, kw, engine)
+        if adapter is not None:
+            check_base(spec, adapter, model)
+            weights += adapter.identity
         for option, value in prompt.items():
             kw.setdefault(option, value)
         # a CPU decodes a few tokens/s per request: 60 s is too short with 8 in flight; so is a 24 GB
         # card's ~10-15 tokens/s per sequence for gpu-paper's 1,000-token answers under load
         kw.setdefault("timeout", CPU_SERVER_REQUEST_TIMEOUT if engine.is_cpu_build else GPU_SERVER_REQUEST_TIMEOUT)
         server = ms.start_vllm(model, alias=alias or target, config=cfg, dtype=dtype, engine=engine, log_dir=log_dir,
-                               revision=commit)
+                               revision=commit, **({"lora": adapter} if adapter is not None else {}))
     else:
         layers = None
         if target in PRESETS:
@@ -378,7 +392,8 @@ SPEC_KINDS: dict[str, SpecKind] = {
     "vllm-serve": SpecKind(_load_managed, "vllm-serve:<id|dir|preset>",
                            "vllm-serve:<hf id, dir, preset or .gguf>[?max_model_len=N&dtype=...]: start vLLM (from "
                            ".venv-vllm, scripts/install_vllm.sh) on a free local port for this run; options: "
-                           "ServerConfig, or the profile's server:", True, True),
+                           "ServerConfig, or the profile's server:; lora=<name>=<adapter folder> answers with that "
+                           "LoRA adapter on the base", True, True),
     "llamacpp-server": SpecKind(_load_managed, "llamacpp-server:<gguf|preset>",
                                 "llamacpp-server:<gguf or preset>: start llama-cpp-python's server "
                                 "(python -m llama_cpp.server)", True, True),

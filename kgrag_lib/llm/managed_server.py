@@ -346,11 +346,13 @@ def start_llama_server(path: str | os.PathLike, *, alias: str = "local", config:
 
 def start_vllm(model: str, *, alias: str | None = None, config: Any = None, dtype: str | None = None,
                engine: Any = None, log_dir: str | os.PathLike | None = None,
-               revision: str | None = None) -> ManagedServer:
+               revision: str | None = None, lora: Any = None) -> ManagedServer:
     """vLLM serving `model` (a Hugging Face id or a local folder) from its own environment
     (`engine`, else `vllm_env.find_vllm`), with the options of `config` (a `ServerConfig`);
     `dtype` overrides `config.dtype` (`vllm_env.serve_dtype` chooses it for `load_llm`); `revision`
-    pins a hub id to the commit kgrag keys its cache by."""
+    pins a hub id to the commit kgrag keys its cache by. With `lora` (a `lora.LoraAdapter`) the base
+    is served as `alias` and the adapter under its own name, which the server's `alias` becomes: the
+    run waits for the adapter to be listed, and every request names it."""
     from .vllm_env import find_vllm, server_args
 
     if not model:
@@ -363,5 +365,13 @@ def start_vllm(model: str, *, alias: str | None = None, config: Any = None, dtyp
     cmd = [*engine.serve_command(model), "--host", "127.0.0.1", "--port", str(port), "--served-model-name", alias, *args]
     if revision:
         cmd += ["--revision", revision]
+    if lora is not None:
+        from .lora import lora_args
+
+        if lora.name == alias:
+            raise ConfigError(f"lora=: the adapter's name {lora.name!r} is the base model's served name; give it "
+                              "another (requests pick base or adapter by this name)")
+        cmd += lora_args(lora, [str(a) for a in cfg.args])
+        alias = lora.name
     return ManagedServer(cmd, flavor="vllm", alias=alias, port=port, env=env, version=engine.version,
                          log_path=_log_path("vllm", port, log_dir), startup_timeout=cfg.startup_timeout).start()
