@@ -99,6 +99,11 @@ def run_method(
     if out.exists() and not out.is_dir():
         raise KgragError(f"output folder {out} is a file; name a folder for predictions.jsonl, metrics.json and "
                          f"manifest.json")
+    try:
+        str(out).encode("utf-8")
+    except UnicodeEncodeError:   # the folder is recorded in manifest.json, which is UTF-8: refused before it exists
+        raise KgragError(f"output folder {str(out).encode('utf-8', 'backslashreplace').decode()}: its name holds a byte "
+                         f"that is not UTF-8; name a folder in UTF-8 (its path is written into manifest.json)") from None
     out.mkdir(parents=True, exist_ok=True)
     config = config or {}
     questions = list(questions)

@@ -714,3 +714,25 @@ def test_show_config_honours_set_and_the_flags_and_masks_a_token(capsys):
                  "generator=openai:http://u:SECRET59@127.0.0.1:9/v1?api_key=SECRET60#m"]) == 0
     out = capsys.readouterr().out
     assert "SECRET59" not in out and "SECRET60" not in out and "openai:http://***@127.0.0.1:9/v1" in out
+
+
+# ---- found by the long fuzz (seeds 101-108, 400 cases each; issue 59) -------------------------------------------
+def test_what_the_long_fuzz_found_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """Three inputs CI's seeds never drew: a run folder whose name is not UTF-8 (it is written into
+    manifest.json: an internal error), `data fetch --root` a dangling link (it created the link's
+    target and fetched there, exit 0), and `sweep -p profile 1010` (YAML reads an int: an internal error)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KgragError, match="not UTF-8"):
+        run_method(FixedMethod(), QS, tmp_path / "\udcff", {}, progress=False)
+    assert not (tmp_path / "\udcff").exists()
+
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("datasets:\n  toy:\n    files:\n      - path: toy/f.txt\n        url: http://127.0.0.1:9/f.txt\n",
+                        encoding="utf-8")
+    assert main(["data", "fetch", "toy", "--manifest", str(manifest), "--root", str(tmp_path / "dangling")]) == 2
+    assert "symbolic link" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+
+    assert main(["sweep", "00_quickstart", "-p", "profile", "1010101010"]) == 2
+    err = capsys.readouterr().err
+    assert "-p profile 1010101010 is read as a YAML int" in err and "Traceback" not in err

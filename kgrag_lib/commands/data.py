@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 from ..cli_choices import profile_choices
@@ -31,6 +32,9 @@ def _root_folder(root: str | None) -> None:
 
     if root is not None and Path(root).exists() and not Path(root).is_dir():
         raise ConfigError(f"--root {root}: not a folder; expected the data root, a folder holding the datasets")
+    if root is not None and Path(root).is_symlink() and not Path(root).exists():   # a broken link: an unmounted disk?
+        raise ConfigError(f"--root {root}: a symbolic link to {os.readlink(root)}, which does not exist; mount or "
+                          "create its target, or give the data root folder itself")
 
 
 def cmd_check(args: argparse.Namespace) -> int:

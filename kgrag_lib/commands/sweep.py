@@ -116,8 +116,12 @@ def _notebook_parameters(notebook: Path) -> dict[str, Any]:
 def _identity(notebook: Path, params: dict[str, Any]) -> dict[str, Any]:
     """What decides a combination's results: the notebook file, its parameters and the resolved
     profile (so another profile, even under the same name, is another combination)."""
+    from ..errors import ConfigError
     from ..studies import load_profile
 
+    if not isinstance(params["profile"], str):   # `-p profile 1010` reads as YAML: an int names no profile
+        raise ConfigError(f"-p profile {params['profile']!r} is read as a YAML {type(params['profile']).__name__}; expected a "
+                          f"profile name or a path to a profile YAML (quote a numeric name: -p profile \"'1010'\")")
     text = notebook.read_bytes()
     return {"notebook": notebook.name, "notebook_sha256": hashlib.sha256(text).hexdigest(),
             "parameters": params, "profile": load_profile(params["profile"])}
