@@ -58,13 +58,13 @@ def handle(args: argparse.Namespace) -> int:
         check_workers(given["concurrency"], "--concurrency")
     executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),
                              num_cpus=getattr(args, "num_cpus", None))
-    from ..doctor.beside_server import refuse_beside_server
+    from ..doctor.beside_server import planned_server, refuse_beside_server
 
     # on this machine, notebooks 27/28's in-process models must fit beside the study's LLM server: checked
     # before any question (Ray tasks may run on other machines, each with its own GPU)
     preflight = refuse_beside_server if getattr(args, "executor", "local") == "local" else None
     report = run_study(args.profile, args.out, only=args.only, run_overrides=given, executor=executor,
-                       preflight=preflight)
+                       preflight=preflight, plan_server=planned_server if preflight is not None else None)
     out_root = report["out_root"]
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
     pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)
