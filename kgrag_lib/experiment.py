@@ -78,14 +78,15 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
                           run_over, where=f"profile {prof['name']!r} / run overrides")
     if run_cfg.qa_file:   # ./qa.txt and its absolute path are one file: one run identity
         run_cfg.qa_file = str(Path(run_cfg.qa_file).expanduser().resolve())
-    run_cfg.model = resolve_model(prof, spec.family, run_over.get("model"))
+    engined = {**prof, "run": {**profile_section(prof, "run"), "engine": run_cfg.engine}}   # --engine too
+    run_cfg.model = resolve_model(engined, spec.family, run_over.get("model"))
     run_cfg.embedder = resolve_embedder(prof, spec.family, run_over.get("embedder"))
     where = f"method {method} (profile {prof['name']!r} + overrides)"
     # `{n}` is this run's n (after --n), like `{dataset}` and `{seed}`: the KG is built from the sample answered
     method_cfg = fill_n({**profile_section(prof, "methods", method), **method_over}, run_cfg.n, where)
     prof = fill_run_n(prof, run_cfg.n, f"profile {prof['name']!r}")
     if hasattr(spec.config, "generator"):
-        method_cfg = served_generator(prof, spec, method_cfg, method_over)
+        method_cfg = served_generator(engined, spec, method_cfg, method_over)
     typed = spec.check_config(method_cfg, where=where)
     return ResolvedRun(spec, run_cfg, method_cfg, prof, typed)
 

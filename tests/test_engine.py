@@ -144,8 +144,8 @@ def test_a_gpu_too_small_for_the_servers_is_missing_in_the_doctor_and_refused_by
     plan = P.probe_plan("gpu-paper")
     row = next(r for r in report.plan_lines(findings(torch=Torch("2.13.0", "12.9", (small,)), plan=plan))
                if r.what == "GPU memory")
-    assert row.status == "MISSING" and "cannot hold" in row.detail and "run.engine: hf" in row.fix
-    with pytest.raises(KgragError, match="run.engine: hf"):
+    assert row.status == "MISSING" and "cannot hold" in row.detail and "--engine hf" in row.fix
+    with pytest.raises(KgragError, match="--engine hf"):
         P.study_utilization(load_profile("gpu-paper"), small)
 
 
@@ -214,3 +214,20 @@ def test_kgrag_study_starts_one_vllm_per_model_with_the_planned_share(cuda_vllm,
     assert eff["run"]["engine"] == "vllm-serve"
     assert eff["server"]["gpu_memory_utilization"] == P.study_utilization(load_profile("gpu-paper"), H100)
     assert {t.parameters["profile"] for t in ran} == {str(tmp_path / "out" / "profile.yaml")}
+    started.clear()
+    with pytest.raises(Ran):   # --engine hf: every model in kgrag's process, no server, no share planned
+        cli.main(["study", "--profile", "gpu-paper", "--only", "13", "27", "--out", str(tmp_path / "hf"),
+                  "--engine", "hf"])
+    eff = yaml.safe_load((tmp_path / "hf" / "profile.yaml").read_text())
+    assert started == [] and eff["run"]["engine"] == "hf" and "server" not in eff
+
+
+def test_kgrag_run_takes_engine_over_the_profile(cuda_vllm):
+    from kgrag_lib import cli
+
+    args = cli.build_parser().parse_args(["run", "--method", "self-rag", "--dataset", "hotpotqa",
+                                          "--profile", "gpu-paper", "--engine", "hf"])
+    from kgrag_lib.commands.run import _overrides
+
+    run = resolve_run("self-rag", "hotpotqa", "/tmp/x", profile="gpu-paper", **_overrides(args))
+    assert run.run.model == "qwen2.5-7b-instruct" and run.method_config.generator == "selfrag-llama2-7b"

@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="one LLM for every notebook (instead of the profile's models.<family>). " + spec_help())
     p.add_argument("--embedder", default=None, help="embedding model of every notebook, instead of the profile's embedders.<family> (minilm, mpnet, "
                         "multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, a folder or a hub id)")
+    p.add_argument("--engine", default=None, choices=("auto", "vllm-serve", "hf"),
+                   help="what runs the profile's hub-model presets (models:, Self-RAG's generator): auto = vLLM (vllm-serve:, one "
+                        "server per model) where .venv-vllm's CUDA build and a CUDA GPU are here, else hf = transformers "
+                        "in kgrag's process; vllm-serve = vLLM or an error (default: the profile's run.engine; "
+                        "gpu-paper: auto, the CPU profiles: hf)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once in every run (default: the profile's run.concurrency, else 1 "
                         "for an in-process model, 8 for a server); llama.cpp's answers do not "
@@ -45,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     require_notebook_tools("kgrag study")
 
-    given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
+    given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder", "engine")}  # one profile for all
     from ..errors import ConfigError
 
     for k in ("model", "embedder"):

@@ -412,7 +412,7 @@ def study_utilization(profile: dict[str, Any], gpu: Any) -> float | None:
         raise KgragError(f"{sum(servers)} vLLM servers (one per model of profile {profile.get('name')!r}) and kgrag's "
                          f"own models do not fit on GPU 0 ({gpu.name}, {free:.1f} GiB free): each would get "
                          f"gpu_memory_utilization {fit} = {fit * gpu.memory_gib:.1f} GiB, too little for a "
-                         f"{largest:.1f} GiB model and its KV cache. Run with run.engine: hf (--set run.engine=hf), "
+                         f"{largest:.1f} GiB model and its KV cache. Run the models in kgrag's process (--engine hf), "
                          "or set server.gpu_memory_utilization and run the families apart (--only); "
                          f"`kgrag doctor --profile {profile.get('name')}` shows the plan")
     return fit

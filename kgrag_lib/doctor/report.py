@@ -323,7 +323,8 @@ def _servers_plan(p: Any, gpu: Any, free: float) -> tuple[Line, str]:
                if each < largest * 1.1 else "")
         return (Line("MISSING", "GPU memory", detail + why,
                      f"server.gpu_memory_utilization: {fit} in the profile" if fit * gpu.memory_gib >= largest * 1.1
-                     else "a GPU with more memory, or run.engine: hf (in-process models, one notebook at a time)"),
+                     else "a GPU with more memory, or --engine hf (kgrag study/run: the models in kgrag's process, one "
+                     "notebook at a time)"),
                 f"gpu_memory_utilization <= {fit} for {shared + beside} vLLM servers")
     return Line("ok", "GPU memory", detail), ""
 
