@@ -231,3 +231,15 @@ def test_kgrag_run_takes_engine_over_the_profile(cuda_vllm):
 
     run = resolve_run("self-rag", "hotpotqa", "/tmp/x", profile="gpu-paper", **_overrides(args))
     assert run.run.model == "qwen2.5-7b-instruct" and run.method_config.generator == "selfrag-llama2-7b"
+
+
+def test_the_studys_preflight_counts_every_served_model(cuda_vllm, tmp_path):
+    """Two served models at a share set by hand leave 27 too little: refused before any notebook."""
+    from kgrag_lib.doctor.beside_server import refuse_beside_server
+
+    own = tmp_path / "p.yaml"
+    own.write_text(yaml.safe_dump({"extends": "gpu-paper", "name": "p", "server": {"gpu_memory_utilization": 0.4}}))
+    with pytest.raises(KgragError, match=r"beside vllm-serve:mistral-7b-instruct-v0.2-hf and "
+                                         r"vllm-serve:qwen2.5-7b-instruct \(started by the study\), which holds 63.3 GiB"):
+        refuse_beside_server(str(own), ["13_metaqa_qualitative", "27_dpo_training"], gpu=H100)
+    refuse_beside_server(str(own), ["27_dpo_training"], gpu=H100)   # Qwen's server alone leaves room for DPO

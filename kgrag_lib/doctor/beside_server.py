@@ -44,8 +44,13 @@ def refuse_beside_server(profile: str | dict[str, Any], stems: list[str], *, gpu
         gpu = gpus[0]
     free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
     if spec.startswith("vllm-serve:"):
-        util = P._served_utilization(prof, [spec]) or 0.9
-        where, held = f"{spec.split('?')[0]} (started by the study)", util * gpu.memory_gib
+        # every served model of the notebooks run is up at once (run.engine: one server per model)
+        served = list(dict.fromkeys(m for m in (resolve_model(prof, NOTEBOOKS[s].family) for s in stems
+                                                if s in NOTEBOOKS and NOTEBOOKS[s].family)
+                                    if m.startswith("vllm-serve:"))) or [spec]
+        util = P._served_utilization(prof, served) or 0.9
+        where = f"{' and '.join(s.split('?')[0] for s in served)} (started by the study)"
+        held = util * gpu.memory_gib * len(served)
         free -= held
     else:
         url, wanted = server_of_model(spec)
