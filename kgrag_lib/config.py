@@ -487,6 +487,11 @@ class RunConfig:
     seed: int = opt(0, "seed of the question sample and of every sampled choice in the method (at most 2**31 - 1: llama.cpp reads 4294967295 as 'a random seed')", min=0, max=MAX_SEED)
     model: str | None = opt(None, "LLM preset, .gguf path, hf:<id|dir> or openai:<url>#<model> (None: the "
                                   "profile's models.<family>, else the embedded default)")
+    engine: str = opt("hf", "what runs the hub-model presets the profile names (models:, a method's generator): hf = "
+                            "transformers in kgrag's process; vllm-serve = a vLLM kgrag starts once per study for "
+                            "each model (scripts/install_vllm.sh); auto = vllm-serve where a CUDA build of vLLM is "
+                            "installed and a CUDA GPU is visible, else hf (the doctor says which). run.model, "
+                            "--model and prefixed specs are used as written", choices=("auto", "vllm-serve", "hf"))
     embedder: str = opt("minilm", "embedding model: minilm, mpnet (shipped), a paper's retriever (multi-qa-mpnet-dot, "
                                   "contriever-msmarco, bge-large), hf:<hub id or folder>, a folder or a hub id; "
                                   "the profile's embedders.<family> wins for that family")

@@ -32,11 +32,15 @@ RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 
 
 def resolve_model(profile: dict[str, Any], family: str | None, explicit: str | None = None) -> str:
-    """The LLM of a run: an explicit choice, else the profile's `models[family]`, else its
-    `run.model`, else the embedded default."""
+    """The LLM of a run: an explicit choice, else the profile's `models[family]` as its `run.engine` runs
+    it (`llm.engine`: a hub preset served by vLLM), else its `run.model`, else the embedded default."""
+    from .llm.engine import profile_spec
+
+    if explicit:
+        return explicit
     models = profile_section(profile, "models")
-    return explicit or (models.get(family) if family else None) or profile_section(profile, "run").get("model") \
-        or DEFAULT_SPEC
+    named = models.get(family) if family else None
+    return profile_spec(profile, named) if named else profile_section(profile, "run").get("model") or DEFAULT_SPEC
 
 
 def resolve_embedder(profile: dict[str, Any], family: str | None, explicit: str | None = None) -> str:
@@ -74,14 +78,30 @@ def resolve_run(method: str, dataset: str, out: str | Path, profile: str | Path 
                           run_over, where=f"profile {prof['name']!r} / run overrides")
     if run_cfg.qa_file:   # ./qa.txt and its absolute path are one file: one run identity
         run_cfg.qa_file = str(Path(run_cfg.qa_file).expanduser().resolve())
-    run_cfg.model = resolve_model(prof, spec.family, run_over.get("model"))
+    engined = {**prof, "run": {**profile_section(prof, "run"), "engine": run_cfg.engine}}   # --engine too
+    run_cfg.model = resolve_model(engined, spec.family, run_over.get("model"))
     run_cfg.embedder = resolve_embedder(prof, spec.family, run_over.get("embedder"))
     where = f"method {method} (profile {prof['name']!r} + overrides)"
     # `{n}` is this run's n (after --n), like `{dataset}` and `{seed}`: the KG is built from the sample answered
     method_cfg = fill_n({**profile_section(prof, "methods", method), **method_over}, run_cfg.n, where)
     prof = fill_run_n(prof, run_cfg.n, f"profile {prof['name']!r}")
+    if hasattr(spec.config, "generator"):
+        method_cfg = served_generator(engined, spec, method_cfg, method_over)
     typed = spec.check_config(method_cfg, where=where)
     return ResolvedRun(spec, run_cfg, method_cfg, prof, typed)
+
+
+def served_generator(profile: dict[str, Any], spec: MethodSpec, method_cfg: dict[str, Any],
+                     given: dict[str, Any]) -> dict[str, Any]:
+    """A method's own model (Self-RAG's `generator`, default or the profile's) as the profile's engine
+    runs it; one given for this run (an override) is used as written."""
+    from .llm.engine import profile_spec
+
+    if "generator" in given:
+        return method_cfg
+    named = method_cfg.get("generator", getattr(spec.config, "generator", None))
+    engined = profile_spec(profile, named)
+    return method_cfg if engined == named else {**method_cfg, "generator": engined}
 
 
 def make_context(run: RunConfig, profile: dict[str, Any] | None = None) -> RunContext:

@@ -44,9 +44,10 @@ def study_notebooks(directory: Path | None = None) -> list[Path]:
 
 
 
-def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: Path, name: str | None = None) -> Path:
-    """`profile` with its `run` section overridden, checked, and written as YAML to `path`; `name`
-    (the study's label) names the figures folder the notebooks write to."""
+def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: Path, name: str | None = None,
+                      server: dict[str, Any] | None = None) -> Path:
+    """`profile` with its `run` section overridden (and its `server` section by `server`), checked, and
+    written as YAML to `path`; `name` (the study's label) names the figures folder the notebooks write to."""
     import yaml
 
     from .studies import load_profile
@@ -56,6 +57,8 @@ def effective_profile(profile: str | Path, run_overrides: dict[str, Any], path: 
     if name:
         prof["name"] = name
     prof["run"] = {**(prof.get("run") or {}), **run_overrides}
+    if server:
+        prof["server"] = {**(prof.get("server") or {}), **server}
     if run_overrides.get("model"):
         _warn_models_replaced(prof.get("models") or {}, str(run_overrides["model"]))
         prof.pop("models", None)   # one model for every family: the profile's per-family choices would win
@@ -83,7 +86,7 @@ def _warn_models_replaced(models: dict[str, Any], model: str) -> None:
 def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, only: list[str] | None = None,
               progress: bool = True, extra: dict[str, Any] | None = None,
               run_overrides: dict[str, Any] | None = None, executor: Any = None,
-              notebook_dir: Path | None = None, preflight: Any = None) -> dict[str, Any]:
+              notebook_dir: Path | None = None, preflight: Any = None, plan_server: Any = None) -> dict[str, Any]:
     """Execute every study notebook, each after the ones it needs (`studies.order`); return the
     results folder, per-notebook wall time and summary rows. `run_overrides` (e.g. concurrency)
     change the profile's `run` section for every notebook: the effective profile is written to
@@ -92,12 +95,17 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
     default runs them here one after another. A notebook that failed is reported in `failed`
     and the ones that need it are skipped as blocked; the others go on, under either executor.
     `preflight(profile, stems)` runs once the effective profile and the notebooks are known, before any
-    server starts or any question is asked (`kgrag study` passes the doctor's GPU plan check)."""
+    server starts or any question is asked (`kgrag study` passes the doctor's GPU plan check);
+    `plan_server(profile)`, the server settings a `run.engine` that serves the models gets (`study_engine`)."""
     label = profile_label(profile)
     out_root = Path(out_root or REPO_ROOT / "results" / label).resolve()  # notebooks run in notebooks/
     given = {k: v for k, v in (run_overrides or {}).items() if v is not None}
-    if given or label != Path(str(profile)).stem:   # overrides, or a profile file of the user's
-        profile = str(effective_profile(profile, given, out_root / "profile.yaml", name=label))
+    server: dict[str, Any] = {}
+    if executor is None or isinstance(executor, LocalExecutor):   # Ray tasks decide on the machine they run on
+        pinned, server = study_engine(profile, given, plan_server)
+        given.update(pinned)
+    if given or server or label != Path(str(profile)).stem:   # overrides, or a profile file of the user's
+        profile = str(effective_profile(profile, given, out_root / "profile.yaml", name=label, server=server))
     all_books = study_notebooks(notebook_dir)
     books = all_books
     if only:
@@ -138,6 +146,32 @@ def run_study(profile: str = "cpu-smoke", out_root: str | Path | None = None, on
     return report
 
 
+def study_engine(profile: str | Path, given: dict[str, Any],
+                 plan_server: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(run overrides, server settings) that fix the engine for the whole study: `run.engine: auto` decided
+    once here (`llm.engine`), so every notebook kernel runs the same specs and none probes again; where
+    that is vLLM, `plan_server(profile)` (`kgrag study` passes the doctor's plan,
+    `doctor.beside_server.planned_server`) gives the server settings, e.g. each server's
+    gpu_memory_utilization, so notebook 27's training and 28's generator fit beside them."""
+    from .llm.engine import decide
+    from .studies import load_profile
+
+    prof = load_profile(profile)
+    asked = str(given.get("engine") or profile_section(prof, "run").get("engine") or "hf")
+    if asked == "hf":
+        return {}, {}
+    engine, why = decide(asked)
+    pinned = {"engine": engine} if asked == "auto" else {}
+    if pinned:
+        print(f"run.engine auto: {engine} ({why})", flush=True)
+    if engine != "vllm-serve" or plan_server is None:
+        return pinned, {}
+    prof = {**prof, "run": {**(prof.get("run") or {}), **given, "engine": engine}}
+    if given.get("model"):
+        prof.pop("models", None)   # as effective_profile writes it: --model replaces every family's model
+    return pinned, dict(plan_server(prof) or {})
+
+
 def _study_servers(executor: Any, profile: str, tasks: list[Any]) -> Any:
     """Under the local executor, a server spec (`vllm-serve:...`) the notebooks load is started once for
     the whole study (`llm.shared_servers`), not once per notebook kernel. Ray tasks may run on other
@@ -151,7 +185,8 @@ def _study_servers(executor: Any, profile: str, tasks: list[Any]) -> Any:
 
     server = profile_section(load_profile(profile), "server")
     specs = [s for s in (_notebook_model(t.key, profile) for t in tasks) if s and is_managed_spec(s)]
-    _warn_in_process_beside_vllm(specs, [t.key for t in tasks], profile)
+    if server.get("gpu_memory_utilization") is None:   # a share set (or planned) was checked by the preflight
+        _warn_in_process_beside_vllm(specs, [t.key for t in tasks], profile)
     return shared(specs, lambda spec: load_llm(spec, cache=False, server=server))
 
 

@@ -70,7 +70,7 @@ def _shown(rec: dict[str, Any]) -> str:
 # What a run's results depend on: a resume must find the same values in manifest.json.
 # Paths of the data and caches and the profile's other sections are not part of it.
 _VOLATILE_RUN = ("out", "profile", "data_root", "cache_dir", "concurrency", "max_in_flight", "request_timeout",
-                 "request_retries")
+                 "request_retries", "engine")   # engine: what it decides is run.model / a generator, recorded as such
 LOCK_FILE = ".run.lock"
 # A run config's map {flat key: value} of settings added after older runs were made: a stored
 # identity without the key stands for that value (`config.opt(absent=...)`).

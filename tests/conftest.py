@@ -33,6 +33,15 @@ def _forget_held_secrets():
     forget_secrets()
 
 
+@pytest.fixture(autouse=True)
+def _forget_engine_decision():
+    """`run.engine: auto` is decided once per process; a test that fakes vLLM or a GPU decides for itself."""
+    yield
+    from kgrag_lib.llm.engine import forget
+
+    forget()
+
+
 @pytest.fixture
 def fake_embedder() -> BagOfWordsEmbedder:
     """A fresh bag-of-words embedder (its call counters start at zero)."""

@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embedder", default=None,
                    help="minilm, mpnet (shipped), multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, "
                         "a folder or a hub id (default: the profile's embedders.<family>, else run.embedder)")
+    p.add_argument("--engine", default=None, choices=("auto", "vllm-serve", "hf"),
+                   help="what runs the profile's hub-model presets (models:, Self-RAG's generator): auto = vLLM (vllm-serve:, one "
+                        "server per model) where .venv-vllm's CUDA build and a CUDA GPU are here, else hf = transformers "
+                        "in kgrag's process; vllm-serve = vLLM or an error (default: the profile's run.engine; "
+                        "gpu-paper: auto, the CPU profiles: hf)")
     p.add_argument("--data-root", default=None, help="dataset root (default $KGRAG_DATA_ROOT, then ../shared/data)")
     p.add_argument("--cache-dir", default=None, help="cache folder (default $KGRAG_CACHE_DIR, then .cache/)")
     p.add_argument("--request-timeout", type=float, default=None,
@@ -140,7 +145,7 @@ def _overrides(args: argparse.Namespace) -> dict:
         "split": args.split, "qa_file": args.qa_file, "n": args.n, "seed": args.seed, "model": args.model,
         "embedder": args.embedder, "data_root": args.data_root, "cache_dir": args.cache_dir,
         "concurrency": args.concurrency, "max_in_flight": args.max_in_flight, "request_timeout": args.request_timeout,
-        "request_retries": args.request_retries,
+        "request_retries": args.request_retries, "engine": getattr(args, "engine", None),
     }
     for flag, _, _ in cli_flags():
         key = flag.lstrip("-").replace("-", "_")

@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="one LLM for every notebook (instead of the profile's models.<family>). " + spec_help())
     p.add_argument("--embedder", default=None, help="embedding model of every notebook, instead of the profile's embedders.<family> (minilm, mpnet, "
                         "multi-qa-mpnet-dot, contriever-msmarco, bge-large, hf:<id|folder>, a folder or a hub id)")
+    p.add_argument("--engine", default=None, choices=("auto", "vllm-serve", "hf"),
+                   help="what runs the profile's hub-model presets (models:, Self-RAG's generator): auto = vLLM (vllm-serve:, one "
+                        "server per model) where .venv-vllm's CUDA build and a CUDA GPU are here, else hf = transformers "
+                        "in kgrag's process; vllm-serve = vLLM or an error (default: the profile's run.engine; "
+                        "gpu-paper: auto, the CPU profiles: hf)")
     p.add_argument("--concurrency", type=int, default=None,
                    help="questions answered at once in every run (default: the profile's run.concurrency, else 1 "
                         "for an in-process model, 8 for a server); llama.cpp's answers do not "
@@ -45,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     require_notebook_tools("kgrag study")
 
-    given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder")}  # one profile for all
+    given = {k: getattr(args, k, None) for k in ("concurrency", "model", "embedder", "engine")}  # one profile for all
     from ..errors import ConfigError
 
     for k in ("model", "embedder"):
@@ -58,13 +63,13 @@ def handle(args: argparse.Namespace) -> int:
         check_workers(given["concurrency"], "--concurrency")
     executor = make_executor(getattr(args, "executor", "local"), address=getattr(args, "address", None),
                              num_cpus=getattr(args, "num_cpus", None))
-    from ..doctor.beside_server import refuse_beside_server
+    from ..doctor.beside_server import planned_server, refuse_beside_server
 
     # on this machine, notebooks 27/28's in-process models must fit beside the study's LLM server: checked
     # before any question (Ray tasks may run on other machines, each with its own GPU)
     preflight = refuse_beside_server if getattr(args, "executor", "local") == "local" else None
     report = run_study(args.profile, args.out, only=args.only, run_overrides=given, executor=executor,
-                       preflight=preflight)
+                       preflight=preflight, plan_server=planned_server if preflight is not None else None)
     out_root = report["out_root"]
     rows = [{"notebook": nb["notebook"], **r} for nb in report["notebooks"] for r in nb["rows"]]
     pd.DataFrame(rows).to_csv(out_root / "results.csv", index=False)

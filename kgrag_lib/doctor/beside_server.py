@@ -44,8 +44,13 @@ def refuse_beside_server(profile: str | dict[str, Any], stems: list[str], *, gpu
         gpu = gpus[0]
     free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
     if spec.startswith("vllm-serve:"):
-        util = P._served_utilization(prof, [spec]) or 0.9
-        where, held = f"{spec.split('?')[0]} (started by the study)", util * gpu.memory_gib
+        # every served model of the notebooks run is up at once (run.engine: one server per model)
+        served = list(dict.fromkeys(m for m in (resolve_model(prof, NOTEBOOKS[s].family) for s in stems
+                                                if s in NOTEBOOKS and NOTEBOOKS[s].family)
+                                    if m.startswith("vllm-serve:"))) or [spec]
+        util = P._served_utilization(prof, served) or 0.9
+        where = f"{' and '.join(s.split('?')[0] for s in served)} (started by the study)"
+        held = util * gpu.memory_gib * len(served)
         free -= held
     else:
         url, wanted = server_of_model(spec)
@@ -77,3 +82,21 @@ def refuse_beside_server(profile: str | dict[str, Any], stems: list[str], *, gpu
         f"they would run out of memory mid-study. Give the server {fit}, or run them in a study of their own "
         f"without it (--only {' '.join(s[:2] for s in beside)}); `kgrag doctor --profile <profile> --model {spec}` "
         f"shows the plan. ${SKIP_ENV}=1 starts anyway")
+
+
+def planned_server(profile: dict[str, Any], *, gpu: Any = None) -> dict[str, Any]:
+    """The server settings `kgrag study` gives the vLLM servers of a profile whose `run.engine` serves its
+    models: gpu_memory_utilization as the doctor plans it on GPU 0 (`plan.study_utilization`), or
+    nothing (no GPU, a share the profile sets itself). Raises KgragError when no share fits."""
+    from . import plan as P
+    from .probes import probe_torch
+
+    if gpu is None:
+        gpus = probe_torch().gpus
+        gpu = gpus[0] if gpus else None
+    util = P.study_utilization(profile, gpu)
+    if util is None:
+        return {}
+    print(f"each vLLM server of the study: gpu_memory_utilization {util} (planned from GPU 0's free memory; "
+          "server.gpu_memory_utilization sets it)", flush=True)
+    return {"gpu_memory_utilization": util}

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..config import profile_section
 from ..data.manifest import load_manifest
 from ..errors import ConfigError
+from ..llm.engine import profile_spec
 from ..llm.presets import PRESETS
 from ..methods.registry import available_methods
 from ..paths import data_root
@@ -89,6 +90,14 @@ class Plan:
     hf_cache: str = ""
     disk_free_gib: float | None = None
     vllm_utilization: float | None = None   # the server section's, when the profile starts vLLM
+    # vLLM servers up at once: (started by the study for all its notebooks, started by one notebook beside
+    # them: 27's base + LoRA adapter, 28's Self-RAG generator; one at a time)
+    vllm_servers: tuple[int, int] = (0, 0)
+    engine: str = ""                     # run.engine as decided here, and why (`llm.engine.decide`)
+    engine_why: str = ""
+    engine_asked: str = ""               # run.engine as the profile says it (auto, vllm-serve, hf)
+    # no share given (server section, spec): `kgrag study` plans it (`planned_utilization`) and sets it
+    utilization_planned: bool = False
     # notebook 27's DPO training on the GPU, in kgrag's process, with or without a server (`dpo_memory`'s
     # estimate; None: the profile trains on the CPU or not at all, or the base model's shape is unknown here)
     dpo_gib: float | None = None
@@ -152,7 +161,7 @@ def weights_of(profile: dict[str, Any], *, model: str | None = None, cached: Cal
     models, embedders = profile_section(profile, "models"), profile_section(profile, "embedders")
     found: dict[tuple[str, str], list[str]] = {}
     for fam in families:
-        llm = model or models.get(fam) or run.get("model")
+        llm = model or profile_spec(profile, models.get(fam)) or run.get("model")
         emb = embedders.get(fam) or run.get("embedder") or "minilm"
         if llm:
             found.setdefault(("llm", llm), []).append(fam)
@@ -165,7 +174,7 @@ def weights_of(profile: dict[str, Any], *, model: str | None = None, cached: Cal
             continue
         settings = _method_settings(spec, sections.get(name))
         for key in MODEL_KEYS:
-            value = settings.get(key)
+            value = profile_spec(profile, settings.get(key)) if key == "generator" else settings.get(key)
             if isinstance(value, str) and value:
                 fams = found.setdefault(("llm", value), [])
                 if specs[name].family not in fams:
@@ -262,6 +271,38 @@ def dpo_training_gib(profile: dict[str, Any], base_config: Callable[[str], Any] 
         return None
 
 
+def vllm_servers(profile: dict[str, Any], weights: list[Weights] | tuple[Weights, ...]) -> tuple[int, int]:
+    """(vLLM servers the study starts once for all its notebooks: one per distinct served model of a
+    family; servers a notebook starts beside them, one at a time: notebook 27 answers with the base and
+    its LoRA adapter, notebook 28 with a served Self-RAG generator)."""
+    from ..experiment import resolve_model
+    from ..studies import NOTEBOOKS
+
+    notebooks = profile_section(profile, "notebooks")
+    shared = {resolve_model(profile, NOTEBOOKS[nb].family) for nb in notebooks
+              if nb in NOTEBOOKS and NOTEBOOKS[nb].family}
+    shared = {s for s in shared if s.startswith("vllm-serve:")}
+    own = [w for w in weights if w.where == "vllm-serve" and w.spec not in shared]
+    lora = "27_dpo_training" in notebooks and resolve_model(profile, "kg-infused").startswith("vllm-serve:")
+    return len(shared), int(bool(own) or lora)
+
+
+def planned_utilization(total_gib: float, free_gib: float, servers: tuple[int, int], kgrag_gib: float,
+                        dpo_gib: float | None) -> float:
+    """gpu_memory_utilization for every vLLM server of a study, the same for each (vLLM's share is per
+    server): the study's servers and notebook 27's DPO training fit together, and so do the study's
+    servers, one notebook's own server and kgrag's in-process models (two decimals, down)."""
+    import math
+
+    shared, beside = servers
+    if shared + beside == 0:
+        return 0.0
+    room = [(free_gib - kgrag_gib) / (shared + beside)]
+    if dpo_gib is not None and shared:
+        room.append((free_gib - dpo_gib - PROCESS_MARGIN_GIB) / shared)
+    return max(0.0, math.floor(100 * min(room) / total_gib) / 100)
+
+
 def vllm_utilization_fit(total_gib: float, free_gib: float, kgrag_gib: float) -> float:
     """The largest gpu_memory_utilization that leaves kgrag its share of what is free (two decimals, down)."""
     import math
@@ -348,7 +389,52 @@ def _served_utilization(profile: dict[str, Any], served: list[str]) -> float | N
     return max(given) if given else 0.9
 
 
+def study_utilization(profile: dict[str, Any], gpu: Any) -> float | None:
+    """The gpu_memory_utilization `kgrag study` gives each vLLM server when the profile's engine serves
+    its models (`llm.engine`) and it sets no share itself: `planned_utilization` on `gpu` (a probes.Gpu,
+    GPU 0); None when there is nothing to plan (or no GPU). A share too small to hold the largest served
+    model is refused here, before any server starts."""
+    from ..errors import KgragError
+    from ..llm.engine import engine_of
+
+    if gpu is None or engine_of(profile) != "vllm-serve" or given_utilization(profile):
+        return None
+    cached, size, _ = _hub_cache_lookup()
+    weights = weights_of(profile, cached=cached, size=size)
+    servers = vllm_servers(profile, weights)
+    if not sum(servers):
+        return None
+    free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
+    fit = planned_utilization(gpu.memory_gib, free, servers, kgrag_share_gib(weights) or PROCESS_MARGIN_GIB,
+                              dpo_training_gib(profile))
+    largest = max((w.gib or 0.0) for w in weights if w.where == "vllm-serve")
+    if fit * gpu.memory_gib < largest * 1.1:
+        raise KgragError(f"{sum(servers)} vLLM servers (one per model of profile {profile.get('name')!r}) and kgrag's "
+                         f"own models do not fit on GPU 0 ({gpu.name}, {free:.1f} GiB free): each would get "
+                         f"gpu_memory_utilization {fit} = {fit * gpu.memory_gib:.1f} GiB, too little for a "
+                         f"{largest:.1f} GiB model and its KV cache. Run the models in kgrag's process (--engine hf), "
+                         "or set server.gpu_memory_utilization and run the families apart (--only); "
+                         f"`kgrag doctor --profile {profile.get('name')}` shows the plan")
+    return fit
+
+
+def _with_model(profile: dict[str, Any], model: str) -> dict[str, Any]:
+    """`profile` as `kgrag study --model` runs it: one model for every family."""
+    out = {k: v for k, v in profile.items() if k != "models"}
+    out["run"] = {**(profile.get("run") or {}), "model": model}
+    return out
+
+
+def given_utilization(profile: dict[str, Any]) -> bool:
+    """Does the profile set vLLM's share itself (its server section, or a served spec's `?gpu_memory_utilization=`)?"""
+    if profile_section(profile, "server").get("gpu_memory_utilization") is not None:
+        return True
+    specs = list(profile_section(profile, "models").values()) + [profile_section(profile, "run").get("model")]
+    return any(isinstance(s, str) and "gpu_memory_utilization=" in s for s in specs)
+
+
 def probe_plan(profile: str, model: str | None = None) -> Plan:
+    from ..llm.engine import decide
     from ..studies import load_profile
 
     prof = load_profile(profile)
@@ -359,7 +445,13 @@ def probe_plan(profile: str, model: str | None = None) -> Plan:
         where = where.parent
     free = shutil.disk_usage(where).free / 2**30
     util = _served_utilization(prof, [w.spec for w in weights if w.where == "vllm-serve"])
+    asked = str(profile_section(prof, "run").get("engine") or "hf")
+    engine, why = decide(asked)
+    planned = model is None and util is not None and engine == "vllm-serve" and not given_utilization(prof)
     return Plan(prof["name"], tuple(weights), _token(), cache_dir, round(free, 1), util,
+                vllm_servers=vllm_servers(prof if model is None else _with_model(prof, model), weights),
+                engine=engine if model is None else "", engine_why=why, engine_asked=asked,
+                utilization_planned=planned,
                 dpo_gib=dpo_training_gib(prof),   # in-process or beside a server, notebook 27 trains on the GPU
                 data=tuple(data_needs(prof, _data_present)), **_data_disk(where))
 

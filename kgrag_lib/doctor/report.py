@@ -7,8 +7,11 @@ verdict names the profiles this machine can run and, for the others, what they s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from .plan import PROCESS_MARGIN_GIB, in_process_need_gib, kgrag_share_gib, vllm_utilization_fit
+from ..llm.engine import INSTALL as INSTALL_VLLM
+from .plan import (PROCESS_MARGIN_GIB, in_process_need_gib, kgrag_share_gib, planned_utilization,
+                   vllm_utilization_fit)
 from . import torch_cuda
 from .probes import Findings
 
@@ -197,6 +200,9 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
     """The plan's lines, each with what a verdict lists when it is MISSING."""
     p = f.plan
     out: list[tuple[Line, str]] = []
+    engine = engine_line(p)
+    if engine is not None:
+        out.append((engine, ""))
     for w in p.weights:
         if not w.hub_id:
             continue
@@ -248,6 +254,9 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         out.append(_beside_running_server(f, gpu))
         return out
     free = gpu.free_gib if gpu.free_gib is not None else gpu.memory_gib
+    if served and sum(p.vllm_servers) > 1:
+        out.append(_servers_plan(p, gpu, free))
+        return out
     if served:
         share = kgrag_share_gib(p.weights, p.dpo_gib) or 0.0
         util = p.vllm_utilization or 0.9
@@ -288,6 +297,51 @@ def _plan_checks(f: Findings) -> list[tuple[Line, str]]:
         else:
             out.append((Line("ok", "GPU memory", detail), ""))
     return out
+
+
+def _servers_plan(p: Any, gpu: Any, free: float) -> tuple[Line, str]:
+    """Several vLLM servers on one GPU (gpu-paper's engine: one per model): each takes the same share,
+    the study's servers stay up throughout, and one notebook's own server (27's adapter, 28's Self-RAG
+    generator) or notebook 27's DPO training joins them at a time."""
+    shared, beside = p.vllm_servers
+    inproc = kgrag_share_gib(p.weights) or PROCESS_MARGIN_GIB
+    fit = planned_utilization(gpu.memory_gib, free, p.vllm_servers, inproc, p.dpo_gib)
+    util = fit if p.utilization_planned else (p.vllm_utilization or 0.9)
+    each = util * gpu.memory_gib
+    peaks = [(shared + beside) * each + inproc]
+    if p.dpo_gib is not None and shared:
+        peaks.append(shared * each + p.dpo_gib + PROCESS_MARGIN_GIB)
+    largest = max((w.gib or 0.0) for w in p.weights if w.where == "vllm-serve")
+    how = "planned by kgrag study (no share set)" if p.utilization_planned else "as set"
+    detail = (f"{shared} vLLM server(s) for the whole study + {beside} a notebook starts beside them, each "
+              f"gpu_memory_utilization {util} ({how}) = {each:.1f} GiB; beside them kgrag's process holds about "
+              f"{inproc:.1f} GiB" + (f", or {p.dpo_gib + PROCESS_MARGIN_GIB:.1f} GiB while notebook 27 trains (with "
+                                     f"{shared} server(s) up)" if p.dpo_gib is not None else "")
+              + f": peak {max(peaks):.1f} GiB; GPU 0 has {free:.1f} GiB free")
+    if max(peaks) > free or each < largest * 1.1:
+        why = (f"; {each:.1f} GiB per server cannot hold a {largest:.1f} GiB model and its KV cache"
+               if each < largest * 1.1 else "")
+        return (Line("MISSING", "GPU memory", detail + why,
+                     f"server.gpu_memory_utilization: {fit} in the profile" if fit * gpu.memory_gib >= largest * 1.1
+                     else "a GPU with more memory, or --engine hf (kgrag study/run: the models in kgrag's process, one "
+                     "notebook at a time)"),
+                f"gpu_memory_utilization <= {fit} for {shared + beside} vLLM servers")
+    return Line("ok", "GPU memory", detail), ""
+
+
+def engine_line(p: Any) -> Line | None:
+    """What runs the profile's hub models here (run.engine), and where vLLM is the engine, how notebooks
+    27 and 28 decode through it; None when the profile leaves the engine to its models (hf)."""
+    if p.engine == "vllm-serve":
+        served = sorted({w.spec for w in p.weights if w.where == "vllm-serve"})
+        return Line("ok", "LLM engine", f"vllm-serve ({p.engine_why}): {', '.join(served)}, each started once per "
+                    "study; notebook 27 answers its +DPO rows through vLLM with the trained LoRA adapter "
+                    "(lora=dpo=<adapter>), notebook 28's Self-RAG generator reads its reflection tokens from the "
+                    "served logprobs; DPO training stays in kgrag's process")
+    if p.engine_asked == "auto":
+        return Line("info", "LLM engine", f"hf, the fallback of run.engine auto: {p.engine_why.split(': hub')[0]}; "
+                    "hub models run in kgrag's process (transformers)", INSTALL_VLLM)
+    return None
 
 
 def _beside_running_server(f: Findings, gpu) -> tuple[Line, str]:

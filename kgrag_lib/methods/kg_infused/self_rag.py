@@ -215,9 +215,13 @@ def load_generator(ctx: RunContext, spec: str) -> Any:
         return ctx.llm
 
     def build() -> Any:
-        from ...llm import load_llm
+        from ...llm import is_managed_spec, is_server_spec, load_llm
 
-        return load_llm(spec, cache_path=ctx.llm_cache_path, chat=False)
+        # a server kgrag starts (gpu-paper's engine: vllm-serve:selfrag-llama2-7b) with the run's server settings
+        options = dict(getattr(ctx, "server_options", None) or {}) if is_server_spec(spec) else {}
+        if getattr(ctx, "server", None) is not None and is_managed_spec(spec):
+            options["server"] = ctx.server
+        return load_llm(spec, cache_path=ctx.llm_cache_path, chat=False, **options)
 
     return ctx.memo(f"self-rag-generator:{spec}", build)
 
