@@ -50,6 +50,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from serve_chains import slot_budget  # noqa: E402
 REPO = HERE.parent
 
 
@@ -136,6 +138,9 @@ def part_a(levels: list[int], n_per_level: int, time_scale: float, work: Path, m
                 row["req_per_s"] = round(row["calls"] / row["wall_s"], 2)
                 row["plain_req_per_s"] = plain["req_per_s"]
                 row["kgrag_vs_plain"] = round(row["req_per_s"] / plain["req_per_s"], 3)
+                # where kgrag's slots went idle (chains, client gaps, the run's tail): serve_chains.py
+                budget = slot_budget(work / f"{method}-c{c}", work / f"llm-{method}-c{c}.sqlite", c)
+                row.update({f"slots_{k}": budget[k] for k in ("chain_mean", "busy", "gaps", "tail", "between")})
                 base = base or row["q_per_s"]
                 row["speedup"] = round(row["q_per_s"] / base, 2)
                 row["ideal_0.8"] = round(0.8 * c, 1)

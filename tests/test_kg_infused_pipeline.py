@@ -115,6 +115,38 @@ def test_ablations_reuse_the_shared_stages(s):
     assert sent_qe == ["Answer:"] and made == 6 and "augmented_note" not in pred.trace
 
 
+def test_kg_aug_only_sends_its_note_beside_the_kg_branch_with_the_same_requests(tmp_path):
+    """kg-aug-only's note reads the passages of q alone, not the activation or the summary: on a
+    batching backend the first selection round and the note are in flight together (a barrier of 2
+    opens only then), and the prediction, its trace and the cache keys are the sequential run's."""
+    import sqlite3
+    import threading
+
+    def run(workers, barrier):
+        base = stage_responder()
+
+        def respond(messages, params):
+            if barrier is not None and cue(messages) in ("Chosen facts:", "Note:"):
+                barrier.wait()
+            return base(messages, params)
+
+        setup = Setup(tmp_path / f"w{workers}", respond)
+        setup.llm.concurrent_requests, setup.llm.max_in_flight = True, workers
+        pred = setup.method("kg-aug-only", rounds=2).answer(QUESTIONS[0])
+        keys = sorted(k for (k,) in sqlite3.connect(tmp_path / f"w{workers}" / "llm.sqlite").execute(
+            "SELECT key FROM calls"))
+        setup.cache.close()
+        return pred, keys
+
+    for w in (1, 2):
+        (tmp_path / f"w{w}").mkdir()
+    one, keys1 = run(1, None)
+    two, keys2 = run(2, threading.Barrier(2, timeout=30))
+    assert len(keys1) == 6 and keys2 == keys1
+    assert (two.prediction, two.trace, two.failed) == (one.prediction, one.trace, one.failed)
+    assert list(two.trace) == list(one.trace)   # the same keys in the same order
+
+
 def test_more_rounds_extend_fewer_rounds_exactly(s):
     s.run("kg-infused", rounds=1)
     _, sent, made = s.run("kg-infused", rounds=2)

@@ -295,6 +295,44 @@ def test_kg_rag_full_trace_and_parameters(kb, fake_embedder):
     assert "Louis Malle, John Frankenheimer" in syn.prompt and "Find the films" in syn.prompt
 
 
+def test_kg_rag_without_reformulation_sends_its_sub_answers_together(kb, fake_embedder, tmp_path):
+    """With `reformulate: false` the sub-answers read nothing of each other: on a batching backend
+    both are in flight at once (a barrier of 2 opens only then); the trace, the prediction and the
+    cache keys are those of the one-at-a-time run."""
+    import sqlite3
+    import threading
+
+    from kgrag_lib.llm.cache import LLMCache
+
+    answers = {"Which movies did Jeanne Moreau act in?": "The Lovers, The Train",
+               "Who directed these movies?": "Louis Malle"}
+
+    def run(workers, barrier):
+        def fn(msgs, params):
+            role = role_of(msgs)
+            if role == "decompose":
+                return TWO_HOP
+            if role == "synthesize":
+                return "Louis Malle directed her films."
+            if barrier is not None:
+                barrier.wait()
+            return next(a for k, a in answers.items() if k in msgs[-1]["content"])
+
+        llm = ScriptedLLM(fn, cache=LLMCache(tmp_path / f"llm-{workers}.sqlite"))
+        llm.concurrent_requests, llm.max_in_flight = True, workers
+        cfg = KGRAGConfig(hops=3, top_k=4, direction="both", reformulate=False)
+        pred = build_kg_rag(llm, TripleSelector(kb, fake_embedder, cfg), cfg, seed=7).answer(
+            q("who directed the films that Jeanne Moreau acted in", "Jeanne Moreau", ["Louis Malle"]))
+        keys = sorted(k for (k,) in sqlite3.connect(tmp_path / f"llm-{workers}.sqlite").execute("SELECT key FROM calls"))
+        return pred, keys
+
+    one, keys1 = run(1, None)
+    two, keys2 = run(2, threading.Barrier(2, timeout=30))
+    assert [s["answer"] for s in one.trace["steps"]] == ["The Lovers, The Train", "Louis Malle"]
+    assert len(keys1) == 4 and keys2 == keys1
+    assert (two.prediction, two.trace, two.failed) == (one.prediction, one.trace, one.failed)
+
+
 def test_llm_qd_has_no_triples_and_same_loop():
     llm = scripted({"decompose": [TWO_HOP], "answer": ["The Lovers", "Louis Malle"],
                     "reformulate": ["Who directed The Lovers?"], "synthesize": ["Louis Malle"]})

@@ -352,6 +352,53 @@ def test_tog_scores_of_the_candidates_sum_to_one_in_every_branch(tmp_path):
     assert first["beam"] == [["Ann Lee", 0.5], ["Bob Ray", 0.25], ["drama", 0.1667]]
 
 
+def test_tog_branches_of_a_depth_fan_out_with_the_same_search_and_requests(tmp_path):
+    """The beam entities' relation calls of a depth, and a relation's entity calls, read only the
+    beam: on a batching backend they go out together (a barrier of 2 opens only if both beam
+    entities' pruning calls are in flight at once), and the search (trace, triples, issues in
+    call order) and its requests are those of the one-at-a-time search."""
+    import threading
+
+    from kgrag_lib.kg.tcr_kg import Entity
+    from kgrag_lib.kg.extraction import normalize
+
+    triples = [("Film X", "directed by", "Ann Lee"), ("Film X", "genre", "drama"), ("Film X", "starring", "Bob Ray"),
+               ("Film X", "starring", "Cy Dee"), ("Film Y", "starring", "Eve Poe"), ("Film Y", "starring", "Fay Gil"),
+               ("Film Y", "directed by", "Dan Orr"), ("Film Y", "genre", "comedy"), ("Ann Lee", "born in", "Oslo")]
+    names = {n for t in triples for n in (t[0], t[2])}
+    kg = TcrKG(KGStore.from_triples(triples), {normalize(n): Entity(n, "Thing", "", []) for n in names}, {}, {})
+
+    def search(workers: int, barrier: threading.Barrier | None):
+        def fn(messages, params):
+            text = messages[-1]["content"]
+            if "Choose at most" in text:
+                if barrier is not None and ('"Film X"' in text or '"Film Y"' in text):
+                    barrier.wait()
+                if '"Film Y"' in text:
+                    return "no json here"   # an issue, kept in call order
+                return '{"relations": [{"relation": "starring", "score": 0.7}, {"relation": "genre", "score": 0.3}]}'
+            if "Give each a score" in text:
+                return "{}"   # an issue of Film X's branch, the first of the beam
+            if "Are they enough" in text:
+                return '{"enough": false}'
+            raise AssertionError(text)
+
+        llm = ScriptedLLM(fn, identity="scripted:tog-fan-out")
+        llm.concurrent_requests, llm.max_in_flight = True, workers
+        res = tog_search(kg, llm, "Who starred in Film X and Film Y?", ["Film X", "Film Y"], width=2, depth=2,
+                         max_candidates=20, explore=SamplingParams(max_tokens=64, temperature=0.4),
+                         reason=SamplingParams(max_tokens=64))
+        return res, sorted(r.prompt for r in llm.requests)
+
+    one, asked1 = search(1, None)
+    four, asked4 = search(4, threading.Barrier(2, timeout=30))
+    assert one.issues == ["search: unusable entities scores, kept the candidates in order",
+                          "search: unusable relations scores, kept the candidates in order"]
+    assert one.trace[0]["relations"]["Film X"] == pytest.approx({"starring": 0.7, "genre": 0.3})
+    assert (four.trace, four.triples, four.issues, four.stopped) == (one.trace, one.triples, one.issues, one.stopped)
+    assert asked4 == asked1
+
+
 def test_topic_entities_named_first_then_similar(tmp_path, fake_embedder):
     kg = _tog_kg(tmp_path)
     index = entity_index(kg, lambda texts: fake_embedder.encode(texts))
@@ -548,6 +595,52 @@ def test_rounds_run_over_the_whole_sample_in_flight_and_resume_from_the_cache(tm
     metrics = run_method(m5, Q, part, {"m": 1}, llm=llm5, progress=False, concurrency=2)
     assert llm5.usage.calls == 0 and metrics["this_run"]["answered"] == 1
     assert strip(rows(part)) == strip(one)
+
+
+def test_a_rounds_extractions_fan_out_with_the_same_requests_and_answers(tmp_path, fake_embedder):
+    """The extractions of one feedback round read the same KG and not each other, so with a batching
+    backend they are in flight together (a barrier of 3 only opens if all 3 are); the requests (cache
+    keys) and the predictions are those of the one-at-a-time run."""
+    import sqlite3
+    import threading
+
+    from kgrag_lib.llm.cache import LLMCache
+    from kgrag_lib.runner import run_method
+
+    folder = _saved_kg(tmp_path)
+    needs = ["Who tutored Ada Lovelace in mathematics?", "Who tutored Ada Lovelace in music?",
+             "Who tutored Ada Lovelace in logic?"]
+
+    def run(workers: int, barrier: threading.Barrier | None):
+        base = _method_llm(99, stateless=True)
+
+        def fn(messages, params):
+            text = messages[-1]["content"]
+            if MISSING in text:
+                return "\n".join(needs)
+            if ENRICH in text and barrier is not None:
+                barrier.wait()
+            return base(messages, params)
+
+        cache = tmp_path / f"llm-{workers}.sqlite"
+        llm = ScriptedLLM(fn, identity="scripted:fan-out", cache=LLMCache(cache))
+        llm.concurrent_requests, llm.max_in_flight = True, workers
+        m = make_method("tcr-qf", RunContext(llm=llm, embedder=fake_embedder, cache_dir=str(tmp_path)),
+                        {"max_iterations": 1, "max_missing": 3}, seed=0, kg_folder=lambda spec: folder)
+        out = tmp_path / f"run-{workers}"
+        run_method(m, Q[:1], out, {"m": 1}, llm=llm, progress=False, concurrency=1)
+        rows = [json.loads(l) for l in (out / "predictions.jsonl").read_text().splitlines()]
+        keys = sorted(k for (k,) in sqlite3.connect(cache).execute("SELECT key FROM calls"))
+        return rows, keys
+
+    one, keys1 = run(1, None)
+    three, keys3 = run(3, threading.Barrier(3, timeout=30))
+    extracted = one[0]["trace"]["rounds"][0]["extracted"]
+    assert [e["need"] for e in extracted] == needs and len(keys1) > 3
+    assert keys3 == keys1
+    drop = lambda rs: [{k: v for k, v in r.items() if k not in ("cost", "requests")} for r in rs]  # noqa: E731
+    assert drop(three) == drop(one)
+    assert sorted(one[0]["requests"]) == sorted(three[0]["requests"])
 
 
 # ---- a kill drill: SIGKILL a run mid-way, resume it ------------------------------------------------------------------

@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ...concurrency import fan_out, parallel_map
 from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
 from ...llm.base import SamplingParams
@@ -218,14 +219,24 @@ class KGInfusedRAG(Method):
         corpus = self.corpus_for(question)
         trace["corpus"] = corpus.name
         qvec = self.embed(q)
-        summary = self.kg_facts(q, trace, qvec)[0] if v.uses_kg else None
-        if v.retrieval == "q":
-            got = self.retrieve(corpus, q, None, qvec)
-        else:
-            got = self.retrieve_expanded(corpus, q, summary if v.retrieval == "kg-qe" else None, trace, qvec)
-        trace["passages"] = got.to_trace()
+        if v.retrieval == "q" and v.uses_kg:
+            # the note over q's passages does not read the KG branch (activation rounds, summary): on a
+            # batching backend both go out together; inline (fan_out 1) in the sequential order
+            def note_by_q() -> tuple[stages.Retrieved, str]:
+                hits = self.retrieve(corpus, q, None, qvec)
+                return hits, self.write_note(q, hits.passages)
 
-        note = self.write_note(q, got.passages)
+            summary, (got, note) = parallel_map(lambda f: f(), [lambda: self.kg_facts(q, trace, qvec)[0], note_by_q],
+                                                min(2, fan_out(self.llm)))
+            trace["passages"] = got.to_trace()
+        else:
+            summary = self.kg_facts(q, trace, qvec)[0] if v.uses_kg else None
+            if v.retrieval == "q":
+                got = self.retrieve(corpus, q, None, qvec)
+            else:
+                got = self.retrieve_expanded(corpus, q, summary if v.retrieval == "kg-qe" else None, trace, qvec)
+            trace["passages"] = got.to_trace()
+            note = self.write_note(q, got.passages)
         trace["note"] = note
         context = note
         if v.kg_aug:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...concurrency import fan_out, parallel_map
 from ...config import check_values
 from ...llm.base import PromptTooLongError
 from ...records import Prediction, Question
@@ -56,25 +57,20 @@ class DecomposedQA(Method):
             subqs = [question.question]
 
         history: list[tuple[str, str]] = []
-        for i, sq in enumerate(subqs, 1):
-            step: dict[str, Any] = {"index": i, "subquestion": sq}
-            trace["steps"].append(step)
-            asked = sq
-            if i > 1 and self.cfg.reformulate:
-                step["reformulation_raw"], asked, issue = stages.reformulate(self.llm, sq, history, self.p_reformulate)
-                if issue:
-                    issues.append(f"step {i}: {issue}")
-            step["asked"] = asked
-            facts = None
-            if self.selector is not None:
-                sel = self.selector.select(asked, candidates)
-                step.update(sel.to_dict())
-                facts = sel.texts
-            step["answer_raw"], step["answer"] = stages.answer(self.llm, asked, self.p_answer, facts)
-            if not step["answer"]:
-                issues.append(f"step {i}: empty sub-answer")
-            history.append((asked, step["answer"] or "(no answer)"))
-
+        steps: list[dict[str, Any]] = [{"index": i, "subquestion": sq} for i, sq in enumerate(subqs, 1)]
+        workers = fan_out(self.llm)
+        if self.cfg.reformulate or workers == 1:   # rewritten from the answers before it: a chain
+            for step in steps:
+                trace["steps"].append(step)   # first: a failed call leaves the step it stopped in
+                asked, got = self._step(step, history, candidates)
+                issues.extend(got)
+                history.append((asked, step["answer"] or "(no answer)"))
+        else:   # the sub-answers read nothing of each other: on a batching backend they go out together
+            trace["steps"].extend(steps)
+            done = parallel_map(lambda step: self._step(step, [], candidates), steps, workers)
+            for step, (asked, got) in zip(steps, done):
+                issues.extend(got)
+                history.append((asked, step["answer"] or "(no answer)"))
         answered = [a for _, a in history if a != "(no answer)"]
         if len(subqs) > 1 or self.cfg.synthesize_single:
             trace["synthesis_raw"], final = stages.synthesize(
@@ -87,3 +83,23 @@ class DecomposedQA(Method):
         trace["final_answer"] = final
         trace["final_output"] = final + (f"\n\nReasoning: {dec.reasoning}" if dec.reasoning and final else "")
         return final
+
+    def _step(self, step: dict[str, Any], history: list[tuple[str, str]], candidates: Any) -> tuple[str, list[str]]:
+        """Fill a sub-question's trace step: (reformulate from `history`), (select triples), answer.
+        Returns the question asked and the step's issues."""
+        issues: list[str] = []
+        i, asked = step["index"], step["subquestion"]
+        if i > 1 and self.cfg.reformulate:
+            step["reformulation_raw"], asked, issue = stages.reformulate(self.llm, asked, history, self.p_reformulate)
+            if issue:
+                issues.append(f"step {i}: {issue}")
+        step["asked"] = asked
+        facts = None
+        if self.selector is not None:
+            sel = self.selector.select(asked, candidates)
+            step.update(sel.to_dict())
+            facts = sel.texts
+        step["answer_raw"], step["answer"] = stages.answer(self.llm, asked, self.p_answer, facts)
+        if not step["answer"]:
+            issues.append(f"step {i}: empty sub-answer")
+        return asked, issues

@@ -39,7 +39,7 @@ from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
-from ...concurrency import parallel_map
+from ...concurrency import fan_out, parallel_map
 from ...config import MAX_SEED, check_values, make_config, opt
 from ...errors import ConfigError
 from ...kg.extraction import load_tokenizer
@@ -356,14 +356,18 @@ class TcrQF(Method):
                 return None
             # Existing Triples of the enrichment prompt: the round's retrieved subgraph (see prompts)
             existing = [tuple(t) for t in round_trace.get("triples") or []]
-            found = []
-            for j, need in enumerate(needs):
+
+            def extract(need: str) -> tuple[list[str], Any]:
                 rows = dense_top(p.chunk_vecs, self.embed_query(need), cfg.feedback_top_k)
                 cids = [p.chunk_ids[i] for i in rows]
-                ext = parse_records(self.ctx.llm.generate(feedback_messages(
+                return cids, parse_records(self.ctx.llm.generate(feedback_messages(
                     need, [p.kg.chunks[c].as_text() for c in cids], existing), params))
-                found.append((f"{q.qid}#{it}:{j}", ext, cids, {"need": need, "chunks": cids, **ext.counts()}))
-            return found
+
+            # the needs' extractions read the same KG and never each other's output, so they go to a
+            # batching server together (one round trip instead of one per need); results keep need order
+            got = parallel_map(extract, needs, fan_out(self.ctx.llm))
+            return [(f"{q.qid}#{it}:{j}", ext, cids, {"need": need, "chunks": cids, **ext.counts()})
+                    for j, (need, (cids, ext)) in enumerate(zip(needs, got))]
         ext = parse_records(self.ctx.llm.generate(answer_messages(q.question, raw), params))
         return [(f"{q.qid}#{it}:answer", ext, [], ext.counts())]
 

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ...concurrency import fan_out, parallel_map
 from ...kg.tcr_kg import TcrKG
 from ...kg.extraction import normalize
 from ...llm.base import SamplingParams
@@ -145,48 +146,89 @@ class SearchResult:
     stopped: str = ""
 
 
+@dataclass
+class _Branch:
+    """One beam entity's part of a depth: its relation scores, its relations' entity scores, the
+    candidate paths they give and the issues met, in the order the calls were made."""
+
+    chosen: dict[str, float] = field(default_factory=dict)
+    entities: dict[str, dict[str, float]] = field(default_factory=dict)
+    candidates: list[tuple[float, str, tuple[str, str, str]]] = field(default_factory=list)
+    issues: list[str] = field(default_factory=list)
+
+
+def _branch(kg: TcrKG, llm: Any, question: str, entity: str, score: float, *, width: int, max_candidates: int,
+            explore: SamplingParams) -> _Branch | None:
+    """Relation pruning of one beam entity, then entity scoring per kept relation (None: no relation).
+
+    The entity calls of different relations read only their own relation, so they are sent
+    together on a batching backend (`fan_out`); their results and issues keep relation order."""
+    rels = relations_of(kg, entity)
+    if not rels:
+        return None
+    out = _Branch()
+    names = list(rels)
+    if len(names) <= width:   # nothing to prune: an equal share each (see the module doc)
+        chosen = {r: 1.0 / len(names) for r in names}
+    else:
+        schema = prompts.choice_schema("relations", "relation", names, width)
+        chosen, issue = _scores(llm, prompts.relation_messages(question, entity, names, width),
+                                explore.replace(json_schema=schema), "relations", "relation", names)
+        if issue:
+            out.issues.append(issue)
+        chosen = _normalised(dict(sorted(chosen.items(), key=lambda kv: -kv[1])[:width]))
+    out.chosen = chosen
+
+    def targets_of(rel: str) -> tuple[list[str], dict[str, tuple[str, str, str]]]:
+        reverse = rel.endswith(REVERSE)
+        ends: dict[str, tuple[str, str, str]] = {}
+        for tr in rels[rel]:
+            ends.setdefault(tr[0] if reverse else tr[2], tr)
+        return list(ends)[:max_candidates], ends
+
+    def score_targets(rel: str) -> tuple[dict[str, float], str | None]:
+        targets, _ = targets_of(rel)
+        if len(targets) == 1:
+            return {targets[0]: 1.0}, None
+        schema = prompts.choice_schema("entities", "entity", targets, len(targets))
+        es, issue = _scores(llm, prompts.entity_messages(question, entity, rel, targets),
+                            explore.replace(json_schema=schema), "entities", "entity", targets)
+        return _normalised({t: es.get(t, 0.0) for t in targets}), issue
+
+    scored = parallel_map(score_targets, list(chosen), fan_out(llm))
+    for (rel, rs), (es, issue) in zip(chosen.items(), scored):
+        if issue:
+            out.issues.append(issue)
+        targets, ends = targets_of(rel)
+        out.entities[f"{entity} -> {rel}"] = es
+        for target in targets:
+            out.candidates.append((score * rs * es.get(target, 0.0), target, ends[target]))
+    return out
+
+
 def tog_search(kg: TcrKG, llm: Any, question: str, topic: list[str], *, width: int, depth: int,
                max_candidates: int, explore: SamplingParams, reason: SamplingParams) -> SearchResult:
-    """ToG's LLM-guided beam search from `topic` (see the module doc)."""
+    """ToG's LLM-guided beam search from `topic` (see the module doc).
+
+    Within a depth the beam entities' branches read only the beam, so on a batching backend
+    (`fan_out(llm)` > 1) they go out together; they are merged in beam order, so the trace, the
+    next beam and the requests are those of the one-at-a-time search."""
     res = SearchResult(topic=list(topic))
     beam: list[tuple[str, float]] = [(e, 1.0) for e in topic]
     seen: set[tuple[str, str, str]] = set()
     for level in range(1, depth + 1):
         step: dict[str, Any] = {"depth": level, "relations": {}, "entities": {}}
         candidates: list[tuple[float, str, tuple[str, str, str]]] = []
-        for entity, score in beam:
-            rels = relations_of(kg, entity)
-            if not rels:
+        branches = parallel_map(
+            lambda b: _branch(kg, llm, question, b[0], b[1], width=width, max_candidates=max_candidates,
+                              explore=explore), beam, fan_out(llm))
+        for (entity, _), br in zip(beam, branches):
+            if br is None:
                 continue
-            names = list(rels)
-            if len(names) <= width:   # nothing to prune: an equal share each (see the module doc)
-                chosen = {r: 1.0 / len(names) for r in names}
-            else:
-                schema = prompts.choice_schema("relations", "relation", names, width)
-                chosen, issue = _scores(llm, prompts.relation_messages(question, entity, names, width),
-                                        explore.replace(json_schema=schema), "relations", "relation", names)
-                if issue:
-                    res.issues.append(issue)
-                chosen = _normalised(dict(sorted(chosen.items(), key=lambda kv: -kv[1])[:width]))
-            step["relations"][entity] = chosen
-            for rel, rs in chosen.items():
-                reverse = rel.endswith(REVERSE)
-                ends: dict[str, tuple[str, str, str]] = {}
-                for tr in rels[rel]:
-                    ends.setdefault(tr[0] if reverse else tr[2], tr)
-                targets = list(ends)[:max_candidates]
-                if len(targets) == 1:
-                    es = {targets[0]: 1.0}
-                else:
-                    schema = prompts.choice_schema("entities", "entity", targets, len(targets))
-                    es, issue = _scores(llm, prompts.entity_messages(question, entity, rel, targets),
-                                        explore.replace(json_schema=schema), "entities", "entity", targets)
-                    if issue:
-                        res.issues.append(issue)
-                    es = _normalised({t: es.get(t, 0.0) for t in targets})
-                step["entities"][f"{entity} -> {rel}"] = es
-                for target in targets:
-                    candidates.append((score * rs * es.get(target, 0.0), target, ends[target]))
+            res.issues.extend(br.issues)
+            step["relations"][entity] = br.chosen
+            step["entities"].update(br.entities)
+            candidates.extend(br.candidates)
         if not candidates:
             res.stopped = f"depth {level}: no relation to follow"
             res.trace.append(step)
