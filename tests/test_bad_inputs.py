@@ -533,26 +533,14 @@ def test_a_server_echoing_the_key_in_its_401_and_a_key_ending_in_cr_print_no_key
     """Issue 40: a 401 body that echoes the Authorization header was printed as is, and a key file's
     CR put the key into "Illegal header value b'Bearer sk-...\\r'"."""
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
-    class Echo(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+    from fakes import OpenAIJsonHandler
 
+    class Echo(OpenAIJsonHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self._send(401, {"error": {"message": f"invalid credentials: {self.headers.get('Authorization')}"}})
-
-        def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
