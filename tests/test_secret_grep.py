@@ -296,23 +296,30 @@ def test_a_fetch_through_the_source_mirror_writes_and_prints_no_secret(tmp_path,
 @pytest.mark.model   # the notebook's kernel loads the profile's real embedder (run under flock)
 def test_a_study_that_runs_a_notebook_writes_and_prints_no_secret(tmp_path, metaqa_root, capsys, monkeypatch,
                                                                    caplog):
-    """`kgrag study --profile cpu-smoke --only 00` run for real (the notebook executed in its kernel)
-    against the loopback chat server, with the key in the environment and user:password and a token in
-    the --model URL: the executed notebook, its run's files, the study's profile, manifest and logs
-    and every printed line hold none of them."""
+    """`kgrag study --profile cpu-smoke --only 00` with user:password and a token in the --model URL is
+    refused before anything is written (the study's profile.yaml would hold them), naming neither; then
+    run for real (the notebook executed in its kernel) against the loopback chat server with the key in
+    the environment: the executed notebook, its run's files, the study's profile, manifest and logs and
+    every printed line hold none of the three."""
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("KGRAG_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KGRAG_FIGURES_DIR", str(tmp_path / "figures"))
     monkeypatch.setenv("KGRAG_OPENAI_API_KEY", KEY)
     monkeypatch.delenv("KGRAG_DEBUG", raising=False)
     chat = _serve(_Chat, [])
+    study = ["study", "--profile", "cpu-smoke", "--only", "00", "--out", str(tmp_path / "study"), "--model"]
+    url = f"http://127.0.0.1:{chat.server_address[1]}/v1"
     try:
-        rc = main(["study", "--profile", "cpu-smoke", "--only", "00", "--out", str(tmp_path / "study"), "--model",
-                   f"openai:http://u:{PASSWORD}@127.0.0.1:{chat.server_address[1]}/v1?token={TOKEN}#m"])
+        refused = main(study + [f"openai:http://u:{PASSWORD}@{url.removeprefix('http://')}?token={TOKEN}#m"])
+        said_refused = capsys.readouterr()
+        assert refused == 2 and "carries a token" in said_refused.err, said_refused
+        assert not (tmp_path / "study").exists()
+        rc = main(study + [f"openai:{url}#m"])
         out, err = capsys.readouterr()
     finally:
         chat.shutdown()
         chat.server_close()
+    out, err = said_refused.out + out, said_refused.err + err
     assert rc == 0, (out + err)[-3000:]
     assert f"Bearer {KEY}" in {auth for _, auth in chat.state}   # type: ignore[attr-defined]
     written = [p for p in tmp_path.rglob("*") if p.is_file() and "data" not in p.relative_to(tmp_path).parts[:1]]
