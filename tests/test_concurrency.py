@@ -200,6 +200,7 @@ def _prompt_hash_llm(spec, cache_path=None, **kw):
 
     llm = ScriptedLLM(respond, identity=f"scripted-hash:{spec}", cache=LLMCache(cache_path))
     llm.concurrent_requests = True
+    llm.max_in_flight = kw.get("max_in_flight") or 1   # as a server's client: a step's calls fan out this wide
     return llm
 
 
@@ -235,6 +236,7 @@ _WARM_CACHES: dict[str, Path] = {}
 @pytest.mark.parametrize("method,dataset,n", [
     ("llm-kg", "metaqa-1hop", 6), ("kg-rag", "metaqa-2hop", 6), ("vanilla-rag", "2wiki", 6),
     ("kg-infused", "2wiki", 6), ("self-ask", "2wiki", 4),
+    ("kg-aug-only", "2wiki", 6),   # its note goes out beside the KG branch (issue 58 item 3)
 ])
 def test_concurrency_1_and_8_give_the_same_predictions_and_scores(tmp_path, hash_llm, monkeypatch, method, dataset,
                                                                   n):
