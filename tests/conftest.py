@@ -127,6 +127,33 @@ def shared_llm(shared_llm_cache):
         llm.close()
 
 
+def _dpo_pair(q: str, good: str, bad: str) -> dict:
+    return {"prompt": [{"role": "user", "content": q}], "chosen": [{"role": "assistant", "content": good}],
+            "rejected": [{"role": "assistant", "content": bad}]}
+
+
+@pytest.fixture(scope="session")
+def dpo_trained(tmp_path_factory):
+    """Notebook 27's CPU path (`train_dpo`, the cpu-smoke set) on the embedded model, once per test session: 2 LoRA
+    steps on 4 pairs, the learning rate raised so that 2 steps move the answers. test_dpo_train merges and answers
+    through it in process, test_vllm_lora serves its adapter through vLLM. Skipped where trl or the model is missing."""
+    pytest.importorskip("trl")
+    from kgrag_lib.llm.presets import PRESETS, resolve_gguf
+    from kgrag_lib.train import dpo_train as dt
+
+    try:
+        resolve_gguf(PRESETS["qwen2.5-coder-0.5b-q4"])
+    except Exception as exc:  # the embedded model is an optional extra
+        pytest.skip(f"embedded model unavailable: {exc}")
+    cfg = dt.dpo_config("cpu-smoke", max_steps=2, batch_size=1, gradient_accumulation_steps=2, max_length=128,
+                        max_pairs=4, learning_rate=5e-3)
+    pairs = [_dpo_pair("what is the capital of france", "Paris.", "I do not know, maybe Berlin or Rome."),
+             _dpo_pair("who directed the film Jaws", "Steven Spielberg.", "It was a film about a shark."),
+             _dpo_pair("what is the capital of spain", "Madrid.", "Spain is a country in Europe."),
+             _dpo_pair("when was Craig Newmark born", "December 6, 1952.", "He founded craigslist.")]
+    return dt.train_dpo(cfg, pairs, tmp_path_factory.mktemp("dpo") / "out", progress=False)
+
+
 @pytest.fixture(scope="session")
 def lcp_server(tmp_path_factory):
     """`python -m llama_cpp.server` on the embedded GGUF, alias `qwen`, on a free loopback port: one server per

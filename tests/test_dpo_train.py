@@ -16,7 +16,22 @@ from kgrag_lib.errors import ConfigError, DataFormatError  # noqa: E402
 from kgrag_lib.train import dpo_train as dt  # noqa: E402
 from kgrag_lib.train.gguf_to_hf import hf_folder_from_gguf, resolve_base_model  # noqa: E402
 
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread(request):
+    """The tiny random model trains faster on one thread; set for this module's tests only and put back
+    after each (at import it held for the whole session: every later embedding and transformers model in
+    the run got one thread). The real-model test keeps the machine's threads."""
+    if request.node.get_closest_marker("model"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
 
 WORDS = ("the a is of in to and was who what where when which born film director capital city country "
          "paris france berlin germany rome italy madrid spain answer question notes triples passage entity "
@@ -360,20 +375,14 @@ def test_resolve_base_model_forms(tiny_base):
 # ---- the real embedded model (slow; not run by default) ----------------------------------
 
 @pytest.mark.model
-def test_embedded_qwen_dpo_merge_and_generate(tmp_path):
-    """Dequantize the embedded Qwen2.5-Coder-0.5B GGUF, 2 LoRA steps on 4 pairs, merge, and answer
-    through `load_llm("hf:<merged>")`: its identity (cache key part) differs from the base's."""
+def test_embedded_qwen_dpo_merge_and_generate(dpo_trained, tmp_path):
+    """Dequantize the embedded Qwen2.5-Coder-0.5B GGUF, 2 LoRA steps on 4 pairs (the session's `dpo_trained`),
+    merge, and answer through `load_llm("hf:<merged>")`: its identity (cache key part) differs from the base's."""
     from kgrag_lib.llm import load_llm
     from kgrag_lib.llm.base import request_key
     from kgrag_lib.llm.base import SamplingParams
 
-    cfg = dt.dpo_config("cpu-smoke", max_steps=2, batch_size=1, gradient_accumulation_steps=2,
-                        max_length=128, max_pairs=4)
-    pairs = [_pair("what is the capital of france", "Paris.", "I do not know, maybe Berlin or Rome."),
-             _pair("who directed the film Jaws", "Steven Spielberg.", "It was a film about a shark."),
-             _pair("what is the capital of spain", "Madrid.", "Spain is a country in Europe."),
-             _pair("when was Craig Newmark born", "December 6, 1952.", "He founded craigslist.")]
-    res = dt.train_dpo(cfg, pairs, tmp_path / "out", progress=False)
+    res = dpo_trained
     assert res.n_steps == 2 and res.n_pairs_used == 4
     assert all("rewards/margins" in h for h in res.log_history if "loss" in h)
     base_dir = res.base_model["path"]

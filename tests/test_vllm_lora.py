@@ -2,7 +2,7 @@
 
 The base is the embedded Qwen2.5-Coder-0.5B (its GGUF dequantized once to an HF folder, as
 test_vllm_server.py serves it); the adapter is trained here by notebook 27's CPU path (`train_dpo`,
-cpu-smoke: 2 LoRA steps on 4 pairs) and the spec is the one notebook 27 builds (`dpo_answer`). One
+cpu-smoke: 2 LoRA steps on 4 pairs; conftest's `dpo_trained`, shared with test_dpo_train) and the spec is the one notebook 27 builds (`dpo_answer`). One
 server answers both: the base under the preset's name, the adapter under its own. The adapter's
 answers differ from the base's for the same prompts, its fingerprint is in the cache key, and a
 second client with the same identity replays every answer from the cache after the server has
@@ -35,26 +35,11 @@ def Q(text):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """Notebook 27's CPU path (`train_dpo`, the cpu-smoke set) on the embedded model: 2 LoRA steps on 4
-    pairs, the learning rate raised so that 2 steps move the answers."""
-    pytest.importorskip("trl")
-    from kgrag_lib.train import dpo_train as dt
-
+def trained(request):
+    """The session's DPO adapter (conftest `dpo_trained`), trained only where vLLM can serve it."""
     _engine_or_skip()
     _embedded_or_skip()
-    cfg = dt.dpo_config("cpu-smoke", max_steps=2, batch_size=1, gradient_accumulation_steps=2, max_length=128,
-                        max_pairs=4, learning_rate=5e-3)
-    pairs = [_pair("what is the capital of france", "Paris.", "I do not know, maybe Berlin or Rome."),
-             _pair("who directed the film Jaws", "Steven Spielberg.", "It was a film about a shark."),
-             _pair("what is the capital of spain", "Madrid.", "Spain is a country in Europe."),
-             _pair("when was Craig Newmark born", "December 6, 1952.", "He founded craigslist.")]
-    return dt.train_dpo(cfg, pairs, tmp_path_factory.mktemp("dpo") / "out", progress=False)
-
-
-def _pair(q: str, good: str, bad: str) -> dict:
-    return {"prompt": [{"role": "user", "content": q}], "chosen": [{"role": "assistant", "content": good}],
-            "rejected": [{"role": "assistant", "content": bad}]}
+    return request.getfixturevalue("dpo_trained")
 
 
 def test_the_dpo_adapter_answers_through_vllm_differently_and_replays_from_the_cache(trained, tmp_path):

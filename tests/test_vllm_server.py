@@ -169,53 +169,6 @@ def test_a_json_schema_is_enforced(vllm):
     assert json.loads(out)["answer"] in ("alpha", "beta"), out
 
 
-@pytest.fixture(scope="module")
-def gold_paragraphs():
-    from kgrag_lib.data.registry import load_questions
-    from kgrag_lib.paths import data_root
-
-    if not (data_root() / "2wiki").is_dir():
-        pytest.skip("real 2Wiki files not under the data root")
-    q = next(q for q in load_questions("2wiki", "dev200", n=20, seed=0)
-             if q.context and q.supporting and set(q.supporting) <= {p.pid for p in q.context})
-    return [p for p in q.context if p.pid in q.supporting][:2]
-
-
-def test_tcr_qf_extraction_decodes_under_its_record_grammar(vllm, gold_paragraphs, tmp_path):
-    """TCR-QF's real extraction requests (§3.1): the GBNF record grammar reaches vLLM as
-    structured_outputs, and every output parses as records."""
-    from kgrag_lib.methods.tcr_qf.extraction import BuildConfig, build_tcr_kg
-    from kgrag_lib.methods.tcr_qf.prompts import GRAMMAR
-
-    llm = client(vllm, tmp_path / "c.sqlite")
-    _, stats, kg = build_tcr_kg(gold_paragraphs, llm, tmp_path / "j.jsonl", config=BuildConfig(max_tokens=384),
-                                show_progress=False)
-    assert stats["chunks"] == stats["llm_requests"] == len(gold_paragraphs)
-    assert stats["failed_outputs"] == 0 and stats["unparsable_record_rate"] == 0.0, stats
-    assert stats["nodes"] >= 2 and stats["edges"] >= 1, stats
-    import sqlite3
-
-    sent = [json.loads(r[0]) for r in sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT request FROM calls")]
-    assert sent and all(r["params"]["grammar"] == GRAMMAR for r in sent)
-
-
-def test_sa_rag_extraction_decodes_under_its_json_schemas(vllm, gold_paragraphs, tmp_path):
-    """SA-RAG's real entity and relation requests (its text-to-KG indexing): JSON schemas sent as
-    response_format; no output needs a repair or fails to parse."""
-    from kgrag_lib.methods.sa_rag.extraction import build_text_kg
-
-    llm = client(vllm, tmp_path / "c.sqlite")
-    _, stats, _ = build_text_kg(gold_paragraphs, llm, tmp_path / "j.jsonl", show_progress=False)
-    assert stats["outputs"] >= len(gold_paragraphs) and stats["unparsable_outputs"] == 0, stats
-    assert stats["repairs_attempted"] == 0 and stats["entities_per_chunk"] > 0, stats
-    import sqlite3
-
-    sent = [json.loads(r[0]) for r in sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT request FROM calls")]
-    assert sent and all(r["params"]["json_schema"] for r in sent)
-    body = llm.request_body(Q("x"), llm.default_params.replace(json_schema=sent[0]["params"]["json_schema"]))
-    assert body["response_format"]["type"] == "json_schema"
-
-
 def test_logprobs_through_completions_and_chat(vllm):
     """Self-RAG reads token log-probabilities from raw /completions (chat=False); the chat form too."""
     raw = load_llm(f"openai:{vllm.base_url}#{vllm.model}", cache=False, chat=False)
@@ -271,41 +224,75 @@ def _metaqa_root(tmp_path: Path) -> Path:
     return root
 
 
-E2E = {  # method, dataset, overrides: each paper's KG mechanism, small budgets
-    "kg-rag": ("metaqa-2hop", {}),
-    "kg-infused": ("2wiki", {"rounds": 1, "k_p": 2, "max_tokens": 32, "answer_max_tokens": 12, "query_max_tokens": 20,
-                             "max_triples_per_entity": 10}),
-    "sa-rag": ("2wiki", {"split": "dev200", "kg": "text:2wiki:dev200:n=2:seed={seed}:max_tokens=384", "max_documents": 4,
-                         "max_relations": 6, "answer_max_tokens": 24}),
-    "tcr-qf": ("2wiki", {"split": "dev200", "kg": "tcr:2wiki:dev200:n=2:seed={seed}", "width": 2, "depth": 2,
-                         "max_iterations": 1, "max_missing": 1, "feedback_top_k": 1, "extract_max_tokens": 256,
-                         "answer_max_tokens": 24}),
+E2E = {  # method, dataset, n, overrides: each paper's KG mechanism, small budgets
+    "kg-rag": ("metaqa-2hop", 2, {}),
+    "kg-infused": ("2wiki", 2, {"rounds": 1, "k_p": 2, "max_tokens": 32, "answer_max_tokens": 12,
+                                "query_max_tokens": 20, "max_triples_per_entity": 10}),
+    # the text KG and the TCR-QF KG of one question: its 2 gold paragraphs, extracted through vLLM
+    "sa-rag": ("2wiki", 1, {"split": "dev200", "kg": "text:2wiki:dev200:n={n}:seed={seed}:max_tokens=384",
+                            "max_documents": 4, "max_relations": 6, "answer_max_tokens": 24}),
+    "tcr-qf": ("2wiki", 1, {"split": "dev200", "kg": "tcr:2wiki:dev200:n={n}:seed={seed}", "width": 2, "depth": 2,
+                            "max_iterations": 1, "max_missing": 1, "feedback_top_k": 1, "extract_max_tokens": 256,
+                            "answer_max_tokens": 24}),
 }
+
+
+def _extraction_decoded_under_its_constraint(method, spec, root, llm_cache, llm):
+    """SA-RAG's entity and relation requests went out with JSON schemas (response_format) and TCR-QF's
+    record requests with its GBNF grammar (structured_outputs, §3.1), and no output failed to parse: read
+    from the run's own LLM cache and from the KG it built (loaded again from the cache, no request)."""
+    import sqlite3
+
+    from kgrag_lib.kg.sources import load_kg
+
+    sent = [json.loads(r[0]) for r in sqlite3.connect(llm_cache).execute("SELECT request FROM calls")]
+    kg = load_kg(spec, data_root=root, llm=llm)
+    assert sqlite3.connect(llm_cache).execute("SELECT count(*) FROM calls").fetchone()[0] == len(sent)   # the run's KG
+    st = kg.stats
+    if method == "sa-rag":
+        schemas = [r for r in sent if r["params"].get("json_schema")]
+        assert schemas and st["outputs"] >= st["chunks"] >= 2, st
+        assert st["unparsable_outputs"] == 0 and st["repairs_attempted"] == 0 and st["entities_per_chunk"] > 0, st
+        body = llm.request_body(Q("x"), llm.default_params.replace(json_schema=schemas[0]["params"]["json_schema"]))
+        assert body["response_format"]["type"] == "json_schema"
+    else:
+        from kgrag_lib.methods.tcr_qf.prompts import GRAMMAR
+
+        records = [r for r in sent if r["params"].get("grammar")]
+        assert records and all(r["params"]["grammar"] == GRAMMAR for r in records)
+        assert st["chunks"] == st["llm_requests"] == len(records) >= 2, st
+        assert st["failed_outputs"] == 0 and st["unparsable_record_rate"] == 0.0, st
+        assert st["entities"] >= 2 and st["relations"] >= 1, st
 
 
 @pytest.mark.parametrize("method", list(E2E))
 def test_each_paper_runs_end_to_end_through_vllm_serve(vllm, method, tmp_path):
+    """One method of each paper through the server; SA-RAG's and TCR-QF's runs extract their KGs through
+    it, so their extraction requests are checked against the engine's constrained decoding here too."""
     from kgrag_lib.experiment import make_context, resolve_run, run_experiment
     from kgrag_lib.paths import data_root
 
-    dataset, over = E2E[method]
+    dataset, n, over = E2E[method]
     if not (data_root() / "2wiki").is_dir() or not (data_root() / "metaqa").is_dir():
         pytest.skip("real 2Wiki / MetaQA files not under the data root")
     root = {"kg-rag": _metaqa_root, "sa-rag": _two_wiki_root, "tcr-qf": _two_wiki_root}.get(method, lambda _: data_root())(tmp_path)
     out = tmp_path / method
     # the default cache folder: the KB's and corpora's embeddings are made once for every test; the
     # KGs of the 2-question data root are keyed by its files
-    r = resolve_run(method, dataset, out, "cpu-smoke", model=SPEC, n=2, seed=0, data_root=str(root), **over)
+    r = resolve_run(method, dataset, out, "cpu-smoke", model=SPEC, n=n, seed=0, data_root=str(root), **over)
     ctx = make_context(r.run, r.profile)
     ctx.llm = client(vllm, tmp_path / "llm.sqlite")
-    m = run_experiment(method, dataset, out, ctx=ctx, progress=False, model=SPEC, n=2, seed=0, data_root=str(root),
+    m = run_experiment(method, dataset, out, ctx=ctx, progress=False, model=SPEC, n=n, seed=0, data_root=str(root),
                        **over)
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-    assert m["n"] == 2 and len(rows) == 2 and m["this_run"]["llm_calls_sent"] > 0
+    assert m["n"] == n and len(rows) == n and m["this_run"]["llm_calls_sent"] > 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["llm_identity"] == vllm.identity
     assert all(isinstance(row["prediction"], str) for row in rows)
     assert sum(bool(row["prediction"].strip()) for row in rows) >= 1, rows
+    if method in ("sa-rag", "tcr-qf"):
+        spec = over["kg"].format(n=n, seed=0)
+        _extraction_decoded_under_its_constraint(method, spec, root, tmp_path / "llm.sqlite", ctx.llm)
 
 
 # ---- questions in flight --------------------------------------------------------------------------------
