@@ -228,10 +228,11 @@ E2E = {  # method, dataset, n, overrides: each paper's KG mechanism, small budge
     "kg-rag": ("metaqa-2hop", 2, {}),
     "kg-infused": ("2wiki", 2, {"rounds": 1, "k_p": 2, "max_tokens": 32, "answer_max_tokens": 12,
                                 "query_max_tokens": 20, "max_triples_per_entity": 10}),
-    # the text KG and the TCR-QF KG of one question: its 2 gold paragraphs, extracted through vLLM
+    # one question answered; SA-RAG's text KG from its 2 gold paragraphs, TCR-QF's from both questions' 4 (the
+    # 0.5B model's records for the seed-0 question's 2 alone relate nothing through vLLM: an empty KG is refused)
     "sa-rag": ("2wiki", 1, {"split": "dev200", "kg": "text:2wiki:dev200:n={n}:seed={seed}:max_tokens=384",
                             "max_documents": 4, "max_relations": 6, "answer_max_tokens": 24}),
-    "tcr-qf": ("2wiki", 1, {"split": "dev200", "kg": "tcr:2wiki:dev200:n={n}:seed={seed}", "width": 2, "depth": 2,
+    "tcr-qf": ("2wiki", 1, {"split": "dev200", "kg": "tcr:2wiki:dev200:n=2:seed={seed}", "width": 2, "depth": 2,
                             "max_iterations": 1, "max_missing": 1, "feedback_top_k": 1, "extract_max_tokens": 256,
                             "answer_max_tokens": 24}),
 }
@@ -260,9 +261,9 @@ def _extraction_decoded_under_its_constraint(method, spec, root, llm_cache, llm)
 
         records = [r for r in sent if r["params"].get("grammar")]
         assert records and all(r["params"]["grammar"] == GRAMMAR for r in records)
-        assert st["chunks"] == st["llm_requests"] == len(records) >= 2, st
+        assert st["chunks"] == st["llm_requests"] >= 2 and len(records) >= st["chunks"], st   # + feedback rounds
         assert st["failed_outputs"] == 0 and st["unparsable_record_rate"] == 0.0, st
-        assert st["entities"] >= 2 and st["relations"] >= 1, st
+        assert st["nodes"] >= 2 and st["edges"] >= 1, st
 
 
 @pytest.mark.parametrize("method", list(E2E))
