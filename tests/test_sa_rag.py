@@ -643,12 +643,12 @@ KEEP_2WIKI_PARAGRAPHS = 5   # the 2Wiki question's gold paragraphs first, then d
 
 
 @pytest.fixture(scope="module")
-def real(request, tmp_path_factory):
+def real(request):
     """The session's model and embedder over a data root of real files: MuSiQue as it is, and the seed-0
     2Wiki dev200 question in its real format with KEEP_2WIKI_PARAGRAPHS of its 10 paragraphs, so its text KG
     is extracted from 5 chunks, not 10 (a fresh checkout, CI's, paid 274 s for the 10)."""
     from kgrag_lib.data.registry import load_questions
-    from kgrag_lib.paths import data_root
+    from kgrag_lib.paths import cache_dir, data_root
 
     real_root = data_root()
     musique, two_wiki = real_root / "musique", real_root / "2wiki" / "MIGRES_200_2wiki.jsonl"
@@ -658,12 +658,19 @@ def real(request, tmp_path_factory):
     row = next(r for r in map(json.loads, two_wiki.read_text(encoding="utf-8").splitlines()) if r["_id"] == qid)
     gold = {t for t, _ in row["supporting_facts"]}
     context = sorted(row["context"], key=lambda c: c[0] not in gold)[:KEEP_2WIKI_PARAGRAPHS]
-    root = tmp_path_factory.mktemp("sa-rag-data")
-    (root / "2wiki").mkdir()
-    (root / "2wiki" / two_wiki.name).write_text(json.dumps({**row, "context": context}) + "\n", encoding="utf-8")
-    (root / "musique").symlink_to(musique)
+    # a fixed folder in the default cache: a KG is keyed by its files' paths and contents, so a warm checkout
+    # reuses the text KG (a temporary folder would rebuild it every session)
+    root = cache_dir() / "test-data" / f"sa-rag-2wiki-{KEEP_2WIKI_PARAGRAPHS}"
+    (root / "2wiki").mkdir(parents=True, exist_ok=True)
+    cut = json.dumps({**row, "context": context}) + "\n"
+    target = root / "2wiki" / two_wiki.name
+    if not target.is_file() or target.read_text(encoding="utf-8") != cut:
+        target.write_text(cut, encoding="utf-8")
+    if (root / "musique").resolve() != musique.resolve():
+        (root / "musique").unlink(missing_ok=True)
+        (root / "musique").symlink_to(musique)
     llm = request.getfixturevalue("shared_llm")   # the session's one load (conftest.py), after the data check
-    # KG build and embeddings: the default cache folder (the KG keyed by the cut file's content)
+    # KG build and embeddings: the default cache folder
     ctx = RunContext(llm=llm, embedder=request.getfixturevalue("shared_embedder"), data_root=str(root))
     return ctx, lambda dataset, split, n: load_questions(dataset, split=split, n=n, seed=0, root=root)
 
