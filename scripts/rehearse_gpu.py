@@ -16,6 +16,7 @@ precision needs CUDA: off, `CPU_CHANGES`):
     .venv/bin/python scripts/rehearse_gpu.py                      # both engines
     .venv/bin/python scripts/rehearse_gpu.py --engines vllm --only 00 11
     .venv/bin/python scripts/rehearse_gpu.py --build-cache-only   # the HF cache, then exit
+    .venv/bin/python scripts/rehearse_gpu.py --eager --only 00    # vLLM without its minute of compiling
 
 `--fresh-clone` rehearses it as on a machine that has only the repository: the committed tree (`git
 archive HEAD`, so uncommitted changes are not in it) is unpacked into `<work>/fresh/kgrag` with no
@@ -229,13 +230,20 @@ def fetch_data(co: Checkout, profile: str, mirror: str, manifest: Path | None = 
     return secs, size, len(files)
 
 
+def engine_spec(engine: str, eager: bool = False) -> str | None:
+    """The `--model` of an engine's study (None: the profile's own, transformers). `eager` starts vLLM with
+    --enforce-eager (`server.args`, part of the answers' identity)."""
+    spec = ENGINES[engine]
+    return f"{spec}?args=[--enforce-eager]" if spec and eager and spec.startswith("vllm-serve:") else spec
+
+
 def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None,
-              co: Checkout | None = None) -> tuple[int, float]:
+              co: Checkout | None = None, eager: bool = False) -> tuple[int, float]:
     co = co or this_checkout(work)
     out = co.studies / f"study-{engine}"   # not <work>/hf: that is the HF_HOME
     cmd = [*co.kgrag, "study", "--profile", str(rehearsal_profile(work)), "--out", str(out)]
-    if ENGINES[engine]:
-        cmd += ["--model", ENGINES[engine]]
+    if engine_spec(engine, eager):
+        cmd += ["--model", engine_spec(engine, eager)]
     if only:
         cmd += ["--only", *only]
     env = {**co.env, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "",
@@ -284,6 +292,10 @@ def main() -> int:
                          "through `kgrag data mirror` (timed) before the studies")
     ap.add_argument("--data-from", default=None,
                     help="with --fresh-clone: the data root the mirror serves (default: this checkout's data root)")
+    ap.add_argument("--eager", action="store_true",
+                    help="start vLLM with --enforce-eager: no torch.compile warm-up, about a minute less on a CPU "
+                         "(bench/vllm_eager_bench.py); its answers are keyed apart from the default server's, so "
+                         "the committed rehearsal answers do not replay")
     a = ap.parse_args()
     if a.data_from and not a.fresh_clone:
         ap.error("--data-from is for --fresh-clone only")
@@ -325,7 +337,7 @@ def main() -> int:
     times = {}
     try:
         for engine in a.engines:
-            code, secs = run_study(engine, work, hf_home, a.only, co)
+            code, secs = run_study(engine, work, hf_home, a.only, co, a.eager)
             times[engine] = (code, secs)
             failed += code != 0
     finally:

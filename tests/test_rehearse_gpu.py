@@ -60,12 +60,15 @@ def _script():
 
 
 def test_rehearsal_subset_runs_through_both_engines_offline(tmp_path):
+    from kgrag_lib.llm.vllm_env import args_identity
+
     _embedded_or_skip()
     _engine_or_skip()
     mod = _script()
     env = {**os.environ, "KGRAG_DATA_ROOT": str(_small_metaqa_root(tmp_path))}
     answers = tmp_path / "answers"   # never the repository's results/rehearsal/llm-cache
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--engines", "hf", "vllm", "--work", str(tmp_path / "work"),
+    # --eager: vLLM's start without torch.compile's minute (test_vllm_server keeps the compiled default)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--engines", "hf", "vllm", "--eager", "--work", str(tmp_path / "work"),
                            "--answers", str(answers), "--only", *(nb[:2] for nb in NOTEBOOKS)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     tail = (proc.stdout + proc.stderr)[-4000:]
@@ -91,6 +94,7 @@ def test_rehearsal_subset_runs_through_both_engines_offline(tmp_path):
             assert identity == f"hf:{mod.QWEN_ID}@{revision}", identity
         else:
             assert mod.QWEN_ID in identity and manifest["llm"]["backend"] != "hf", manifest["llm"]
+            assert identity.endswith(args_identity(["--enforce-eager"])), identity   # --eager reached the server
         assert (study / "results.md").is_file()
         kb = json.loads((study / "10_metaqa_kb" / "summary.json").read_text())
         assert KB_TRIPLES < next(r["ours"] for r in kb if r["statistic"] == "triples") < 20000   # the cut KB was read

@@ -21,7 +21,7 @@ import pytest
 
 from kgrag_lib.llm import load_llm
 
-from test_vllm_server import PRESET, _embedded_or_skip, _engine_or_skip
+from test_vllm_server import EAGER, PRESET, _embedded_or_skip, _engine_or_skip
 
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
@@ -50,7 +50,7 @@ def test_the_dpo_adapter_answers_through_vllm_differently_and_replays_from_the_c
     adapter = Path(trained.files["adapter"])
     recorded = json.loads((adapter / "adapter_config.json").read_text())
     assert recorded["base_model_name_or_path"] == trained.base_model["path"]
-    generator = f"vllm-serve:{PRESET}?max_model_len=2048&cpu_kvcache_gib=1"
+    generator = f"vllm-serve:{PRESET}?max_model_len=2048&cpu_kvcache_gib=1&{EAGER}"   # eager: test_vllm_server
     base_spec, spec = answer_specs(generator, BaseModel(**trained.base_model), trained)   # notebook 27's route
     assert base_spec == generator and spec == f"{generator}&lora=dpo={adapter}"
     cache = tmp_path / "llm.sqlite"

@@ -28,6 +28,11 @@ from kgrag_lib.llm import load_llm
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
 PRESET = "qwen2.5-coder-0.5b-q4"
+# Eager (`server.args`) for a server that answers a few short requests (test_vllm_lora, test_rehearse_gpu):
+# vLLM's CPU build spends about a minute of its start on torch.compile's warm-up, and decodes only a
+# little faster for it (bench/vllm_eager_bench.py on 2 cores: start 85 s compiled vs 33 s eager; 10.4 vs 9.9
+# tokens/s for one request, 36.2 vs 35.8 for 4 in flight). This module's server keeps vLLM's compiled default.
+EAGER = "args=[--enforce-eager]"
 SPEC = f"vllm-serve:{PRESET}?max_model_len=4096&cpu_kvcache_gib=2"
 
 
