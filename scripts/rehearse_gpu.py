@@ -234,7 +234,7 @@ def engine_spec(engine: str, eager: bool = False) -> str | None:
     """The `--model` of an engine's study (None: the profile's own, transformers). `eager` starts vLLM with
     --enforce-eager (`server.args`, part of the answers' identity)."""
     spec = ENGINES[engine]
-    return f"{spec}?args=[--enforce-eager]" if spec and eager and spec.startswith("vllm-serve:") else spec
+    return f"{spec}?args=[--enforce-eager]" if spec and eager else spec
 
 
 def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None,
@@ -242,8 +242,9 @@ def run_study(engine: str, work: Path, hf_home: Path, only: list[str] | None,
     co = co or this_checkout(work)
     out = co.studies / f"study-{engine}"   # not <work>/hf: that is the HF_HOME
     cmd = [*co.kgrag, "study", "--profile", str(rehearsal_profile(work)), "--out", str(out)]
-    if engine_spec(engine, eager):
-        cmd += ["--model", engine_spec(engine, eager)]
+    model = engine_spec(engine, eager)
+    if model:
+        cmd += ["--model", model]
     if only:
         cmd += ["--only", *only]
     env = {**co.env, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "",
