@@ -460,13 +460,20 @@ def test_an_equivalence_claim_is_planned_by_tost_inside_the_margin_and_by_refuta
     assert abs(P.Effect(5.0, "x", p_a=0.10, p_b=0.05).sd_points - 100 * (0.15 - 0.05 ** 2) ** 0.5) < 1e-9
 
 
-def test_the_committed_plan_plans_the_placebo_claim_on_the_full_kg_with_its_committed_effect(committed_plan):
-    plan = committed_plan
-    row = plan.claims.set_index("claim").loc["m1.kg_over_placebo.2wiki"]
+def test_the_frozen_plan_planned_the_placebo_claim_on_the_full_kg_and_its_run_decided_it(committed_plan):
+    """The plan frozen before unit 1 (results/claims-plan/2026-12-07.json) planned the placebo claim on
+    the full KG from its committed effect; unit 1 has run since, so a plan made today finds a verdict."""
+    import json
+
+    frozen = json.loads((ROOT / "results" / "claims-plan" / "2026-12-07.json").read_text(encoding="utf-8"))
+    row = next(c for c in frozen["claims"] if c["claim"] == "m1.kg_over_placebo.2wiki")
     assert row["planned"] and row["status"] == P.NOT_RUN and row["notebook"] == "21_kg_infused_main"
     assert "2wiki-evidence-oracle minus 2wiki-evidence-heldout" in row["effect_source"] and row["effect"] > 0
-    unit = plan.units[(plan.units["notebook"] == "21_kg_infused_main") & (plan.units["dataset"] == "2wiki")].iloc[0]
-    assert unit["kg"].startswith("2wiki-evidence-full") and "placebo arm" in unit["cost_source"]
+    unit = next(u for u in frozen["units"] if u["notebook"] == "21_kg_infused_main" and u["dataset"] == "2wiki")
+    assert unit["kg"].startswith("2wiki-evidence-full") and "placebo arm" in unit["cost_source"] and unit["n"] == 237
+    plan = committed_plan
+    now = plan.claims.set_index("claim").loc["m1.kg_over_placebo.2wiki"]
+    assert now["status"] == "verdict" and not now["planned"]
     # every `~` claim the plan runs has a TOST (or refutation) n
     tilde = plan.claims[plan.claims["planned"] & (plan.claims["relation"] == "~")]
     assert len(tilde) and tilde["note"].str.startswith("equivalence (~): ").all()

@@ -198,11 +198,38 @@ def test_sign_flip_p_is_exact_over_the_differing_questions():
     d = np.concatenate([rng.normal(0.08, 0.3, 30), np.zeros(70)])
     p = sign_flip_p(d, seed=1)
     assert 30 <= EXACT_FLIP_N and p == sign_flip_p(d, seed=2) and (p * 2 ** 30) == pytest.approx(round(p * 2 ** 30))
-    # beyond EXACT_FLIP_N: Monte Carlo, seeded, close to the normal approximation
+    # beyond EXACT_FLIP_N: the grid's bracket, seed-free, close to the normal approximation
     d = rng.normal(0.0, 0.3, 200)
     d += 1.96 * d.std() / np.sqrt(200) - d.mean()           # z ≈ 1.96: p ≈ 0.05
-    assert sign_flip_p(d, seed=1) == sign_flip_p(d, seed=1)
-    assert sign_flip_p(d, seed=1) == pytest.approx(0.05, abs=0.006)
+    assert sign_flip_p(d, seed=1) == sign_flip_p(d, seed=2)
+    assert sign_flip_p(d) == pytest.approx(0.05, abs=0.006)
+
+
+def test_sign_flip_bounds_bracket_the_exact_p_and_the_p_is_their_upper_end():
+    """Beyond EXACT_FLIP_N the p comes from a grid: its bounds hold the brute-force p for any
+    differences (thirds as Avg makes them, ties, negative sums), and the p taken is the upper one,
+    so no draw decides a verdict and the test never rejects more often than its level."""
+    import itertools
+
+    import numpy as np
+
+    from kgrag_lib.eval.paired import EXACT_FLIP_N, FLIP_P_WIDTH, sign_flip_bounds, sign_flip_p
+
+    rng = np.random.default_rng(3)
+    cases = [rng.normal(0.1, 0.3, 14), rng.choice([1 / 3, 2 / 3, -1 / 3, 0.5, -0.25], 16), -np.abs(rng.normal(0, 1, 12))]
+    for d in cases:
+        brute = np.mean([abs(np.dot(s, d)) >= abs(d.sum()) * (1 - 1e-9) for s in itertools.product((-1, 1), repeat=len(d))])
+        for bins in (64, 1 << 12, 1 << 19):       # a coarse grid gives wide bounds, never wrong ones
+            lo, hi = sign_flip_bounds(d, bins)
+            assert lo <= brute <= hi, (bins, lo, brute, hi)
+    # 237 questions as unit 1's Avg differences look: the p is the bracket's upper end, which
+    # 100,000 random sign patterns agree with to within their own error
+    d = np.round(rng.choice([0, 0, 0, 1 / 3, -1 / 3, 2 / 3, -2 / 3, 1], 237) + rng.normal(0.02, 0.05, 237), 4)
+    p, (lo, hi) = sign_flip_p(d), sign_flip_bounds(d)
+    assert len(d[d != 0]) > EXACT_FLIP_N and p == hi and hi - lo <= FLIP_P_WIDTH
+    signs = np.random.default_rng(0).choice((-1.0, 1.0), size=(100_000, len(d)))
+    mc = np.mean(np.abs(signs @ d) >= abs(d.sum()) * (1 - 1e-9))
+    assert mc == pytest.approx(p, abs=max(5 * np.sqrt(p * (1 - p) / len(signs)), 1e-3))
 
 
 def test_a_metric_no_question_scores_on_tests_no_claim():

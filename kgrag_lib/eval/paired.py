@@ -3,7 +3,8 @@
 Every "A beats B" claim of the papers is tested on per-question scores of both systems on the
 same questions: McNemar's exact test when the scores are 0/1 (Hit@1, EM, Acc), a paired
 sign-flip permutation test otherwise (F1, Avg: exact over all 2^k sign patterns of the k
-questions whose scores differ, up to `EXACT_FLIP_N` of them, Monte Carlo beyond), and always a
+questions whose scores differ, up to `EXACT_FLIP_N` of them; beyond, the exact p bracketed to
+within `FLIP_P_WIDTH` on a grid, `sign_flip_bounds`, and its upper end taken), and always a
 paired-bootstrap (BCa) 95% interval of the difference. The verdict follows the test, not the
 interval: with few differing questions a bootstrap interval is too narrow and can
 exclude 0 where the exact test gives p > 0.05. (A bootstrap p-value is not used: on a few
@@ -48,7 +49,12 @@ MIN_EQUIVALENCE_N = 30   # continuous scores: TOST's t-test is decided from this
 TOST_BINARY = "tost paired-proportion score tests (+0.5 discordant)"
 EQUIVALENCE_MARGIN = 5.0   # points: the default ± margin of a `~` claim where the paper states none
 EXACT_FLIP_N = 40    # differing questions up to which the sign-flip p is exact (2 x 2^20 sums)
-MC_FLIPS = 200_000   # Monte Carlo sign patterns beyond that: p's standard error <= 0.0005 at p = 0.05
+# Beyond that the p is bracketed on a grid (`sign_flip_bounds`). Until 2026-12-08 it was Monte Carlo
+# over 200,000 sign patterns (standard error up to 0.0005): a Holm-adjusted p at 0.0498 then could
+# read 0.0506 under another seed, so a verdict hung on the draw.
+FLIP_GRID_BINS = (1 << 19, 1 << 22)   # grid sizes tried in turn until the bracket is narrow enough
+FLIP_P_WIDTH = 1e-4  # the widest bracket whose upper end is taken as the p
+MC_FLIPS = 200_000   # Monte Carlo sign patterns where no grid brackets the p that closely
 
 
 def _subset_sums(d: np.ndarray) -> np.ndarray:
@@ -59,11 +65,44 @@ def _subset_sums(d: np.ndarray) -> np.ndarray:
     return sums
 
 
+def sign_flip_bounds(d: np.ndarray, bins: int = FLIP_GRID_BINS[0]) -> tuple[float, float]:
+    """Bounds (low, high) of the exact two-sided sign-flip p of the differences `d`.
+
+    Each |d_i| is rounded to a grid of step h (about `bins` grid sums in all) and the distribution
+    of Σ ±m_i h over all 2^k sign patterns is computed exactly, one difference at a time. Every
+    pattern's true sum lies within e = Σ |d_i - m_i h| of its grid sum, so the share of patterns at
+    least as far from 0 as the observed sum lies between P(|grid sum| >= obs + e) and
+    P(|grid sum| >= obs - e). No draw is involved: the same differences give the same bounds."""
+    d = np.asarray(d, dtype=float)
+    d = d[d != 0]
+    observed = abs(float(d.sum()))
+    if d.size == 0 or observed == 0:
+        return 1.0, 1.0
+    a = np.sort(np.abs(d))              # small steps first: the support grows as slowly as it can
+    h = 2 * float(a.sum()) / bins
+    m = np.rint(a / h).astype(np.int64)
+    err = float(np.abs(a - m * h).sum()) + observed * 1e-9   # and the last bits of a float sum
+    total = int(m.sum())
+    pmf = np.zeros(2 * total + 1)
+    pmf[total] = 1.0
+    lo = hi = total                     # the support so far: pmf[lo:hi + 1]
+    for step in m[m > 0]:
+        half = pmf[lo:hi + 1] * 0.5
+        pmf[lo:hi + 1] = 0.0
+        pmf[lo - step:hi - step + 1] += half
+        pmf[lo + step:hi + step + 1] += half
+        lo, hi = lo - step, hi + step
+    dist = np.abs(np.arange(-total, total + 1)) * h
+    return float(pmf[dist >= observed + err].sum()), min(1.0, float(pmf[dist >= observed - err].sum()))
+
+
 def sign_flip_p(d: np.ndarray, n_perm: int = MC_FLIPS, seed: int = 0) -> float:
     """Two-sided p of a paired permutation test: the share of sign patterns of the differences
     whose sum is at least as far from 0 as the observed one. Ties (zero differences) are dropped,
     since flipping them changes nothing; up to EXACT_FLIP_N differing questions the p is exact
-    (both halves' sums enumerated and matched by binary search), beyond that Monte Carlo."""
+    (both halves' sums enumerated and matched by binary search); beyond that it is the upper end
+    of `sign_flip_bounds` once the bracket is at most FLIP_P_WIDTH wide (never below the exact p,
+    so the test keeps its level), else seeded Monte Carlo kept inside the bracket."""
     d = np.asarray(d, dtype=float)
     d = d[d != 0]
     k = int(d.size)
@@ -77,6 +116,11 @@ def sign_flip_p(d: np.ndarray, n_perm: int = MC_FLIPS, seed: int = 0) -> float:
         ge = low.size - np.searchsorted(low, bar - high, side="left")
         le = np.searchsorted(low, -bar - high, side="right")
         return float((ge + le).sum() / 2.0 ** k)
+    bounds = (0.0, 1.0)
+    for bins in FLIP_GRID_BINS:
+        bounds = sign_flip_bounds(d, bins)
+        if bounds[1] - bounds[0] <= FLIP_P_WIDTH:
+            return bounds[1]
     rng = np.random.default_rng(seed)
     hits, done = 0, 0
     while done < n_perm:
@@ -84,7 +128,7 @@ def sign_flip_p(d: np.ndarray, n_perm: int = MC_FLIPS, seed: int = 0) -> float:
         signs = rng.choice((-1.0, 1.0), size=(m, k))
         hits += int((np.abs(signs @ d) >= bar).sum())
         done += m
-    return float((1 + hits) / (n_perm + 1))
+    return float(np.clip((1 + hits) / (n_perm + 1), *bounds))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,15 @@ def re_decide_silent(claims: pd.DataFrame) -> pd.DataFrame:
     return claims.assign(verdict=claims["verdict"].where(~silent, NO_SIGNAL)) if silent.any() else claims
 
 
+BEFORE_EXACT_FLIP = "before exact sign-flip"   # a claim's p_value and verdict when its sign-flip p was Monte Carlo
+EXACT_FLIP_CHANGE = (
+    "Until 2026-12-08 the sign-flip p of a comparison with more than 40 differing questions was a Monte Carlo "
+    "estimate over 200,000 sign patterns (seed 0, standard error up to 0.0005); it is now the upper end of a bracket "
+    "of the exact p at most 0.0001 wide (`eval.paired.sign_flip_bounds`), so no draw decides a verdict. The change "
+    "was made after a result was seen: unit 1 of the claims plan (KG-Infused RAG − Vanilla QE on 2Wiki at 1.5B) "
+    "read Holm 0.0498 under the Monte Carlo p, and the exact p gives more than 0.05. The stored claims were "
+    "re-tested on their committed per-question files (`python -m kgrag_lib.report.rescore --retest`); each verdict "
+    "the change moved is shown under both p's.")
 BEFORE_TOST = "verdict before TOST"   # a `~` claim's verdict under the rule before issue 56 (equivalence_rule_before)
 NOT_REJUDGED = "not separable (stored before TOST; rerun its notebook)"
 EQUIVALENCE_CHANGE = (

@@ -27,6 +27,7 @@ from ..errors import ConfigError
 from ..eval.bootstrap import bootstrap_ci
 from ..eval.metrics import get_metric
 from ..eval.paired import claim_fields, paired_test, verdict
+from .claims import BEFORE_EXACT_FLIP
 
 KG_DIFFERENCE, PLACEBO_DIFFERENCE = "KG difference", "KG minus placebo KG"   # notebook 21's summary tables
 RESCORED = ("em", "f1", "hit1", "hit1_exact", "hit1_first")   # per-question values a compact row recomputes
@@ -127,17 +128,29 @@ class _Notebook:
         return None
 
 
-def _retest(rec: dict[str, Any], va: dict[str, float], vb: dict[str, float]) -> None:
+def _retest(rec: dict[str, Any], va: dict[str, float], vb: dict[str, float], p_only: bool = False) -> None:
+    """Re-test a stored claim on its sides' per-question values. `p_only`: a re-test because the
+    p's computation changed (`--retest`), its scores not: only p and verdict are replaced (the
+    interval's resamples follow the question order, which need not be the notebook's), and a p that
+    moves keeps the stored p and verdict in `BEFORE_EXACT_FLIP` (the first ones only), so the report
+    can show the verdict under both."""
     both = [q for q in va if q in vb]
     r = paired_test([va[q] for q in both], [vb[q] for q in both])
     rel = ">" if " > " in rec["statement"] else "<" if " < " in rec["statement"] else "~"
+    if p_only:
+        if rec.get("p_value") != r.p_value:
+            rec.setdefault(BEFORE_EXACT_FLIP, {"p_value": rec.get("p_value"), "verdict": rec.get("verdict")})
+            rec.update(p_value=r.p_value, verdict=verdict(rel, r))
+        return
     rec.update(n_pairs=r.n, ours_a=r.mean_a, ours_b=r.mean_b, diff=r.diff, ci95=[round(v, 1) for v in r.ci95],
                p_value=r.p_value, test=r.test, verdict=verdict(rel, r), **claim_fields(rel, r))
 
 
-def rescore_published(root: str | Path) -> list[str]:
+def rescore_published(root: str | Path, retest: bool = False) -> list[str]:
     """Rescore every run under `root` and the summary rows that rest on a changed run; the
-    lines say what changed (empty when nothing did)."""
+    lines say what changed (empty when nothing did). `retest`: after a change of the paired test
+    (not the scorer), re-test every claim and KG-difference row this module can place, changed
+    runs or not."""
     from .kg_infused import paper_numbers as kgi
 
     root = Path(root)
@@ -178,13 +191,18 @@ def rescore_published(root: str | Path) -> list[str]:
                                           "notebook instead of leaving its verdict stale")
                     continue
                 _, _, dataset, a, _, b, _, _ = spec
-                fa = nb.find(a[0], a[1], dataset, side_kg(rows, dataset, a))
-                fb = nb.find(b[0], b[1], dataset, side_kg(rows, dataset, b))
-                if fa is None or fb is None or (fa not in changed and fb not in changed):
+                # "<claim>@<kg>": the same claim on another KG's grid (the upper bound), its KG sides there
+                on = next((t for t in str(rec["claim"]).split("@")[1:] if t != rec.get("metric")), None)
+                fa = nb.find(a[0], a[1], dataset, side_kg(rows, dataset, a, on))
+                fb = nb.find(b[0], b[1], dataset, side_kg(rows, dataset, b, on))
+                if fa is None or fb is None or (fa not in changed and fb not in changed and not retest):
                     continue
                 old = rec.get("verdict"), rec.get("diff"), rec.get("p_value")
                 _retest(rec, question_avg(_read_jsonl(fa / "questions.jsonl"), rec["metric"]),
-                        question_avg(_read_jsonl(fb / "questions.jsonl"), rec["metric"]))
+                        question_avg(_read_jsonl(fb / "questions.jsonl"), rec["metric"]),
+                        p_only=fa not in changed and fb not in changed)
+                if retest and (rec.get("verdict"), rec.get("diff"), rec.get("p_value")) == old:
+                    continue
                 dirty = True
                 log.append(f"{summary.parent.name} {rec['claim']}: diff {old[1]:.2f} -> {rec['diff']:.2f}, "
                            f"p {old[2]:.4f} -> {rec['p_value']:.4f}, verdict {old[0]} -> {rec['verdict']}")
@@ -202,12 +220,17 @@ def rescore_published(root: str | Path) -> list[str]:
                     base_kg, other_kg = [k for k in kgs if k != main][0], main
                 fb = nb.by_label(rec["configuration"], rec["dataset"], base_kg)
                 fa = nb.by_label(rec["configuration"], rec["dataset"], other_kg)
-                if fa is None or fb is None or (fa not in changed and fb not in changed):
+                if fa is None or fb is None or (fa not in changed and fb not in changed and not retest):
                     continue
                 va = question_avg(_read_jsonl(fa / "questions.jsonl"), rec["metric"])
                 vb = question_avg(_read_jsonl(fb / "questions.jsonl"), rec["metric"])
                 both = [q for q in va if q in vb]
                 r = paired_test([va[q] for q in both], [vb[q] for q in both])
+                if fa not in changed and fb not in changed:   # --retest: the p's computation changed, not the scores
+                    if rec.get("p_value") != r.p_value:
+                        rec.update(p_value=r.p_value, separable="yes" if r.p_value < 0.05 else "not separable at this n")
+                        dirty = True
+                    continue
                 rec.update({"n_pairs": r.n, base_kg: round(r.mean_b, 1), other_kg: round(r.mean_a, 1),
                             "diff": round(r.diff, 1), "ci95": [round(v, 1) for v in r.ci95], "p_value": r.p_value,
                             "separable": "yes" if r.p_value < 0.05 else "not separable at this n"})
@@ -250,9 +273,14 @@ def placebo_kg(rows: list[dict[str, Any]], dataset: str) -> str | None:
     return next(iter(kgs), None)
 
 
-def side_kg(rows: list[dict[str, Any]], dataset: str, side: tuple) -> str | None:
+def side_kg(rows: list[dict[str, Any]], dataset: str, side: tuple, on: str | None = None) -> str | None:
     """The KG a claim's side ran on: the main grid's, or for a mechanism claim's `(variant, rounds,
-    "placebo")` side the placebo KG (`paper_numbers.MECHANISM_CLAIMS`)."""
+    "placebo")` side the placebo KG (`paper_numbers.MECHANISM_CLAIMS`); a claim checked on another
+    KG's grid (`<claim>@<kg>`, `on`) has its KG-Infused sides on that KG (`kg_infused.tables.check_claims`)."""
+    from .kg_infused.tables import ROUND_VARIANTS
+
+    if on and side[0] in ROUND_VARIANTS:
+        return on
     return placebo_kg(rows, dataset) if len(side) > 2 and side[2] == "placebo" else kgi_kg(rows, dataset)
 
 
@@ -267,10 +295,13 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
+    retest = "--retest" in args
+    args = [a for a in args if a != "--retest"]
     if len(args) != 1 or not Path(args[0]).is_dir():
-        print("usage: python -m kgrag_lib.report.rescore RESULTS_FOLDER (e.g. results/reference)", file=sys.stderr)
+        print("usage: python -m kgrag_lib.report.rescore [--retest] RESULTS_FOLDER (e.g. results/reference); "
+              "--retest re-tests every claim it can place after the paired test changed", file=sys.stderr)
         return 2
-    for line in rescore_published(args[0]):
+    for line in rescore_published(args[0], retest=retest):
         print(line)
     return 0
 

@@ -30,7 +30,8 @@ from ..redact import redact
 from ..rundir import PRED_FILE, read_predictions, read_summary
 from . import cross_method, multiplicity, preregistration
 from .accounting import account, registered_count
-from .claims import BEFORE_TOST, EQUIVALENCE_CHANGE, re_decide_equivalence, re_decide_silent
+from .claims import (BEFORE_EXACT_FLIP, BEFORE_TOST, EQUIVALENCE_CHANGE, EXACT_FLIP_CHANGE, re_decide_equivalence,
+                     re_decide_silent)
 from .mechanism import (KG_VERDICT_RULE, NOT_RECORDED, apply_testability, health_table, judge_health, mechanism_record,
                         sa_rag_index_health)
 from .metaqa.readings import flip_notes, readings_table, retested_claims
@@ -258,8 +259,8 @@ def verdict_counts(claims: pd.DataFrame) -> pd.DataFrame:
 
 
 def _md(df: pd.DataFrame, digits: int = 1) -> str:
-    for col in ("p_value", "p_equiv", "p_holm"):
-        if col in df:
+    for col in df.columns:   # "p_holm (Monte Carlo p)" too
+        if str(col).split(" ")[0] in ("p_value", "p_equiv", "p_holm"):
             df = df.assign(**{col: df[col].map(format_p)})
     return to_markdown(df, digits=digits) if not df.empty else "(none)"
 
@@ -277,6 +278,25 @@ def claim_papers(claims: pd.DataFrame, runs: pd.DataFrame) -> pd.Series:
             spec = specs.get(str(method))
             papers.setdefault(str(nb), set()).add(cross_method.paper_of(spec.family) if spec else str(method))
     return claims["notebook"].map(lambda nb: next(iter(papers[nb])) if len(papers.get(nb, ())) == 1 else str(nb))
+
+
+def exact_flip_changes(res: StudyResults, claims: pd.DataFrame, readings: pd.DataFrame | None = None
+                       ) -> tuple[int, pd.DataFrame]:
+    """(claims re-tested with the exact sign-flip p, the verdicts that differ from the Monte Carlo p's):
+    the claims table assessed again with each re-tested claim's stored `BEFORE_EXACT_FLIP` p and
+    verdict (`claims.EXACT_FLIP_CHANGE`), Holm included, beside today's."""
+    before = {nb: [{**r, **r[BEFORE_EXACT_FLIP]} if isinstance(r.get(BEFORE_EXACT_FLIP), dict) else r for r in rows]
+              for nb, rows in res.summaries.items()}
+    n = sum(isinstance(r.get(BEFORE_EXACT_FLIP), dict) for rows in res.summaries.values() for r in rows)
+    if not n or claims.empty:
+        return n, pd.DataFrame()
+    old = assessed_claims(StudyResults(res.root, before, res.runs), readings)
+    key = ["claim", "dataset", "metric"]
+    both = claims.merge(old[key + ["p_value", "p_holm", "verdict"]], on=key, suffixes=("", " (Monte Carlo p)"))
+    moved = both[both["verdict"] != both["verdict (Monte Carlo p)"]]
+    cols = [multiplicity.PAPER, *key, "p_value (Monte Carlo p)", "p_holm (Monte Carlo p)", "verdict (Monte Carlo p)",
+            "p_value", "p_holm", "verdict"]
+    return n, moved[[c for c in cols if c in moved.columns]].reset_index(drop=True)
 
 
 def assessed_claims(res: StudyResults, readings: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -353,6 +373,12 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     changed = multiplicity.changed_by_adjustment(claims)
     if not changed.empty:
         parts += ["Verdicts the adjustment changed:", "", _md(changed), ""]
+    n_exact, moved = exact_flip_changes(res, claims, readings)
+    if n_exact:
+        parts += ["### The sign-flip p made exact", "", EXACT_FLIP_CHANGE + f" {n_exact} stored comparisons were re-tested; "
+                  + (f"{len(moved)} verdicts moved:" if len(moved) else "no verdict moved."), ""]
+        if len(moved):
+            parts += [_md(moved), ""]
     equivalence = equivalence_table(claims)
     if not equivalence.empty:
         parts += ["### `~` claims: the equivalence rule before and after TOST", "", EQUIVALENCE_CHANGE + " `sd_diff` is "
