@@ -15,6 +15,7 @@ from kgrag_lib.eval.metrics import get_metric
 from kgrag_lib.eval.paired import CONFIRMED, NOT_SEPARABLE
 from kgrag_lib.report.kg_infused.paper_numbers import MECHANISM_CLAIMS
 from kgrag_lib.report.kg_infused.tables import round_label
+from kgrag_lib.report.claims import BEFORE_EXACT_FLIP
 from kgrag_lib.report.rescore import PLACEBO_DIFFERENCE, placebo_kg, rescore_published
 
 FULL, HELDOUT = "2wiki-evidence-full", "2wiki-evidence-heldout"
@@ -22,7 +23,7 @@ QIDS = [f"q{i}" for i in range(16)]
 GOLD = "Paris"
 
 
-def _run(folder: Path, kg: str, right: int, stale_em: bool = False) -> None:
+def _run(folder: Path, kg: str, right: int, stale_em: bool = False, method: str = "kg-infused") -> None:
     """A published KG-Infused run (rounds 2) on `kg` answering the first `right` questions correctly;
     `stale_em`: its first row stores EM 0 for a right answer, as a scorer change would leave it."""
     folder.mkdir(parents=True)
@@ -37,7 +38,7 @@ def _run(folder: Path, kg: str, right: int, stale_em: bool = False) -> None:
         rows[0]["em"] = 0.0
     (folder / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     (folder / "manifest.json").write_text(json.dumps({"config": {
-        "run": {"method": "kg-infused", "dataset": "2wiki"}, "method_config": {"kg": kg, "rounds": 2},
+        "run": {"method": method, "dataset": "2wiki"}, "method_config": {"kg": kg, "rounds": 2},
         "qids": QIDS}}), encoding="utf-8")
     mean = {m: round(100 * float(np.mean([r[m] for r in rows])), 2) for m in ("em", "f1", "acc")}
     (folder / "metrics.json").write_text(json.dumps({**mean, "avg": round(sum(mean.values()) / 3, 2)}),
@@ -96,3 +97,34 @@ def test_a_claim_the_rescorer_cannot_place_is_refused_when_its_notebook_changed(
     _notebook(tmp_path, [unknown])
     with pytest.raises(ConfigError, match="x.unplaced.2wiki"):
         rescore_published(tmp_path)
+
+
+def test_retest_after_the_p_changed_replaces_p_and_verdict_only_and_keeps_the_stored_ones(tmp_path):
+    """`rescore --retest` (the sign-flip p made exact): every claim it can place is re-tested though no
+    run changed; only p and verdict move (the interval's resamples follow the question order), the
+    stored ones are kept once in BEFORE_EXACT_FLIP, and a claim on another KG's grid (`...@<kg>`) is
+    re-tested on that KG's runs."""
+    nb = _notebook(tmp_path)
+    rescore_published(tmp_path)                       # the scores are right from here on
+    oracle = "2wiki-evidence-oracle"
+    _run(nb / "upper-bound" / "runs" / "2wiki" / "n16_seed0" / "kg-infused", oracle, right=15)
+    _run(nb / "runs" / "2wiki" / "n16_seed0" / "vanilla-rag", FULL, right=4, method="vanilla-rag")
+    summary = json.loads((nb / "summary.json").read_text(encoding="utf-8"))
+    summary[1].update(p_value=0.5, verdict=NOT_SEPARABLE)     # as a Monte Carlo p might have stored it
+    ci = summary[1]["ci95"] = [-1.0, 99.0]
+    summary.append({"claim": f"t1.kg_infused_over_vanilla_rag.2wiki@{oracle}", "table": "Table 1", "dataset": "2wiki",
+                    "metric": "avg", "statement": "KG-Infused RAG (w/ 2-Round) > Vanilla RAG", "n_pairs": 16,
+                    "ours_a": 0.0, "ours_b": 0.0, "diff": 0.0, "ci95": ci, "p_value": 0.2, "verdict": NOT_SEPARABLE})
+    (nb / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    assert rescore_published(tmp_path) == []          # no run changed: a plain rescore leaves them
+    log = rescore_published(tmp_path, retest=True)
+    assert len(log) == 2
+    claim, upper = [r for r in json.loads((nb / "summary.json").read_text(encoding="utf-8")) if "claim" in r]
+    assert claim[BEFORE_EXACT_FLIP] == {"p_value": 0.5, "verdict": NOT_SEPARABLE}
+    assert claim["verdict"] == CONFIRMED and claim["ci95"] == ci        # the interval is not redrawn
+    # the oracle run gets 15 right, Vanilla RAG 4: 11 questions differ, all one way, so the exact
+    # two-sided p is 2 / 2^11; on the main grid's run (13 right) it would be 2 / 2^9
+    assert upper["p_value"] == pytest.approx(2 / 2 ** 11) and upper["verdict"] == CONFIRMED
+    assert upper[BEFORE_EXACT_FLIP] == {"p_value": 0.2, "verdict": NOT_SEPARABLE} and upper["diff"] == 0.0
+    assert rescore_published(tmp_path, retest=True) == []     # and a second pass keeps the first stored ones
+    assert json.loads((nb / "summary.json").read_text(encoding="utf-8"))[1][BEFORE_EXACT_FLIP]["p_value"] == 0.5

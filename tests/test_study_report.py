@@ -329,3 +329,23 @@ def test_publishing_a_folder_rebuilds_the_folders_whose_findings_quote_it(result
 ])
 def test_models_named_by_a_local_path_show_the_path_from_their_checkout_folder(given, shown):
     assert ST.shown_model(given) == shown
+
+
+def test_a_verdict_the_exact_sign_flip_p_moved_is_shown_under_both_p_values(results):
+    """A claim re-tested after the sign-flip p became exact (`rescore --retest`) keeps its Monte Carlo
+    p and verdict; REPORT says the rule's computation changed after a result was seen and shows the
+    verdict under both, Holm included (the standard: a changed rule is stated with both outcomes)."""
+    from kgrag_lib.report.claims import BEFORE_EXACT_FLIP
+
+    md, _ = ST.write_report(ST.collect(results), results, "p")
+    assert "The sign-flip p made exact" not in md.read_text()          # nothing re-tested: no section
+    path = results / "12_x" / "summary.json"
+    rows = json.loads(path.read_text())
+    rows[1][BEFORE_EXACT_FLIP] = {"p_value": 0.01, "verdict": "confirmed"}
+    path.write_text(json.dumps(rows))
+    text = ST.write_report(ST.collect(results), results, "p")[0].read_text()
+    section = text.split("### The sign-flip p made exact")[1].split("###")[0]
+    assert "Comparisons re-tested: 1; verdicts moved: 1." in section
+    row = next(ln for ln in section.splitlines() if "exp2.ours_over_llm_1hop" in ln)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4:] == ["0.0100", "0.0100", "confirmed", "0.5000", "0.5000", "not separable at this n"]

@@ -49,7 +49,7 @@ MIN_EQUIVALENCE_N = 30   # continuous scores: TOST's t-test is decided from this
 TOST_BINARY = "tost paired-proportion score tests (+0.5 discordant)"
 EQUIVALENCE_MARGIN = 5.0   # points: the default ± margin of a `~` claim where the paper states none
 EXACT_FLIP_N = 40    # differing questions up to which the sign-flip p is exact (2 x 2^20 sums)
-# Beyond that the p is bracketed on a grid (`sign_flip_bounds`). Until 2026-12-08 it was Monte Carlo
+# Beyond that the p is bracketed on a grid (`sign_flip_bounds`). Until 2026-12-07 it was Monte Carlo
 # over 200,000 sign patterns (standard error up to 0.0005): a Holm-adjusted p at 0.0498 then could
 # read 0.0506 under another seed, so a verdict hung on the draw.
 FLIP_GRID_BINS = (1 << 19, 1 << 22)   # grid sizes tried in turn until the bracket is narrow enough

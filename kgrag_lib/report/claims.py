@@ -50,7 +50,7 @@ def re_decide_silent(claims: pd.DataFrame) -> pd.DataFrame:
 
 BEFORE_EXACT_FLIP = "before exact sign-flip"   # a claim's p_value and verdict when its sign-flip p was Monte Carlo
 EXACT_FLIP_CHANGE = (
-    "Until 2026-12-08 the sign-flip p of a comparison with more than 40 differing questions was a Monte Carlo "
+    "Until 2026-12-07 the sign-flip p of a comparison with more than 40 differing questions was a Monte Carlo "
     "estimate over 200,000 sign patterns (seed 0, standard error up to 0.0005); it is now the upper end of a bracket "
     "of the exact p at most 0.0001 wide (`eval.paired.sign_flip_bounds`), so no draw decides a verdict. The change "
     "was made after a result was seen: unit 1 of the claims plan (KG-Infused RAG − Vanilla QE on 2Wiki at 1.5B) "

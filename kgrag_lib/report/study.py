@@ -375,8 +375,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += ["Verdicts the adjustment changed:", "", _md(changed), ""]
     n_exact, moved = exact_flip_changes(res, claims, readings)
     if n_exact:
-        parts += ["### The sign-flip p made exact", "", EXACT_FLIP_CHANGE + f" {n_exact} stored comparisons were re-tested; "
-                  + (f"{len(moved)} verdicts moved:" if len(moved) else "no verdict moved."), ""]
+        parts += ["### The sign-flip p made exact", "", EXACT_FLIP_CHANGE + f" Comparisons re-tested: {n_exact}; verdicts "
+                  f"moved: {len(moved)}.", ""]
         if len(moved):
             parts += [_md(moved), ""]
     equivalence = equivalence_table(claims)
