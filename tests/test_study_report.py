@@ -349,3 +349,21 @@ def test_a_verdict_the_exact_sign_flip_p_moved_is_shown_under_both_p_values(resu
     row = next(ln for ln in section.splitlines() if "exp2.ours_over_llm_1hop" in ln)
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[4:] == ["0.0100", "0.0100", "confirmed", "0.5000", "0.5000", "not separable at this n"]
+
+
+def test_the_cost_section_gives_the_caches_model_time_beside_the_tables_lower_bound(results):
+    """An answer replayed from the LLM cache costs its run about 0 s, so the cost table is a lower bound
+    (unit 1's notebook 21 counted 0.68 h after a fresh checkout replayed it); the committed cache's own
+    seconds give the upper bound, each answer once."""
+    import gzip
+
+    text = ST.write_report(ST.collect(results), results, "p")[0].read_text()
+    assert "The committed LLM cache" not in text                       # no parts: no line
+    (results / "llm-cache").mkdir()
+    with gzip.open(results / "llm-cache" / "part-0001.jsonl.gz", "wt", encoding="utf-8") as fh:
+        for key, sec in (("a", 1.0), ("b", 2.0), ("c", 700.0)):
+            fh.write(json.dumps({"key": key, "response": "x", "seconds": sec}) + "\n")
+    assert ST.cache_model_time(results) == {"answers": 3, "hours": pytest.approx(703 / 3600), "long": 1}
+    text = ST.write_report(ST.collect(results), results, "p")[0].read_text()
+    assert "records 0.20 wall hours (0.39 core-hours on 2 cores) for its 3 answers" in text
+    assert "and 1 answers over 600 s" in text

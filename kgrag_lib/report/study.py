@@ -198,6 +198,27 @@ def cost_by_notebook(runs: pd.DataFrame) -> pd.DataFrame:
                          "runs": runs.groupby("notebook").size()})
 
 
+LONG_ANSWER_S = 600   # an answer the cache says took longer: a run paused mid-answer, or one beside another job
+
+
+def cache_model_time(folder: str | Path) -> dict[str, Any] | None:
+    """What the committed LLM cache of a published folder (`<folder>/llm-cache/part-*.jsonl.gz`) says the
+    model spent: every answer once, at the seconds it took when generated. The cost table counts the
+    seconds of the run that wrote each question, so an answer that run replayed from the cache (after a
+    fresh checkout, or a run re-made) adds ~0 there: the table is a lower bound of the model time, this an
+    upper one (it holds answers of runs replaced since, and answers slowed by a pause). None without parts."""
+    import gzip
+
+    parts = sorted((Path(folder) / "llm-cache").glob("part-*.jsonl.gz"))
+    if not parts:
+        return None
+    seconds = []
+    for part in parts:
+        with gzip.open(part, "rt", encoding="utf-8") as fh:
+            seconds += [float(json.loads(line).get("seconds") or 0.0) for line in fh if line.strip()]
+    return {"answers": len(seconds), "hours": sum(seconds) / 3600, "long": sum(s > LONG_ANSWER_S for s in seconds)}
+
+
 def format_p(v: Any) -> str | None:
     """p as text with four decimals, so a p at the 0.05 threshold reads on the side its verdict
     took (the report's tables print floats with one decimal; summary.json keeps the float)."""
@@ -418,6 +439,14 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "percent; cost per question counts every LLM request, cached or not, and the seconds it took when "
               "first computed.", "", _md(cross_method_table(runs)), ""]
     parts += ["## What each notebook's runs cost", "", _md(cost_by_notebook(runs).rename_axis("notebook").reset_index(), 2), ""]
+    paid = cache_model_time(res.root)
+    if paid:
+        parts += [f"The table counts each question's seconds in the run that wrote it, so an answer that run replayed "
+                  f"from the LLM cache (after a fresh checkout, or a run re-made) adds about 0: a lower bound of the model "
+                  f"time. The committed LLM cache (`llm-cache/`) records {paid['hours']:.2f} wall hours "
+                  f"({2 * paid['hours']:.2f} core-hours on 2 cores) for its {paid['answers']:,} answers, each once at the "
+                  f"seconds it took when generated: an upper bound, as it also holds answers of runs replaced since, and "
+                  f"{paid['long']} answers over {LONG_ANSWER_S} s (a run paused mid-answer, or beside another job).", ""]
     parts += ["## Each notebook's results", ""]
     for nb, rows in res.summaries.items():
         kinds: dict[tuple, list[dict[str, Any]]] = {}
