@@ -367,3 +367,33 @@ def test_the_cost_section_gives_the_caches_model_time_beside_the_tables_lower_bo
     text = ST.write_report(ST.collect(results), results, "p")[0].read_text()
     assert "records 0.20 wall hours (0.39 core-hours on 2 cores) for its 3 answers" in text
     assert "and 1 answers over 600 s" in text
+
+
+def test_model_hours_count_each_request_once_at_its_generation_seconds():
+    """The cost table's model hours: the cache's seconds of each distinct request, in the first notebook
+    (by name) whose runs made it, however often later runs replayed it; missing where no run records."""
+    import pandas as pd
+
+    runs = pd.DataFrame([
+        {"notebook": "21_a", "answer_seconds_total": 3.6, "requests": ("k1", "k2", "k2")},
+        {"notebook": "21_a", "answer_seconds_total": 0.0, "requests": ("k3",)},
+        {"notebook": "22_b", "answer_seconds_total": 0.0, "requests": ("k1", "k4")},   # k1 replays 21's answer
+        {"notebook": "23_c", "answer_seconds_total": 7.2, "requests": None},          # published before requests
+    ])
+    secs = {"k1": 3600.0, "k2": 1800.0, "k3": 900.0, "k4": 360.0}
+    table = ST.cost_by_notebook(runs, secs)
+    assert list(table[ST.MODEL_HOURS]) == [1.75, 0.1, None]
+    assert list(table["answering wall hours"]) == [0.0, 0.0, 0.0]        # 3.6 s and 7.2 s round to 0.00 h
+    assert ST.MODEL_HOURS not in ST.cost_by_notebook(runs)                 # no cache: the column is left out
+
+
+def test_published_rows_keep_their_request_ids(results, tmp_path):
+    folder = results / "12_x" / "runs" / "metaqa-1hop" / "llm"
+    rows = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+    for i, r in enumerate(rows):
+        r["requests"] = [f"{i:016x}"]
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    compact = ST.compact_rows(folder)
+    assert [r["requests"] for r in compact] == [[f"{i:016x}"] for i in range(4)]
+    assert ST.run_requests(folder) == tuple(f"{i:016x}" for i in range(4))
+    assert ST.run_requests(results / "12_x" / "runs" / "metaqa-1hop" / "kg-rag") is None   # rows without the field

@@ -31,7 +31,8 @@ from . import multiplicity
 from .cross_method import mechanism_split, paper_of
 from .mechanism import health_table
 from .metaqa.readings import FLOOR, OWN_P, READINGS, is_floor, readings_table
-from .study import SECONDARY_METRICS, assessed_claims, cache_model_time, collect, cost_by_notebook, format_p, unique_runs
+from .study import (MODEL_HOURS, SECONDARY_METRICS, assessed_claims, cache_model_time, cache_request_seconds, collect,
+                    cost_by_notebook, format_p, unique_runs)
 
 TEMPLATE_FILE = "FINDINGS.template.md"
 OUT_FILE = "FINDINGS.md"
@@ -345,15 +346,18 @@ class Facts:
                               f"that paper (its families: {', '.join(sizes) or 'none'})")
         return sizes[name]
 
-    def cost(self, nb: str) -> dict[str, float]:
+    def cost(self, nb: str) -> dict[str, Any]:
         """Answering wall hours and core-hours of a notebook's runs, as REPORT's cost table counts them
-        (a run shared by notebooks counts once, under the first)."""
-        table = cost_by_notebook(self.runs)
+        (a run shared by notebooks counts once, under the first), and `model`: its requests' model hours
+        from the LLM cache (`study.MODEL_HOURS`; None where its runs do not record their requests)."""
+        table = cost_by_notebook(self.runs, cache_request_seconds(self.folder))
         name = self._notebook(nb)
         if name not in table.index:
             raise ConfigError(f"findings template: no runs of notebook {name} in the cost table")
         r = table.loc[name]
-        return {"hours": float(r["answering wall hours"]), "core": float(r["core-hours (2 cores)"]), "runs": int(r["runs"])}
+        model = r.get(MODEL_HOURS)
+        return {"hours": float(r["answering wall hours"]), "core": float(r["core-hours (2 cores)"]), "runs": int(r["runs"]),
+                "model": None if model is None or pd.isna(model) else float(model)}
 
     @cached_property
     def total_hours(self) -> float:

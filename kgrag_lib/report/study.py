@@ -143,7 +143,25 @@ def read_run(folder: Path) -> dict[str, Any] | None:
     cost = met.get("cost_per_question") or {}
     rec.update({f"{k}_per_q": cost.get(k) for k in COST_KEYS})
     rec["answer_seconds_total"] = round(float(cost.get("seconds") or 0.0) * int(met.get("n") or 0), 1)
+    rec["requests"] = run_requests(folder)
     return rec
+
+
+def run_requests(folder: Path) -> tuple[str, ...] | None:
+    """The LLM request ids (a cache key's first 16 hex digits) a run's questions made, from its
+    questions.jsonl (published) or predictions.jsonl; None where its rows do not record them."""
+    for name in ("questions.jsonl", PRED_FILE):
+        path = folder / name
+        if path.is_file():
+            ids: list[str] = []
+            seen = False
+            with open(path, encoding="utf-8") as fh:
+                for line in fh:
+                    if '"requests"' in line:
+                        seen = True
+                        ids += [str(k) for k in (json.loads(line).get("requests") or [])]
+            return tuple(ids) if seen else None
+    return None
 
 
 def collect(root: str | Path, exclude: Iterable[str] = ("90_report",)) -> StudyResults:
@@ -188,14 +206,32 @@ def cross_method_table(runs: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values([c for c in ("dataset", "n", "seed", "model", "method") if c in df.columns]).reset_index(drop=True)
 
 
-def cost_by_notebook(runs: pd.DataFrame) -> pd.DataFrame:
+MODEL_HOURS = "model hours (LLM cache)"
+
+
+def cost_by_notebook(runs: pd.DataFrame, request_seconds: dict[str, float] | None = None) -> pd.DataFrame:
     """Hours the machine spent answering the questions of each notebook's distinct runs
-    (per-question seconds as first computed; a resume or a cache hit adds nothing)."""
+    (per-question seconds of the run that wrote them; a resume or a cache hit adds nothing, so an
+    answer replayed after a fresh checkout counts about 0). With `request_seconds` (a request id's
+    seconds when generated, `cache_request_seconds`): `MODEL_HOURS`, the model time of the distinct
+    requests each notebook's runs made, each counted in the first notebook (in name order) that made
+    it, however often it was replayed since; missing where no run of the notebook records its requests."""
     if runs.empty:
         return runs
     g = runs.groupby("notebook")["answer_seconds_total"].sum() / 3600
-    return pd.DataFrame({"answering wall hours": g.round(2), "core-hours (2 cores)": (2 * g).round(2),
-                         "runs": runs.groupby("notebook").size()})
+    out = pd.DataFrame({"answering wall hours": g.round(2), "core-hours (2 cores)": (2 * g).round(2),
+                        "runs": runs.groupby("notebook").size()})
+    if request_seconds and "requests" in runs:
+        seen: set[str] = set()
+        hours: dict[str, float | None] = {}
+        for nb, grp in runs.groupby("notebook", sort=True):
+            ids = {k for reqs in grp["requests"] if isinstance(reqs, tuple) for k in reqs}
+            recorded = any(isinstance(reqs, tuple) for reqs in grp["requests"])
+            new = ids - seen
+            seen |= ids
+            hours[nb] = round(sum(request_seconds.get(k, 0.0) for k in new) / 3600, 2) if recorded else None
+        out[MODEL_HOURS] = pd.Series(hours, dtype=object)
+    return out
 
 
 LONG_ANSWER_S = 600   # an answer the cache says took longer: a run paused mid-answer, or one beside another job
@@ -207,16 +243,39 @@ def cache_model_time(folder: str | Path) -> dict[str, Any] | None:
     seconds of the run that wrote each question, so an answer that run replayed from the cache (after a
     fresh checkout, or a run re-made) adds ~0 there: the table is a lower bound of the model time, this an
     upper one (it holds answers of runs replaced since, and answers slowed by a pause). None without parts."""
+    entries = _cache_entries(folder)
+    if entries is None:
+        return None
+    seconds = [s for _, s in entries]
+    return {"answers": len(seconds), "hours": sum(seconds) / 3600, "long": sum(s > LONG_ANSWER_S for s in seconds)}
+
+
+def cache_request_seconds(folder: str | Path) -> dict[str, float] | None:
+    """Request id (a cache key's first 16 hex digits, as runs record `requests`) -> the seconds its
+    answer took when generated, from the folder's committed LLM cache; None without parts."""
+    entries = _cache_entries(folder)
+    if entries is None:
+        return None
+    out: dict[str, float] = {}
+    for key, sec in entries:
+        out.setdefault(key[:16], sec)
+    return out
+
+
+def _cache_entries(folder: str | Path) -> list[tuple[str, float]] | None:
     import gzip
 
     parts = sorted((Path(folder) / "llm-cache").glob("part-*.jsonl.gz"))
     if not parts:
         return None
-    seconds = []
+    out = []
     for part in parts:
         with gzip.open(part, "rt", encoding="utf-8") as fh:
-            seconds += [float(json.loads(line).get("seconds") or 0.0) for line in fh if line.strip()]
-    return {"answers": len(seconds), "hours": sum(seconds) / 3600, "long": sum(s > LONG_ANSWER_S for s in seconds)}
+            for line in fh:
+                if line.strip():
+                    rec = json.loads(line)
+                    out.append((str(rec.get("key") or ""), float(rec.get("seconds") or 0.0)))
+    return out
 
 
 def format_p(v: Any) -> str | None:
@@ -438,12 +497,15 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "same questions, corpus and model is notebook 50's, first in this report when it ran). Scores in "
               "percent; cost per question counts every LLM request, cached or not, and the seconds it took when "
               "first computed.", "", _md(cross_method_table(runs)), ""]
-    parts += ["## What each notebook's runs cost", "", _md(cost_by_notebook(runs).rename_axis("notebook").reset_index(), 2), ""]
+    parts += ["## What each notebook's runs cost", "",
+              _md(cost_by_notebook(runs, cache_request_seconds(res.root)).rename_axis("notebook").reset_index(), 2), ""]
     paid = cache_model_time(res.root)
     if paid:
-        parts += [f"The table counts each question's seconds in the run that wrote it, so an answer that run replayed "
-                  f"from the LLM cache (after a fresh checkout, or a run re-made) adds about 0: a lower bound of the model "
-                  f"time. The committed LLM cache (`llm-cache/`) records {paid['hours']:.2f} wall hours "
+        parts += [f"`answering wall hours` counts each question's seconds in the run that wrote it, so an answer that run "
+                  f"replayed from the LLM cache (after a fresh checkout, or a run re-made) adds about 0: a lower bound of "
+                  f"the model time. `{MODEL_HOURS}` counts the seconds each distinct request's answer took when generated "
+                  f"(the committed cache keeps them), in the first notebook that made it; it is missing for runs whose "
+                  f"published rows do not record their requests (published before 2026-12-07). The committed LLM cache (`llm-cache/`) records {paid['hours']:.2f} wall hours "
                   f"({2 * paid['hours']:.2f} core-hours on 2 cores) for its {paid['answers']:,} answers, each once at the "
                   f"seconds it took when generated: an upper bound, as it also holds answers of runs replaced since, and "
                   f"{paid['long']} answers over {LONG_ANSWER_S} s (a run paused mid-answer, or beside another job).", ""]
@@ -491,11 +553,11 @@ def compact_rows(run_folder: Path, metrics: Iterable[str] = RUN_SCORES) -> list[
 
     rows = read_predictions(run_folder / PRED_FILE)
     items = score_items(rows, tuple(metrics))
-    keep = ("qid", "dataset", "prediction", "answers", "failed", "error", "cost")
+    keep = ("qid", "dataset", "prediction", "answers", "failed", "error", "cost", "requests")
     out = []
     for i, r in enumerate(rows):
         trace = r.get("trace") or {}
-        rec = {**{k: r.get(k) for k in keep}, "issues": trace.get("issues") or [],
+        rec = {**{k: r.get(k) for k in keep if k != "requests" or r.get(k) is not None}, "issues": trace.get("issues") or [],
                **{m: items[m][i] for m in items}}
         mech = mechanism_record(trace, r.get("question"), r.get("answers"))
         if mech:
