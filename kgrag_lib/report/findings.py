@@ -31,7 +31,7 @@ from . import multiplicity
 from .cross_method import mechanism_split, paper_of
 from .mechanism import health_table
 from .metaqa.readings import FLOOR, OWN_P, READINGS, is_floor, readings_table
-from .study import (MODEL_HOURS, SECONDARY_METRICS, assessed_claims, cache_model_time, cache_request_seconds, collect,
+from .study import (MODEL_HOURS, SECONDARY_METRICS, assessed_claims, cache_request_seconds, collect,
                     cost_by_notebook, format_p, unique_runs)
 
 TEMPLATE_FILE = "FINDINGS.template.md"
@@ -362,15 +362,6 @@ class Facts:
     @cached_property
     def total_hours(self) -> float:
         return float(self.runs["answer_seconds_total"].sum()) / 3600
-
-    @cached_property
-    def cache_hours(self) -> float:
-        """The model time the folder's committed LLM cache records (`study.cache_model_time`): the upper
-        bound beside `total_hours`, the cost table's lower one."""
-        paid = cache_model_time(self.folder)
-        if paid is None:
-            raise ConfigError(f"findings template: {self.folder} keeps no llm-cache/ parts")
-        return float(paid["hours"])
 
     @cached_property
     def _health(self) -> pd.DataFrame:
