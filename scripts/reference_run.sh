@@ -66,21 +66,27 @@ mkdir -p "$dest"
 if [ -d "$parts" ]; then .venv/bin/kgrag cache import "$parts"; fi
 if [ -f "$dest/llm-cache.jsonl.gz" ]; then .venv/bin/kgrag cache import "$dest/llm-cache.jsonl.gz"; fi
 
-commit_reference() {  # $1: message; commits $dest with what its publishing rewrote beside it (README's
-  # findings block, and the REPORT/FINDINGS of a results folder whose findings quote $dest), retrying while git is busy
+commit_reference() {  # $1: message; $2...: the paths to commit, by default $dest with what its publishing rewrote
+  # beside it (README's findings block, and the REPORT/FINDINGS of a results folder whose findings quote $dest);
+  # retrying while git is busy
   [ "$commit" = 1 ] || return 0
-  local paths=("$dest" README.md results/reference*/FINDINGS.md results/reference*/REPORT.md results/reference*/REPORT.html)
+  local msg="$1"; shift
+  local paths=("$@")
+  if [ ${#paths[@]} -eq 0 ]; then
+    paths=("$dest" README.md results/reference*/FINDINGS.md results/reference*/REPORT.md results/reference*/REPORT.html)
+  fi
   [ -n "$(git status --porcelain -- "${paths[@]}")" ] || return 0
   for try in 1 2 3 4 5; do
-    git add -- "${paths[@]}" && git commit -q -m "$1" -- "${paths[@]}" && return 0 || sleep 10
+    git add -- "${paths[@]}" && git commit -q -m "$msg" -- "${paths[@]}" && return 0 || sleep 10
   done
-  echo "reference_run: could not commit ($1); the files stay in $dest" >&2
+  echo "reference_run: could not commit ($msg); the files stay in $dest" >&2
 }
 
 checkpoint() {  # under the lock: never beside notebook 90's publishing of the same folder
   ( flock 9
     .venv/bin/kgrag cache export --parts "$parts" || exit 0
-    commit_reference "Reference run ($profile): checkpoint of the LLM answers ($(date -u +%FT%TZ))" ) 9>"$lock"
+    # the new cache parts only: an edit of README or a report beside a running unit is not this commit's
+    commit_reference "Reference run ($profile): checkpoint of the LLM answers ($(date -u +%FT%TZ))" "$parts" ) 9>"$lock"
 }
 
 if [ "$commit" = 1 ]; then
