@@ -229,6 +229,10 @@ def test_sign_flip_bounds_bracket_the_exact_p_and_the_p_is_their_upper_end():
     assert len(d[d != 0]) > EXACT_FLIP_N and p == hi and hi - lo <= FLIP_P_WIDTH
     signs = np.random.default_rng(0).choice((-1.0, 1.0), size=(100_000, len(d)))
     mc = np.mean(np.abs(signs @ d) >= abs(d.sum()) * (1 - 1e-9))
+    # thousands of differing questions: no grid is tried (it would take minutes), seeded Monte Carlo instead
+    big = rng.normal(0.0, 0.3, 4000)
+    big += 1.96 * big.std() / np.sqrt(4000) - big.mean()
+    assert sign_flip_p(big, n_perm=20_000, seed=1) == pytest.approx(0.05, abs=0.01)
     assert mc == pytest.approx(p, abs=max(5 * np.sqrt(p * (1 - p) / len(signs)), 1e-3))
 
 

@@ -54,6 +54,7 @@ EXACT_FLIP_N = 40    # differing questions up to which the sign-flip p is exact 
 # read 0.0506 under another seed, so a verdict hung on the draw.
 FLIP_GRID_BINS = (1 << 19, 1 << 22)   # grid sizes tried in turn until the bracket is narrow enough
 FLIP_P_WIDTH = 1e-4  # the widest bracket whose upper end is taken as the p
+FLIP_GRID_WORK = 1.5e9   # differing questions x grid sums above which a grid is not tried (its loop would take minutes)
 MC_FLIPS = 200_000   # Monte Carlo sign patterns where no grid brackets the p that closely
 
 
@@ -118,6 +119,8 @@ def sign_flip_p(d: np.ndarray, n_perm: int = MC_FLIPS, seed: int = 0) -> float:
         return float((ge + le).sum() / 2.0 ** k)
     bounds = (0.0, 1.0)
     for bins in FLIP_GRID_BINS:
+        if k * bins > FLIP_GRID_WORK:   # thousands of differing questions: Monte Carlo, as before
+            break
         bounds = sign_flip_bounds(d, bins)
         if bounds[1] - bounds[0] <= FLIP_P_WIDTH:
             return bounds[1]
