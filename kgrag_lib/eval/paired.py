@@ -4,7 +4,8 @@ Every "A beats B" claim of the papers is tested on per-question scores of both s
 same questions: McNemar's exact test when the scores are 0/1 (Hit@1, EM, Acc), a paired
 sign-flip permutation test otherwise (F1, Avg: exact over all 2^k sign patterns of the k
 questions whose scores differ, up to `EXACT_FLIP_N` of them; beyond, the exact p bracketed to
-within `FLIP_P_WIDTH` on a grid, `sign_flip_bounds`, and its upper end taken), and always a
+within `FLIP_P_WIDTH` on a grid, `sign_flip_bounds`, and its upper end taken; Monte Carlo only where no
+grid is that narrow or affordable, at thousands of them), and always a
 paired-bootstrap (BCa) 95% interval of the difference. The verdict follows the test, not the
 interval: with few differing questions a bootstrap interval is too narrow and can
 exclude 0 where the exact test gives p > 0.05. (A bootstrap p-value is not used: on a few
