@@ -54,7 +54,7 @@ EXACT_FLIP_CHANGE = (
     "estimate over 200,000 sign patterns (seed 0, standard error up to 0.0005); it is now the upper end of a bracket "
     "of the exact p at most 0.0001 wide (`eval.paired.sign_flip_bounds`), so no draw decides a verdict. The change "
     "was made after a result was seen: unit 1 of the claims plan (KG-Infused RAG − Vanilla QE on 2Wiki at 1.5B) "
-    "read Holm 0.0498 under the Monte Carlo p, and the exact p gives more than 0.05. The stored claims were "
+    "read Holm 0.0498 under the Monte Carlo p and 0.0505 under the exact one. The stored claims were "
     "re-tested on their committed per-question files (`python -m kgrag_lib.report.rescore --retest`); each verdict "
     "the change moved is shown under both p's.")
 BEFORE_TOST = "verdict before TOST"   # a `~` claim's verdict under the rule before issue 56 (equivalence_rule_before)
