@@ -12,6 +12,11 @@ the same paired test. A changed run in a notebook whose claim this module cannot
 by name rather than left stale.
 
     PYTHONPATH=. .venv/bin/python -m kgrag_lib.report.rescore results/reference
+
+After a change to the paired test itself (its scores unchanged), `--retest` re-tests every claim and
+KG-difference row it can place: only p and verdict change, and a claim whose p moved keeps its earlier
+p and verdict (`claims.BEFORE_EXACT_FLIP`) so REPORT shows both. Then rebuild the folder's report
+(`python -m kgrag_lib.report.publish FOLDER --profile P`).
 """
 
 from __future__ import annotations
