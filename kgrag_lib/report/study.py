@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import lru_cache
 from importlib import import_module
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,20 +263,28 @@ def cache_request_seconds(folder: str | Path) -> dict[str, float] | None:
     return out
 
 
-def _cache_entries(folder: str | Path) -> list[tuple[str, float]] | None:
-    import gzip
-
+def _cache_entries(folder: str | Path) -> tuple[tuple[str, float], ...] | None:
+    """(key, seconds) of every answer in the folder's cache parts. The REPORT and a findings render
+    ask several times (the cost table, its paragraph, each notebook's cost); the parts are read once
+    while they stay as they are (name, size and mtime of each)."""
     parts = sorted((Path(folder) / "llm-cache").glob("part-*.jsonl.gz"))
     if not parts:
         return None
+    return _read_parts(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in parts))
+
+
+@lru_cache(maxsize=4)
+def _read_parts(parts: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, float], ...]:
+    import gzip
+
     out = []
-    for part in parts:
+    for part, _, _ in parts:
         with gzip.open(part, "rt", encoding="utf-8") as fh:
             for line in fh:
                 if line.strip():
                     rec = json.loads(line)
                     out.append((str(rec.get("key") or ""), float(rec.get("seconds") or 0.0)))
-    return out
+    return tuple(out)
 
 
 def format_p(v: Any) -> str | None:
