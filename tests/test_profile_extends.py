@@ -25,6 +25,7 @@ def test_shipped_variant_merges_over_its_parent():
     assert (grid["datasets"], grid["n"]) == (["metaqa-1hop", "metaqa-2hop"], 50)
     assert grid["per_dataset"] == {"metaqa-1hop": {"n": 71, "hops_grid": [1, 3]}, "metaqa-3hop": None}
     assert base["notebooks"]["11_metaqa_parameter_grid"]["per_dataset"]["metaqa-3hop"] == {"n": 30, "hops_grid": [3]}
+    assert p["notebooks"]["41_tcr_qf_main"] == {**base["notebooks"]["41_tcr_qf_main"], "n": 129}   # unit 3 (issue 56)
     assert p["notebooks"]["90_report"]["publish_dir"] == "results/reference-1.5b"
     assert "extends" not in p
 
