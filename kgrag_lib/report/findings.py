@@ -95,6 +95,11 @@ class Claim:
         return _p_phrase("p", self.row["p_value"])
 
     @property
+    def pe(self) -> str:
+        """A `~` claim's TOST p: "p_equiv = 0.0563" (the p its Holm-adjusted `holm` adjusts)."""
+        return _p_phrase("p_equiv", self.row["p_equiv"])
+
+    @property
     def holm(self) -> str:
         """"Holm 0.10" or "Holm < 0.0001"."""
         return _p_phrase("Holm", self.row["p_holm"]).replace(" = ", " ")
