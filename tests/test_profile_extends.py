@@ -21,9 +21,10 @@ def test_shipped_variant_merges_over_its_parent():
                   "placebo_kg": "2wiki-evidence-heldout", "datasets": ["2wiki"], "n": 237}   # the frozen plan's n (issue 56)
     assert base["notebooks"]["21_kg_infused_main"]["n"] is None
     assert p["notebooks"]["23_activation_rounds"]["rounds"] == [1, 2]
-    grid = p["notebooks"]["11_metaqa_parameter_grid"]   # the 1-hop entry merges over the parent's; null drops 3-hop's
-    assert (grid["datasets"], grid["n"]) == (["metaqa-1hop", "metaqa-2hop"], 50)
-    assert grid["per_dataset"] == {"metaqa-1hop": {"n": 71, "hops_grid": [1, 3]}, "metaqa-3hop": None}
+    grid = p["notebooks"]["11_metaqa_parameter_grid"]   # each entry merges over the parent's
+    assert (grid["datasets"], grid["n"]) == (["metaqa-1hop", "metaqa-2hop", "metaqa-3hop"], 50)
+    assert grid["per_dataset"] == {"metaqa-1hop": {"n": 71, "hops_grid": [1, 3]},
+                                   "metaqa-3hop": {"n": 86, "hops_grid": [3]}}   # units 2 and 5 (issue 56)
     assert base["notebooks"]["11_metaqa_parameter_grid"]["per_dataset"]["metaqa-3hop"] == {"n": 30, "hops_grid": [3]}
     assert p["notebooks"]["41_tcr_qf_main"] == {**base["notebooks"]["41_tcr_qf_main"], "n": 129}   # unit 3 (issue 56)
     assert p["notebooks"]["90_report"]["publish_dir"] == "results/reference-1.5b"
