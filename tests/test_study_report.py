@@ -385,6 +385,13 @@ def test_model_hours_count_each_request_once_at_its_generation_seconds():
     assert list(table[ST.MODEL_HOURS]) == [1.75, 0.1, None]
     assert list(table["answering wall hours"]) == [0.0, 0.0, 0.0]        # 3.6 s and 7.2 s round to 0.00 h
     assert ST.MODEL_HOURS not in ST.cost_by_notebook(runs)                 # no cache: the column is left out
+    # an LLM-built KG's extraction (its summary row's `requests`, made before any run) joins its notebook's
+    # model hours, once: k4 was 22's, k5 is new; a claim row's fields are not a KG's
+    built = ST.built_requests({"22_b": [{"label": "KG statistics: 2wiki", "requests": ["k4", "k5"]},
+                                        {"claim": "c", "requests": ["k9"]}, {"label": "old KG", "requests": None}]})
+    assert built == {"22_b": {"k4", "k5"}}
+    secs["k5"] = 720.0
+    assert list(ST.cost_by_notebook(runs, secs, built)[ST.MODEL_HOURS]) == [1.75, 0.3, None]
 
 
 def test_published_rows_keep_their_request_ids(results, tmp_path):

@@ -590,11 +590,26 @@ def test_the_notebooks_path_from_kg_to_growth(notebook):
         {"relations_kept": 3, "relations_flagged": 0, "relations_dropped": 0, "edges_kept": 3}
     row = tcr_qf_report.kg_rows({"2wiki": full})[0]
     assert (row["quote_check"], row["relations_kept"], row["quotes_not_in_chunk"]) == ("flag", 3, 0)
+    # the extraction's request ids (one per chunk here), so REPORT prices the build from the LLM cache
+    assert len(st["request_ids"]) == st["llm_requests"] == 2 and row["requests"] == st["request_ids"]
+    assert all(len(k) == 16 for k in st["request_ids"])
+    assert TQ.reads_kg(["tcr-llm", "tog"]) and TQ.reads_kg(["tcr-naive-rag"]) and not TQ.reads_kg(["tcr-llm", "tcr-cot"])
     assert tcr_qf_report.kg_table({"2wiki": full}).loc["2WikiMultiHopQA", "relations dropped"] == 0
     assert notebook("40_tcr_qf_kg_construction", quote_check="drop").settings.quote_check == "drop"
     assert "unregistered EID" in set(tcr_qf_report.rejected_frame(tcr_qf_report.journal(built))["reason"].str.split(":").str[0])
 
     nb = notebook("41_tcr_qf_main", systems=["tcr-llm", "tog", "tcr-qf"])
+    # notebook 41's KG cell, as it runs there: the KG read before the grid, its row with the request ids
+    cell = next("".join(c["source"]) for c in json.loads((REPO_ROOT / "notebooks" / "41_tcr_qf_main.ipynb").read_text())["cells"]
+                if c.get("id") == "cell-kg")
+    from IPython.display import Markdown
+    import time
+    ns = {"nb": nb, "S": nb.settings, "TQ": TQ, "tcr_qf_report": tcr_qf_report, "time": time, "Markdown": Markdown}
+    exec(cell, ns)
+    assert [(r["dataset"], r["nodes"], r["requests"]) for r in ns["kg_summary"]] == [("2wiki", 4, st["request_ids"])]
+    free = notebook("41_tcr_qf_main", systems=["tcr-llm", "tcr-cot"])   # no system reads the KG: none is built
+    exec(cell, ns2 := {**ns, "nb": free, "S": free.settings})
+    assert ns2["kg_summary"] == [] and ns2["kg_built"] == {}
     report = nb.grid(TQ.grid_runs(nb.settings.systems), datasets=["2wiki"], progress=False,
                      **nb.settings.overrides("2wiki"))
     manifest = json.loads((report.cells[0].out / "manifest.json").read_text())
@@ -634,3 +649,12 @@ def test_a_sentence_holding_the_answer_scores_acc_but_not_em(tmp_path):
     row = tcr_qf_report.result_rows(report)[0]
     assert row["em"] == 0.0 and row["acc"] == 100.0 and 0 < row["f1"] < 100 and len(row["acc_ci95"]) == 2
     assert tcr_qf_report.table1([row]).loc["TCR-QF", ("2WikiMultiHopQA", "Acc (gold in answer)", "ours")] == 100.0
+
+
+def test_a_journal_with_a_record_from_before_the_request_ids_prices_nothing():
+    """A KG whose journal holds records written before their request ids were kept has unknown model
+    time (None), not the time of the records that have them."""
+    from kgrag_lib.kg.extraction import request_ids
+
+    assert request_ids([{"usage": {"keys": ["a", "b"]}}, {"usage": {"keys": []}}]) == ["a", "b"]
+    assert request_ids([{"usage": {"keys": ["a"]}}, {"usage": {"requests": 1}}]) is None

@@ -107,14 +107,24 @@ class ExtractionJournal:
 
 def metered(llm: Any, extract: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """`extract()`'s journal record with the LLM usage it cost (`record["usage"]`: requests,
-    backend calls, tokens; cache hits count the tokens they once took), from its own meter, so
-    chunks extracted side by side are each charged only their own requests."""
+    backend calls, tokens; cache hits count the tokens they once took; `keys`: its request ids, as
+    runs record theirs), from its own meter, so chunks extracted side by side are each charged only
+    their own requests."""
     with llm.meter() as meter:
         record = extract()
     used = meter.usage
     record["usage"] = {"requests": used.requests, "calls": used.calls, "prompt_tokens": used.total_prompt_tokens,
-                       "completion_tokens": used.total_completion_tokens}
+                       "completion_tokens": used.total_completion_tokens, "keys": list(meter.keys)}
     return record
+
+
+def request_ids(records: Sequence[dict[str, Any]]) -> list[str] | None:
+    """The request ids of every journal record (`metered`'s `usage.keys`), in record order, so a
+    report can price a KG's extraction from the LLM cache as it prices a run; None when a record
+    was journaled before the ids were kept (its KG's model time is then unknown, not 0)."""
+    if any("keys" not in (r.get("usage") or {}) for r in records):
+        return None
+    return [k for r in records for k in r["usage"]["keys"]]
 
 
 def extract_journaled(chunks: Sequence[Chunk], journal: Path, extract: Callable[[Chunk], dict[str, Any]], *,

@@ -119,7 +119,8 @@ def kg_build_rows(kgs: Mapping[str, Any], load_s: Mapping[str, float] | None = N
                     "llm_requests": st.get("llm_requests"), "prompt_tokens": st.get("prompt_tokens"),
                     "completion_tokens": st.get("completion_tokens"), "build_seconds": secs,
                     "build_seconds_per_q": round(float(secs) / questions, 1) if secs is not None and questions else None,
-                    "triples": built.store.num_triples, "load_s": (load_s or {}).get(family), **labels})
+                    "triples": built.store.num_triples, "load_s": (load_s or {}).get(family),
+                    "requests": st.get("request_ids"), **labels})
     return out
 
 

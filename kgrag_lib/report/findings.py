@@ -31,8 +31,8 @@ from . import multiplicity
 from .cross_method import mechanism_split, paper_of
 from .mechanism import health_table
 from .metaqa.readings import FLOOR, OWN_P, READINGS, is_floor, readings_table
-from .study import (MODEL_HOURS, SECONDARY_METRICS, assessed_claims, cache_request_seconds, collect,
-                    cost_by_notebook, format_p, unique_runs)
+from .study import (MODEL_HOURS, SECONDARY_METRICS, assessed_claims, built_requests, cache_request_seconds,
+                    collect, cost_by_notebook, format_p, unique_runs)
 
 TEMPLATE_FILE = "FINDINGS.template.md"
 OUT_FILE = "FINDINGS.md"
@@ -355,7 +355,7 @@ class Facts:
         """Answering wall hours and core-hours of a notebook's runs, as REPORT's cost table counts them
         (a run shared by notebooks counts once, under the first), and `model`: its requests' model hours
         from the LLM cache (`study.MODEL_HOURS`; None where its runs do not record their requests)."""
-        table = cost_by_notebook(self.runs, cache_request_seconds(self.folder))
+        table = cost_by_notebook(self.runs, cache_request_seconds(self.folder), built_requests(self.res.summaries))
         name = self._notebook(nb)
         if name not in table.index:
             raise ConfigError(f"findings template: no runs of notebook {name} in the cost table")

@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import import_module
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
@@ -210,23 +210,37 @@ def cross_method_table(runs: pd.DataFrame) -> pd.DataFrame:
 MODEL_HOURS = "model hours (LLM cache)"
 
 
-def cost_by_notebook(runs: pd.DataFrame, request_seconds: dict[str, float] | None = None) -> pd.DataFrame:
+def built_requests(summaries: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, set[str]]:
+    """Per notebook, the request ids of the LLM-built KGs its summary rows describe (a KG row's
+    `requests`: its extraction's requests, which no run makes: a KG is built before the answers)."""
+    out: dict[str, set[str]] = {}
+    for nb, rows in summaries.items():
+        for r in rows:
+            if "claim" not in r and isinstance(r.get("requests"), list):
+                out.setdefault(nb, set()).update(str(k) for k in r["requests"])
+    return out
+
+
+def cost_by_notebook(runs: pd.DataFrame, request_seconds: dict[str, float] | None = None,
+                     built: Mapping[str, set[str]] | None = None) -> pd.DataFrame:
     """Hours the machine spent answering the questions of each notebook's distinct runs
     (per-question seconds of the run that wrote them; a resume or a cache hit adds nothing, so an
     answer replayed after a fresh checkout counts about 0). With `request_seconds` (a request id's
     seconds when generated, `cache_request_seconds`): `MODEL_HOURS`, the model time of the distinct
-    requests each notebook's runs made, each counted in the first notebook (in name order) that made
-    it, however often it was replayed since; missing where no run of the notebook records its requests."""
+    requests each notebook's runs made, and of its LLM-built KGs' extraction (`built`, from
+    `built_requests`), each counted in the first notebook (in name order) that made it, however often
+    it was replayed since; missing where no run of the notebook records its requests."""
     if runs.empty:
         return runs
     g = runs.groupby("notebook")["answer_seconds_total"].sum() / 3600
     out = pd.DataFrame({"answering wall hours": g.round(2), "core-hours (2 cores)": (2 * g).round(2),
                         "runs": runs.groupby("notebook").size()})
+    built = built or {}
     if request_seconds and "requests" in runs:
         seen: set[str] = set()
         hours: dict[str, float | None] = {}
         for nb, grp in runs.groupby("notebook", sort=True):
-            ids = {k for reqs in grp["requests"] if isinstance(reqs, tuple) for k in reqs}
+            ids = {k for reqs in grp["requests"] if isinstance(reqs, tuple) for k in reqs} | built.get(nb, set())
             recorded = any(isinstance(reqs, tuple) for reqs in grp["requests"])
             new = ids - seen
             seen |= ids
@@ -507,13 +521,15 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
               "percent; cost per question counts every LLM request, cached or not, and the seconds it took when "
               "first computed.", "", _md(cross_method_table(runs)), ""]
     parts += ["## What each notebook's runs cost", "",
-              _md(cost_by_notebook(runs, cache_request_seconds(res.root)).rename_axis("notebook").reset_index(), 2), ""]
+              _md(cost_by_notebook(runs, cache_request_seconds(res.root), built_requests(res.summaries))
+                  .rename_axis("notebook").reset_index(), 2), ""]
     paid = cache_model_time(res.root)
     if paid:
         parts += [f"`answering wall hours` counts each question's seconds in the run that wrote it, so an answer that run "
                   f"replayed from the LLM cache (after a fresh checkout, or a run re-made) adds about 0: a lower bound of "
                   f"the model time. `{MODEL_HOURS}` counts the seconds each distinct request's answer took when generated "
-                  f"(the committed cache keeps them), in the first notebook that made it; it is missing for runs whose "
+                  f"(the committed cache keeps them), in the first notebook that made it, with the extraction of an LLM-built KG whose "
+                  f"summary row records its requests; it is missing for runs whose "
                   f"published rows do not record their requests (published before 2026-12-07). The committed LLM cache (`llm-cache/`) records {paid['hours']:.2f} wall hours "
                   f"({2 * paid['hours']:.2f} core-hours on 2 cores) for its {paid['answers']:,} answers, each once at the "
                   f"seconds it took when generated: an upper bound, as it also holds answers of runs replaced since, and "

@@ -43,6 +43,7 @@ TABLE1_SYSTEMS = ["tcr-llm", "tcr-cot", "tcr-naive-rag", "tog", "graphrag-local"
 ABLATION_SYSTEMS = ["tog", "tog-tcr", "tog-qf", "tcr-qf", "tcr-af"]
 ABLATION_DATASETS = ["2wiki", "hotpotqa"]   # Table 2's and Fig. 3's datasets
 FEEDBACK = ("tog-qf", "tcr-qf", "tcr-af")   # the variants that grow the KG
+KG_FREE = ("tcr-llm", "tcr-cot")   # the systems that never read the KG (Naive RAG retrieves its chunks)
 
 
 def _check_datasets(datasets: Any) -> None:
@@ -177,6 +178,12 @@ def questions(nb: "Setup", dataset: str) -> list["Question"]:
     """The seeded sample a run of this notebook on `dataset` answers (the runner's own draw)."""
     s = nb.settings
     return load_questions(dataset, s.split(dataset), root=nb.ctx.data_root, n=s.n, seed=s.seed)
+
+
+def reads_kg(systems: list[str]) -> bool:
+    """Whether any of `systems` reads the sample's KG, so a notebook builds it before its grid (a
+    build inside a run would be charged to that run's first question)."""
+    return any(s not in KG_FREE for s in systems)
 
 
 def tcr_kg(nb: "Setup", dataset: str) -> "BuiltKG":

@@ -46,7 +46,7 @@ from ...concurrency import fan_out
 from ...config import check_values, opt
 from ...data.selection import CorpusSelection
 from ...errors import ConfigError
-from ...kg.extraction import Chunk, chunk_passages, extract_journaled, metered, normalize
+from ...kg.extraction import Chunk, chunk_passages, extract_journaled, metered, normalize, request_ids
 from ...kg.sources import SourcePlan, provide, text_tables
 from ...kg.store import KGStore
 from ...kg.text_kg import TextKG, assemble, index_stats
@@ -354,6 +354,7 @@ def build_text_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *,
         **index_stats(chunks, records, counts),
         "chunks_extracted_this_build": extracted, "llm_calls_this_build": meter.usage.calls,
         "seconds_this_build": round(time.perf_counter() - start, 3),
+        "request_ids": request_ids(records),
         "entities": store.num_entities, "relations": store.num_relations, "triples": store.num_triples,
     }
     return store, stats, kg

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ...concurrency import fan_out
 from ...data.selection import CorpusSelection
 from ...errors import ConfigError
-from ...kg.extraction import Chunk, extract_journaled, load_tokenizer, metered, token_chunks
+from ...kg.extraction import Chunk, extract_journaled, load_tokenizer, metered, request_ids, token_chunks
 from ...kg.sources import SourcePlan, provide, tcr_tables
 from ...kg.store import KGStore
 from ...kg.tcr_kg import TcrKG, assemble, build_stats
@@ -82,7 +82,7 @@ def build_tcr_kg(passages: Sequence[Passage], llm: "LLM", journal: Path, *, conf
              "chunk_overlap": config.overlap, "max_tokens": config.max_tokens, "passages": len(passages),
              **build_stats(chunks, recs, counts),
              "chunks_extracted_this_build": extracted, "llm_calls_this_build": meter.usage.calls,
-             "seconds_this_build": round(time.perf_counter() - start, 3)}
+             "seconds_this_build": round(time.perf_counter() - start, 3), "request_ids": request_ids(recs)}
     return store, stats, kg
 
 

@@ -540,7 +540,8 @@ def kg_rows(stats: Mapping[str, Mapping[str, Any]], **labels: Any) -> list[dict[
             "questions_without_paragraphs", "entity_records", "relation_records", "llm_requests",
             "chunks_extracted_this_build", "llm_calls_this_build", *KG_COLUMNS)
     return [{"label": f"KG statistics: {dataset}", "dataset": dataset, **{k: s.get(k) for k in keep},
-             "rejected_by_reason": json.dumps(s.get("rejected_by_reason") or {}, sort_keys=True), **labels}
+             "rejected_by_reason": json.dumps(s.get("rejected_by_reason") or {}, sort_keys=True),
+             "requests": s.get("request_ids"), **labels}   # what REPORT's cost table prices from the LLM cache
             for dataset, s in stats.items()]
 
 
