@@ -263,6 +263,19 @@ def test_report_section_without_and_with_a_frozen_plan(tmp_path):
     assert "| n " in blockers and "| data " in blockers
     unit = next(line for line in text.splitlines() if "42_tcr_qf_ablation" in line)
     assert "| 120 " in unit                                    # n now beside the planned n
+    assert R.SPENT not in text                                 # no LLM cache: no spent column
+    # with the cache's seconds: the unit's distinct requests (k1 once) and its KG's extraction (k3), on 2 cores;
+    # another dataset's KG (k4) is not this unit's
+    runs = runs.assign(requests=[("k1", "k1", "k2")])
+    secs = {"k1": 900.0, "k2": 900.0, "k3": 1800.0, "k4": 3600.0}
+    built = {("42_tcr_qf_ablation", "2wiki"): {"k3"}, ("42_tcr_qf_ablation", "hotpotqa"): {"k4"}}
+    assert R.spent_core_hours(runs, "42_tcr_qf_ablation", "2wiki", secs, built) == 2.0
+    assert R.spent_core_hours(runs.assign(requests=[None]), "42_tcr_qf_ablation", "2wiki", secs, built) is None
+    text = "\n".join(R.report_section(root, claims, runs, M15, _md, secs, built))
+    header = next(line for line in text.splitlines() if line.startswith("| rank"))
+    unit = next(line for line in text.splitlines() if "42_tcr_qf_ablation" in line)
+    cells = [c.strip() for c in unit.split("|")]
+    assert cells[[c.strip() for c in header.split("|")].index(R.SPENT)] == "2.00"
 
 
 def test_registry_counts_every_papers_claims():

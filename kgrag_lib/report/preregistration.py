@@ -53,10 +53,29 @@ def _obj(values: list[Any], index: pd.Index) -> pd.Series:
     return pd.Series(values, index=index, dtype=object)
 
 
+SPENT = "core-hours spent"
+
+
+def spent_core_hours(runs: pd.DataFrame, notebook: str, dataset: str, request_seconds: dict[str, float],
+                     built: dict[Any, set[str]]) -> float | None:
+    """Core-hours (2 cores) a unit's runs took, from the LLM cache: the generation seconds of every
+    distinct request its runs (`runs`: of the planned model) made, with its notebook's KG extraction on
+    that dataset (`built`, `study.built_requests(..., by_dataset=True)`); None where no run records
+    its requests. A request an earlier unit made too (a shared question) counts here as well."""
+    sel = runs[(runs["notebook"] == notebook) & (runs["dataset"] == dataset)] if not runs.empty else runs
+    if sel.empty or "requests" not in sel or not any(isinstance(r, tuple) for r in sel["requests"]):
+        return None
+    ids = {k for reqs in sel["requests"] if isinstance(reqs, tuple) for k in reqs} | built.get((notebook, dataset), set())
+    return round(2 * sum(request_seconds.get(k, 0.0) for k in ids) / 3600, 2)
+
+
 def report_section(results_root: str | Path, claims: pd.DataFrame, runs: pd.DataFrame, model: str,
-                   md: Callable[..., str]) -> list[str]:
+                   md: Callable[..., str], request_seconds: dict[str, float] | None = None,
+                   built: dict[Any, set[str]] | None = None) -> list[str]:
     """The section's lines: `claims` is the report's claims table (its final verdicts), `runs`
-    its distinct runs, `model` the report's model, `md` the report's table formatter."""
+    its distinct runs, `model` the report's model, `md` the report's table formatter; with
+    `request_seconds` (`study.cache_request_seconds`) each run unit's core-hours spent beside the
+    plan's (`spent_core_hours`)."""
     folder = plan_folder(results_root)
     found = newest_plan(folder)
     parts = [TITLE, ""]
@@ -98,10 +117,17 @@ def report_section(results_root: str | Path, claims: pd.DataFrame, runs: pd.Data
             return int(sel["n"].max()) if not sel.empty and sel["n"].notna().any() else None
         shown = units.assign(**{"n now": _obj([n_now(nb, ds) for nb, ds in zip(units["notebook"], units["dataset"])],
                                                 units.index)})
+        if request_seconds:
+            shown[SPENT] = _obj([spent_core_hours(here, nb, ds, request_seconds, built or {})
+                                 for nb, ds in zip(units["notebook"], units["dataset"])], units.index)
         cols = [c for c in ("rank", "notebook", "dataset", "model", "kg", "n", "n now", "claims", "expected_verdicts",
-                            "core_hours", "verdicts_per_core_hour") if c in shown]
+                            "core_hours", SPENT, "verdicts_per_core_hour") if c in shown]
+        spent = (f"; `{SPENT}`: the model time its runs' requests took when generated, from the committed LLM cache, "
+                 "on 2 cores, with its LLM-built KG's extraction where the notebook records its requests; – where its "
+                 "runs record none") if SPENT in shown else ""
         parts += ["Run units as the plan ranked them (`n`: planned; `n now`: this report's runs of the unit at the "
-                  "planned model):", "", md(shown[cols].rename(columns={"n": "planned n"}), 2), ""]
+                  f"planned model; `core_hours`: what the plan priced{spent}):", "",
+                  md(shown[cols].rename(columns={"n": "planned n"}), 2), ""]
     def col(name: str) -> list[Any]:
         return list(open_[name]) if name in open_ else [None] * len(open_)
 

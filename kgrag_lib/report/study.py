@@ -210,14 +210,15 @@ def cross_method_table(runs: pd.DataFrame) -> pd.DataFrame:
 MODEL_HOURS = "model hours (LLM cache)"
 
 
-def built_requests(summaries: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, set[str]]:
-    """Per notebook, the request ids of the LLM-built KGs its summary rows describe (a KG row's
-    `requests`: its extraction's requests, which no run makes: a KG is built before the answers)."""
-    out: dict[str, set[str]] = {}
+def built_requests(summaries: Mapping[str, Iterable[Mapping[str, Any]]], by_dataset: bool = False) -> dict[Any, set[str]]:
+    """Per notebook (`by_dataset`: per (notebook, dataset)), the request ids of the LLM-built KGs its
+    summary rows describe (a KG row's `requests`: its extraction's requests, which no run makes: a KG
+    is built before the answers)."""
+    out: dict[Any, set[str]] = {}
     for nb, rows in summaries.items():
         for r in rows:
             if "claim" not in r and isinstance(r.get("requests"), list):
-                out.setdefault(nb, set()).update(str(k) for k in r["requests"])
+                out.setdefault((nb, r.get("dataset")) if by_dataset else nb, set()).update(str(k) for k in r["requests"])
     return out
 
 
@@ -504,7 +505,7 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
     parts += readings_section(readings, _md, format_p)
     main_model = runs["model"].dropna().astype(str).value_counts() if not runs.empty and "model" in runs else pd.Series(dtype=int)
     parts += preregistration.report_section(res.root, claims, runs, str(main_model.index[0]) if len(main_model) else "no model",
-                                            _md)
+                                            _md, cache_request_seconds(res.root), built_requests(res.summaries, by_dataset=True))
     parts += ["## Mechanism health", "",
               "Did the part of each method a claim is about run? Per run: the signal and for how many of its "
               f"questions it held. \"{NOT_RECORDED}\": the published per-question files of that run lack the "
