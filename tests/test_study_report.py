@@ -404,3 +404,16 @@ def test_published_rows_keep_their_request_ids(results, tmp_path):
     assert [r["requests"] for r in compact] == [[f"{i:016x}"] for i in range(4)]
     assert ST.run_requests(folder) == tuple(f"{i:016x}" for i in range(4))
     assert ST.run_requests(results / "12_x" / "runs" / "metaqa-1hop" / "kg-rag") is None   # rows without the field
+
+
+def test_a_kg_rows_request_ids_price_it_but_are_no_table_cell(results):
+    """A KG row keeps its extraction's request ids for the cost table; REPORT's notebook tables show its
+    size, not hundreds of ids."""
+    rows = json.loads((results / "13_y" / "summary.json").read_text())
+    rows.append({"label": "KG statistics: 2wiki", "dataset": "2wiki", "nodes": 4, "requests": ["deadbeefdeadbeef"]})
+    (results / "13_y" / "summary.json").write_text(json.dumps(rows), encoding="utf-8")
+    res = ST.collect(results)
+    assert ST.built_requests(res.summaries) == {"13_y": {"deadbeefdeadbeef"}}
+    text = ST.report_markdown(res, "p")
+    section = text.split("### 13_y")[1]
+    assert "KG statistics: 2wiki" in section and "deadbeefdeadbeef" not in text

@@ -545,8 +545,8 @@ def report_markdown(res: StudyResults, profile: str, deviations: Iterable[str] =
         parts += [f"### {nb}", ""]
         if shown_first:
             parts += ["Every method on the same questions: the report's first table.", ""]
-        for group in kinds.values():
-            parts += [_md(pd.DataFrame(group).dropna(axis=1, how="all")), ""]
+        for group in kinds.values():   # a KG row's request ids price it (`built_requests`); they are no table cell
+            parts += [_md(pd.DataFrame(group).drop(columns="requests", errors="ignore").dropna(axis=1, how="all")), ""]
     every = [*DEVIATIONS_COMMON, *setup_deviations(runs), *paper_deviations(), *deviations]
     parts += ["## Deviations from the papers", ""] + [f"- {d}" for d in every] + [""]
     return "\n".join(parts)
