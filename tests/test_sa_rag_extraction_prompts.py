@@ -129,6 +129,7 @@ def test_a_cut_off_output_in_the_demonstrated_format_keeps_its_complete_items(tm
     assert sorted(store.entity_name(int(i)) for i in kg.ids("entity")) == sorted(
         e["name"] for e in DEMO_ENTITIES[:4])
     assert stats["related_to_triples"] == 2 and stats["dropped_relations"] == 0
+    assert len(stats["request_ids"]) == stats["llm_requests"] == 2   # entities then relations: their ids price the build
 
 
 # ---- the caps ---------------------------------------------------------------------------------------

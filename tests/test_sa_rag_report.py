@@ -325,6 +325,8 @@ def test_index_table_rows_types_and_failures():
     rows = sa_rag_report.index_rows(stats, profile="p")
     assert rows[0]["label"] == "index statistics: musique" and rows[0]["unparsable_rate"] == 0.0385
     assert rows[0]["profile"] == "p" and rows[0]["questions"] is None
+    assert rows[0]["requests"] is None                         # a build journaled before request ids were kept
+    assert sa_rag_report.index_rows({"musique": {**stats["musique"], "request_ids": ["k1"]}})[0]["requests"] == ["k1"]
     assert sa_rag_report.index_table({}).empty
     kg = TextKG(["entity", "entity", "chunk"], {0: "PERSON", 1: "GPE"}, {}, {}, {},
                 [{"chunk": "doc:a/chunk:0", "stage": "entities", "reason": "not valid JSON", "output": "{oops"}])

@@ -263,7 +263,8 @@ def index_rows(stats: Mapping[str, Mapping[str, Any]], **labels: Any) -> list[di
     """Flat rows of the index statistics for `write_summary`."""
     keep = ("corpus", "model", "questions", "seed", "questions_without_paragraphs", *INDEX_COLUMNS, "llm_requests",
             "entity_types_coerced", "description_nodes", "chunk_nodes", "relation_mentions")
-    return [{"label": f"index statistics: {dataset}", "dataset": dataset, **{k: s.get(k) for k in keep}, **labels}
+    return [{"label": f"index statistics: {dataset}", "dataset": dataset, **{k: s.get(k) for k in keep},
+             "requests": s.get("request_ids"), **labels}   # what REPORT's cost table prices from the LLM cache
             for dataset, s in stats.items()]
 
 
