@@ -202,6 +202,46 @@ def test_units_are_capped_costed_and_ranked_by_verdicts_per_core_hour():
     assert main["llm_s_per_q"].iloc[0] == pytest.approx(30.0 * 3.0)
 
 
+def test_a_unit_only_another_model_ran_is_priced_from_its_tokens_at_the_planned_models_throughput(tmp_path):
+    """With the planned model's committed answers (its LLM cache), a unit only another model ran is priced
+    from that model's requests and tokens per question at the fitted rates, not its seconds x the median
+    ratio (which comes from short answers and under-prices generation-bound work)."""
+    import gzip
+
+    folder = tmp_path / "ref-1.5b"
+    (folder / "llm-cache").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    with gzip.open(folder / "llm-cache" / "part-0000.jsonl.gz", "wt", encoding="utf-8") as fh:
+        for i in range(80):   # 0.5 s a request, 0.01 s a prompt token, 0.1 s a completion token
+            p_tok, c_tok = int(rng.integers(50, 900)), int(rng.integers(1, 600))
+            fh.write(json.dumps({"key": f"{i:064x}", "identity": "id-15", "prompt_tokens": p_tok,
+                                 "completion_tokens": c_tok, "seconds": 0.5 + 0.01 * p_tok + 0.1 * c_tok}) + "\n")
+        fh.write(json.dumps({"key": "f" * 64, "identity": "id-15", "prompt_tokens": 10, "completion_tokens": 10,
+                             "seconds": 5000.0}) + "\n")   # a paused run: left out of the fit
+        fh.write(json.dumps({"key": "e" * 64, "identity": "another", "prompt_tokens": 10, "completion_tokens": 10,
+                             "seconds": 99.0}) + "\n")     # another model's answer: not the planned one's
+    outs = _outcomes()
+    outs[1] = P.Outcomes(str(folder), M15, outs[1].claims, outs[1].runs.assign(llm_identity="id-15"))
+    tokens = {"llm_requests_per_q": 2.0, "llm_total_prompt_tokens_per_q": 1000.0, "llm_total_completion_tokens_per_q": 300.0}
+    outs[0] = P.Outcomes(outs[0].folder, M05, outs[0].claims, outs[0].runs.assign(**tokens))
+    outs[0].builds.append({"notebook": "40_tcr_qf_kg_construction", "dataset": "2wiki", "model": M05, "passages": 10,
+                           "questions": 5, "seconds_this_build": 100.0, "llm_requests": 10, "prompt_tokens": 4000,
+                           "completion_tokens": 5000})
+    tp = P.fit_throughput(outs, M15)
+    assert tp.answers == 80
+    assert (tp.per_request, tp.per_prompt_token, tp.per_completion_token) == pytest.approx((0.5, 0.01, 0.1), abs=1e-4)
+    plan = P.build_plan(outs, P.PlanConfig(results=("a",)), reg=_registry())
+    main = plan.units[plan.units["notebook"] == "41_tcr_qf_main"].iloc[0]
+    # 0.5B's two runs of notebook 41, each 2 requests, 1,000 prompt and 300 completion tokens a question
+    assert main["llm_s_per_q"] == pytest.approx(2 * (2 * 0.5 + 1000 * 0.01 + 300 * 0.1), abs=0.1)
+    assert "tokens at the planned model's throughput" in main["cost_source"]
+    # its KG: 0.5B's build (10 requests, 4,000 + 5,000 tokens for 10 passages, 2 a question) at 1.5B's rates
+    assert main["kg_build_s_per_q"] == pytest.approx((10 * 0.5 + 4000 * 0.01 + 5000 * 0.1) / 10 * 2, abs=0.1)
+    assert plan.meta["throughput"]["answers"] == 80 and "fitted over 80" in plan.to_markdown()
+    # without the planned model's cache: the ratio, as before (the plan frozen on 2026-12-07 was priced so)
+    assert P.fit_throughput(_outcomes(), M15) is None
+
+
 def test_freeze_writes_json_and_markdown_with_the_commit(tmp_path):
     plan = P.build_plan(_outcomes(), P.PlanConfig(results=("a",)), reg=_registry())
     js, md = P.freeze(plan, tmp_path / "claims-plan")

@@ -547,8 +547,7 @@ class Plan:
                  f"from {', '.join(f'`{f}` ({mod})' for f, mod in m['folders'].items())}; planned model "
                  f"`{m['planned_model']}`; {m['power']:.0%} power at alpha / m (alpha {m['alpha']}, "
                  f"m per paper: {', '.join(f'{PAPER_NAMES.get(p, p)} {k}' for p, k in m['m'].items())}); core-hours at "
-                 f"{m['cores']} cores; a unit only another model ran is priced at its seconds x {m['model_cost_ratio']} "
-                 "(the planned model's median cost ratio). A unit runs its notebook's whole grid on the dataset at its "
+                 f"{m['cores']} cores; " + _pricing(m) + " A unit runs its notebook's whole grid on the dataset at its "
                  "n, on a fresh sample (samples are not nested in n: `shared_with_now` counts the questions it shares "
                  "with the run it replaces).", "",
                  "Mechanism probes read (whether the planned model runs what a smaller one failed): "
@@ -669,10 +668,24 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
             "dirty": commit.get("dirty"), "folders": {o.folder: o.model for o in outcomes}, "planned_model": planned,
             "alpha": config.alpha, "power": config.power, "cores": config.cores, "m": in_family,
             "model_cost_ratio": round(model_cost_ratio(_all_runs(outcomes), planned), 3),
+            "throughput": (lambda t: asdict(t) if t else None)(fit_throughput(outcomes, planned)),
             "registered": int(len(claims)),
             "probes": [{"mechanism": f.mechanism, "model": f.model, "works": f.works, "source": f.source}
                        for f in findings]}
     return Plan(claims, units, meta)
+
+
+def _pricing(meta: dict[str, Any]) -> str:
+    """How the plan priced a unit only another model ran (a plan frozen before the throughput fit
+    has no `throughput` and was priced by the ratio)."""
+    t = meta.get("throughput")
+    if not t:
+        return (f"a unit only another model ran is priced at its seconds x {meta['model_cost_ratio']} (the planned "
+                "model's median cost ratio).")
+    return (f"a unit only another model ran is priced from its requests and tokens at the planned model's throughput, "
+            f"fitted over {t['answers']:,} of its committed answers: {t['per_request']:.3f} s per request, "
+            f"{t['per_prompt_token']:.5f} s per prompt token, {t['per_completion_token']:.4f} s per completion token "
+            f"(the median per-question cost ratio, {meta['model_cost_ratio']}, under-prices generation-bound work).")
 
 
 def _power(r: dict[str, Any], eff: Effect, n: int) -> float:
@@ -783,6 +796,7 @@ def _units(claims: pd.DataFrame, outcomes: list[Outcomes], planned: str, config:
         return pd.DataFrame()
     all_runs = _all_runs(outcomes)
     ratio = model_cost_ratio(all_runs, planned)
+    tp = fit_throughput(outcomes, planned)
     recs = []
     for (nb, ds), g in todo.groupby(["notebook", "dataset"], sort=False):
         paper = g["paper"].iloc[0]
@@ -794,14 +808,14 @@ def _units(claims: pd.DataFrame, outcomes: list[Outcomes], planned: str, config:
             or PAPER_SPLIT.get((paper, ds)) or DEFAULT_SPLIT.get(ds)
         cap = available_questions(ds, split)
         needs = [n for n in g["n_needed"] if n is not None and not pd.isna(n) and not math.isinf(n)]
-        per_q, cost_source = question_seconds(all_runs, nb, ds, planned, ratio)
+        per_q, cost_source = question_seconds(all_runs, nb, ds, planned, ratio, tp)
         if paper == "kg_infused" and ds == "2wiki" and nb in config.full_kg_notebooks and per_q is not None:
             # the placebo arm is one more KG-Infused RAG run per question than the committed grid had
             kgi_runs = runs[(runs["method"] == "kg-infused") & (runs["model"] == planned)] if not runs.empty else runs
             if not kgi_runs.empty:
                 per_q += float(kgi_runs["llm_seconds_per_q"].min())
                 cost_source += " + one KG-Infused run per question for the placebo arm"
-        build = kg_build_seconds(outcomes, paper, ds, planned, ratio)
+        build = kg_build_seconds(outcomes, paper, ds, planned, ratio, tp)
         recs_g = g.to_dict("records")
 
         def expected(n: int) -> float:
@@ -836,6 +850,49 @@ def _all_runs(outcomes: list[Outcomes]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+MIN_FIT_ANSWERS = 50   # fewer committed answers of the planned model: price by the cost ratio instead
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What one answer of a model costs here, fitted (non-negative least squares) over its committed
+    LLM cache: seconds per request, per prompt token and per completion token. A unit only another
+    model ran is priced from that model's tokens at these rates: a median ratio of per-question seconds
+    comes from short, prompt-bound answers and under-prices generation-bound work (TCR-QF's extraction
+    and reasoning: 49 s per chunk at 1.5B against the ratio's 15, docs/NEXT-UNITS.md)."""
+
+    per_request: float
+    per_prompt_token: float
+    per_completion_token: float
+    answers: int
+
+    def seconds(self, requests: float, prompt_tokens: float, completion_tokens: float) -> float:
+        return (self.per_request * float(requests) + self.per_prompt_token * float(prompt_tokens)
+                + self.per_completion_token * float(completion_tokens))
+
+
+def fit_throughput(outcomes: list[Outcomes], planned: str) -> Throughput | None:
+    """The planned model's `Throughput` from the LLM cache of the results folder whose runs it made
+    (its identity as those runs record it); answers over `study.LONG_ANSWER_S` (a paused run) are left
+    out. None with fewer than `MIN_FIT_ANSWERS` answers."""
+    from scipy.optimize import nnls
+
+    from .study import LONG_ANSWER_S, cache_entries
+
+    for o in outcomes:
+        runs = o.runs
+        if runs.empty or "llm_identity" not in runs:
+            continue
+        ids = set(runs.loc[runs["model"].astype(str) == planned, "llm_identity"].dropna().astype(str))
+        entries = [e for e in (cache_entries(o.folder) or ()) if e.identity in ids and 0 < e.seconds <= LONG_ANSWER_S]
+        if len(entries) < MIN_FIT_ANSWERS:
+            continue
+        x = np.array([[1.0, e.prompt_tokens, e.completion_tokens] for e in entries])
+        coef, _ = nnls(x, np.array([e.seconds for e in entries]))
+        return Throughput(*(round(float(c), 6) for c in coef), answers=len(entries))
+    return None
+
+
 def model_cost_ratio(runs: pd.DataFrame, planned: str) -> float:
     """Median ratio of the planned model's per-question LLM seconds to another model's, over the
     (notebook, dataset, method) both ran: how the plan prices a unit only the other model ran."""
@@ -849,37 +906,53 @@ def model_cost_ratio(runs: pd.DataFrame, planned: str) -> float:
     return float(np.median(ratios)) if ratios else 1.0
 
 
-def question_seconds(runs: pd.DataFrame, notebook: str, dataset: str, planned: str, ratio: float
-                     ) -> tuple[float | None, str]:
+TOKEN_COLUMNS = ("llm_requests_per_q", "llm_total_prompt_tokens_per_q", "llm_total_completion_tokens_per_q")
+
+
+def question_seconds(runs: pd.DataFrame, notebook: str, dataset: str, planned: str, ratio: float,
+                     throughput: Throughput | None = None) -> tuple[float | None, str]:
     """LLM seconds one question of a unit costs: the sum over the notebook's distinct runs
     (methods) on the dataset at the planned model; else the same notebook on another dataset at
-    it; else at another model, times `model_cost_ratio`."""
+    it; else at another model: its requests and tokens at the planned model's `throughput`, or
+    without one its seconds times `model_cost_ratio`."""
     if runs.empty:
         return None, "no committed run"
     nb = runs[runs["notebook"] == notebook]
-    for sel, src, scale in ((nb[(nb["dataset"] == dataset) & (nb["model"] == planned)], "its runs at the planned model", 1.0),
-                            (nb[nb["model"] == planned], "the notebook's runs on other datasets, planned model", 1.0),
-                            (nb[nb["dataset"] == dataset], "its runs at another model x the model cost ratio", ratio),
-                            (nb, "the notebook's runs on other datasets and models x the model cost ratio", ratio)):
-        if not sel.empty:
+    by_tokens = throughput is not None and all(c in nb for c in TOKEN_COLUMNS)
+    other = ("their tokens at the planned model's throughput" if by_tokens else "x the model cost ratio")
+    for sel, src, same in ((nb[(nb["dataset"] == dataset) & (nb["model"] == planned)], "its runs at the planned model", True),
+                           (nb[nb["model"] == planned], "the notebook's runs on other datasets, planned model", True),
+                           (nb[nb["dataset"] == dataset], f"its runs at another model, {other}", False),
+                           (nb, f"the notebook's runs on other datasets and models, {other}", False)):
+        if sel.empty:
+            continue
+        if same or not by_tokens:
             per_ds = sel.groupby(["dataset", "model"])["llm_seconds_per_q"].sum()
-            return float(per_ds.mean()) * scale, src
+            return float(per_ds.mean()) * (1.0 if same else ratio), src
+        secs = [throughput.seconds(*(0.0 if pd.isna(r[c]) else r[c] for c in TOKEN_COLUMNS)) for _, r in sel.iterrows()]
+        per_ds = sel.assign(_s=secs).groupby(["dataset", "model"])["_s"].sum()
+        return float(per_ds.mean()), src
     return None, "no committed run of this notebook"
 
 
-def kg_build_seconds(outcomes: list[Outcomes], paper: str, dataset: str, planned: str, ratio: float) -> float:
+def kg_build_seconds(outcomes: list[Outcomes], paper: str, dataset: str, planned: str, ratio: float,
+                     throughput: Throughput | None = None) -> float:
     """Seconds per question of building the LLM-built KG a unit searches (SA-RAG's index, TCR-QF's
     KG: a larger sample pools more paragraphs, so the KG is built anew): the committed build's
-    seconds per passage times the passages a question brings."""
+    seconds per passage times the passages a question brings. A build by another model is priced from
+    its requests and tokens at the planned model's `throughput` (else its seconds x `ratio`)."""
     for o in outcomes:
         for b in o.builds:
             if b.get("notebook") != KG_BUILD_NOTEBOOK.get(paper) or not b.get("passages"):
                 continue
-            per_passage = float(b["seconds_this_build"]) / float(b["passages"])
             per_q = (float(b["passages"]) / float(b.get("questions") or 1) if b.get("dataset") == dataset
                      else PARAGRAPHS_PER_QUESTION.get(dataset, 10))
-            scale = 1.0 if str(b.get("model")) == planned or o.model == planned else ratio
-            return per_passage * per_q * scale
+            if str(b.get("model")) == planned or o.model == planned:
+                return float(b["seconds_this_build"]) / float(b["passages"]) * per_q
+            tokens = [b.get(k) for k in ("llm_requests", "prompt_tokens", "completion_tokens")]
+            if throughput is not None and all(t is not None for t in tokens):
+                return throughput.seconds(*tokens) / float(b["passages"]) * per_q
+            return float(b["seconds_this_build"]) / float(b["passages"]) * per_q * ratio
     return 0.0
 
 

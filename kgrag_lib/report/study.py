@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import import_module
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import pandas as pd
 
@@ -259,27 +259,38 @@ def cache_model_time(folder: str | Path) -> dict[str, Any] | None:
     seconds of the run that wrote each question, so an answer that run replayed from the cache (after a
     fresh checkout, or a run re-made) adds ~0 there: the table is a lower bound of the model time, this an
     upper one (it holds answers of runs replaced since, and answers slowed by a pause). None without parts."""
-    entries = _cache_entries(folder)
+    entries = cache_entries(folder)
     if entries is None:
         return None
-    seconds = [s for _, s in entries]
+    seconds = [e.seconds for e in entries]
     return {"answers": len(seconds), "hours": sum(seconds) / 3600, "long": sum(s > LONG_ANSWER_S for s in seconds)}
 
 
 def cache_request_seconds(folder: str | Path) -> dict[str, float] | None:
     """Request id (a cache key's first 16 hex digits, as runs record `requests`) -> the seconds its
     answer took when generated, from the folder's committed LLM cache; None without parts."""
-    entries = _cache_entries(folder)
+    entries = cache_entries(folder)
     if entries is None:
         return None
     out: dict[str, float] = {}
-    for key, sec in entries:
-        out.setdefault(key[:16], sec)
+    for e in entries:
+        out.setdefault(e.key[:16], e.seconds)
     return out
 
 
-def _cache_entries(folder: str | Path) -> tuple[tuple[str, float], ...] | None:
-    """(key, seconds) of every answer in the folder's cache parts. The REPORT and a findings render
+class CacheEntry(NamedTuple):
+    """One committed answer as the reports read it: its key, the seconds it took when generated, the
+    model identity that made it and its tokens (the plan fits a model's throughput from them)."""
+
+    key: str
+    seconds: float
+    identity: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def cache_entries(folder: str | Path) -> tuple[CacheEntry, ...] | None:
+    """Every answer in the folder's cache parts (None without parts). The REPORT and a findings render
     ask several times (the cost table, its paragraph, each notebook's cost); the parts are read once
     while they stay as they are (name, size and mtime of each)."""
     parts = sorted((Path(folder) / "llm-cache").glob("part-*.jsonl.gz"))
@@ -289,7 +300,7 @@ def _cache_entries(folder: str | Path) -> tuple[tuple[str, float], ...] | None:
 
 
 @lru_cache(maxsize=4)
-def _read_parts(parts: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, float], ...]:
+def _read_parts(parts: tuple[tuple[str, int, int], ...]) -> tuple[CacheEntry, ...]:
     import gzip
 
     out = []
@@ -298,7 +309,9 @@ def _read_parts(parts: tuple[tuple[str, int, int], ...]) -> tuple[tuple[str, flo
             for line in fh:
                 if line.strip():
                     rec = json.loads(line)
-                    out.append((str(rec.get("key") or ""), float(rec.get("seconds") or 0.0)))
+                    out.append(CacheEntry(str(rec.get("key") or ""), float(rec.get("seconds") or 0.0),
+                                          str(rec.get("identity") or ""), int(rec.get("prompt_tokens") or 0),
+                                          int(rec.get("completion_tokens") or 0)))
     return tuple(out)
 
 
