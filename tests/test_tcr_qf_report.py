@@ -599,17 +599,19 @@ def test_the_notebooks_path_from_kg_to_growth(notebook):
     assert "unregistered EID" in set(tcr_qf_report.rejected_frame(tcr_qf_report.journal(built))["reason"].str.split(":").str[0])
 
     nb = notebook("41_tcr_qf_main", systems=["tcr-llm", "tog", "tcr-qf"])
-    # notebook 41's KG cell, as it runs there: the KG read before the grid, its row with the request ids
-    cell = next("".join(c["source"]) for c in json.loads((REPO_ROOT / "notebooks" / "41_tcr_qf_main.ipynb").read_text())["cells"]
-                if c.get("id") == "cell-kg")
+    # notebooks 41's and 42's KG cell, as it runs there: the KG read before the grid, its row with the request ids
     from IPython.display import Markdown
-    import time
-    ns = {"nb": nb, "S": nb.settings, "TQ": TQ, "tcr_qf_report": tcr_qf_report, "time": time, "Markdown": Markdown}
-    exec(cell, ns)
-    assert [(r["dataset"], r["nodes"], r["requests"]) for r in ns["kg_summary"]] == [("2wiki", 4, st["request_ids"])]
+
+    for name in ("41_tcr_qf_main", "42_tcr_qf_ablation"):
+        cells = json.loads((REPO_ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+        cell = next("".join(c["source"]) for c in cells if c.get("id") == "cell-kg")
+        ns = {"nb": nb, "S": nb.settings, "TQ": TQ, "tcr_qf_report": tcr_qf_report, "Markdown": Markdown}
+        exec(cell, ns)
+        assert [(r["dataset"], r["nodes"], r["requests"]) for r in ns["kg_summary"]] == [("2wiki", 4, st["request_ids"])]
+        assert "kg_summary" in "".join(cells[-1]["source"])    # ... and into the summary REPORT reads
     free = notebook("41_tcr_qf_main", systems=["tcr-llm", "tcr-cot"])   # no system reads the KG: none is built
     exec(cell, ns2 := {**ns, "nb": free, "S": free.settings})
-    assert ns2["kg_summary"] == [] and ns2["kg_built"] == {}
+    assert ns2["kg_summary"] == [] and ns2["kg_stats"] == {}
     report = nb.grid(TQ.grid_runs(nb.settings.systems), datasets=["2wiki"], progress=False,
                      **nb.settings.overrides("2wiki"))
     manifest = json.loads((report.cells[0].out / "manifest.json").read_text())

@@ -186,6 +186,26 @@ def reads_kg(systems: list[str]) -> bool:
     return any(s not in KG_FREE for s in systems)
 
 
+def built_kgs(nb: "Setup", systems: list[str]) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Each dataset's KG, built (or read from the KG cache) before a grid whose systems read it, so no
+    question is charged its extraction: its statistics (`kg_stats`) and its summary rows
+    (`report.tcr_qf.kg_rows`: with the seconds it took here, `load_s`, and its extraction's request
+    ids, which REPORT's cost table prices). Nothing is built when no system reads the KG."""
+    import time
+
+    from ..report.tcr_qf import kg_rows
+
+    if not reads_kg(systems):
+        return {}, []
+    stats, load_s = {}, {}
+    for d in nb.settings.datasets:
+        t0 = time.perf_counter()
+        built = tcr_kg(nb, d)
+        load_s[d] = round(time.perf_counter() - t0, 1)
+        stats[d] = kg_stats(nb, built)
+    return stats, [{**r, "load_s": load_s[r["dataset"]]} for r in kg_rows(stats, profile=nb.profile_name)]
+
+
 def tcr_kg(nb: "Setup", dataset: str) -> "BuiltKG":
     """The KG of the notebook's sample on `dataset` before any feedback, extracted by its model
     on first use (notebook 40), read from the KG cache afterwards."""
