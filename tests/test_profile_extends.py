@@ -27,6 +27,7 @@ def test_shipped_variant_merges_over_its_parent():
                                    "metaqa-3hop": {"n": 86, "hops_grid": [3]}}   # units 2 and 5 (issue 56)
     assert base["notebooks"]["11_metaqa_parameter_grid"]["per_dataset"]["metaqa-3hop"] == {"n": 30, "hops_grid": [3]}
     assert p["notebooks"]["41_tcr_qf_main"] == {**base["notebooks"]["41_tcr_qf_main"], "n": 129}   # unit 3 (issue 56)
+    assert p["notebooks"]["12_metaqa_baselines"]["per_dataset"]["metaqa-1hop"]["n"] == 269   # unit 6 (issue 56)
     assert p["notebooks"]["90_report"]["publish_dir"] == "results/reference-1.5b"
     assert "extends" not in p
 
