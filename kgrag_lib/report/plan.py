@@ -650,7 +650,8 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
                          "n_needed": need, "_eff": eff})
     extra = pd.DataFrame(eff_rows, index=claims.index)
     claims = pd.concat([claims, extra], axis=1)
-    units = _units(claims, outcomes, planned, config)
+    tp = fit_throughput(outcomes, planned)
+    units = _units(claims, outcomes, planned, config, tp)
     # each planned claim runs in its unit, at the unit's n: its power there and the unit's cost
     at_unit = {} if units.empty else {(nb, ds): (n, h) for nb, ds, n, h in
                                       zip(units["notebook"], units["dataset"], units["n"], units["core_hours"])}
@@ -668,7 +669,7 @@ def build_plan(outcomes: list[Outcomes], config: PlanConfig = PlanConfig(), reg:
             "dirty": commit.get("dirty"), "folders": {o.folder: o.model for o in outcomes}, "planned_model": planned,
             "alpha": config.alpha, "power": config.power, "cores": config.cores, "m": in_family,
             "model_cost_ratio": round(model_cost_ratio(_all_runs(outcomes), planned), 3),
-            "throughput": (lambda t: asdict(t) if t else None)(fit_throughput(outcomes, planned)),
+            "throughput": asdict(tp) if tp else None,
             "registered": int(len(claims)),
             "probes": [{"mechanism": f.mechanism, "model": f.model, "works": f.works, "source": f.source}
                        for f in findings]}
@@ -789,14 +790,14 @@ def available_questions(dataset: str, split: str | None) -> int | None:
     return SPLIT_QUESTIONS.get((dataset, split or DEFAULT_SPLIT.get(dataset, "")))
 
 
-def _units(claims: pd.DataFrame, outcomes: list[Outcomes], planned: str, config: PlanConfig) -> pd.DataFrame:
+def _units(claims: pd.DataFrame, outcomes: list[Outcomes], planned: str, config: PlanConfig,
+           tp: Throughput | None = None) -> pd.DataFrame:
     """One row per (notebook, dataset, planned model, KG) with its claims' n, power and cost."""
     todo = claims[claims["planned"] & claims["n_needed"].notna()] if "n_needed" in claims else claims.iloc[0:0]
     if todo.empty:
         return pd.DataFrame()
     all_runs = _all_runs(outcomes)
     ratio = model_cost_ratio(all_runs, planned)
-    tp = fit_throughput(outcomes, planned)
     recs = []
     for (nb, ds), g in todo.groupby(["notebook", "dataset"], sort=False):
         paper = g["paper"].iloc[0]
